@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra/doc"
+
+	"kipper.run/kip/internal/cli"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/cli from the commands")
+
+// testFactory returns a factory on buffers, as if not on a terminal.
+func testFactory(env map[string]string) (*cli.Factory, *bytes.Buffer, *bytes.Buffer) {
+	var out, errOut bytes.Buffer
+	io := &cli.IOStreams{
+		In: strings.NewReader(""), Out: &out, ErrOut: &errOut,
+		Getenv: func(k string) string { return env[k] },
+	}
+	return cli.NewFactory(io), &out, &errOut
+}
+
+func execute(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	f, out, errOut := testFactory(nil)
+	root := newRootCmd(f)
+	root.SetArgs(args)
+	root.SetOut(out)
+	root.SetErr(errOut)
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"version"}, cli.ExitOK, ""},
+		{[]string{"--bogus"}, cli.ExitUsage, "unknown flag"},
+		{[]string{"nope"}, cli.ExitUsage, `unknown command "nope"`},
+		{[]string{"-o", "yaml", "version"}, cli.ExitUsage, `invalid --output "yaml"`},
+		{[]string{"version", "extra"}, cli.ExitUsage, "unknown command"},
+		{[]string{"completion"}, cli.ExitUsage, "bash, zsh or fish"},
+		{[]string{"completion", "tcsh"}, cli.ExitUsage, "unsupported shell"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, _, err := execute(t, tt.args...)
+			if got := cli.ExitCode(err); got != tt.code {
+				t.Fatalf("exit code %d (err %v), want %d", got, err, tt.code)
+			}
+			if tt.msg != "" && (err == nil || !strings.Contains(err.Error(), tt.msg)) {
+				t.Fatalf("error %v, want it to contain %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+func TestVersionText(t *testing.T) {
+	out, _, err := execute(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kip dev (commit unknown)", "k3s", "longhorn", "velero", "kubernetes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestVersionJSON(t *testing.T) {
+	f, _, _ := testFactory(nil)
+	var got *VersionOutput
+	cmd := newVersionCmd(f, func(v *VersionOutput) error { got = v; return nil })
+	cmd.SetArgs(nil)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Kip.Version == "" || len(got.Components) < 3 {
+		t.Fatalf("version output %+v lacks kip's version or components", got)
+	}
+	out, _, err := execute(t, "version", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kip": {`, `"version": "dev"`, `"commit": "unknown"`, `"name": "k3s"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("json lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for shell, marker := range map[string]string{"bash": "__start_kip", "zsh": "#compdef kip", "fish": "complete -c kip"} {
+		out, _, err := execute(t, "completion", shell)
+		if err != nil {
+			t.Fatalf("%s: %v", shell, err)
+		}
+		if !strings.Contains(out, marker) {
+			t.Errorf("%s completion lacks %q", shell, marker)
+		}
+	}
+}
+
+// TestCLIReference fails when docs/cli no longer matches the commands; make docs rewrites it.
+func TestCLIReference(t *testing.T) {
+	f, _, _ := testFactory(nil)
+	root := newRootCmd(f)
+	root.DisableAutoGenTag = true
+	gen := t.TempDir()
+	if err := doc.GenMarkdownTree(root, gen); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "docs", "cli")
+	if *update {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.CopyFS(dir, os.DirFS(gen)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, _ := filepath.Glob(filepath.Join(gen, "*.md"))
+	have, _ := filepath.Glob(filepath.Join(dir, "*.md"))
+	if len(want) != len(have) {
+		t.Fatalf("docs/cli has %d pages, the commands make %d: run 'make docs'", len(have), len(want))
+	}
+	for _, w := range want {
+		wb, _ := os.ReadFile(w)
+		hb, err := os.ReadFile(filepath.Join(dir, filepath.Base(w)))
+		if errors.Is(err, os.ErrNotExist) || !bytes.Equal(wb, hb) {
+			t.Errorf("docs/cli/%s is out of date: run 'make docs'", filepath.Base(w))
+		}
+	}
+}

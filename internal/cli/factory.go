@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"sync"
+
+	"kipper.run/kip/internal/config"
+)
+
+// Output formats for -o.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// GlobalOptions are bound to the root command's persistent flags.
+type GlobalOptions struct {
+	Cluster    string // --cluster, or KIP_CLUSTER
+	Kubeconfig string // --kubeconfig
+	Context    string // --context
+	SSHKey     string // --ssh-key
+	SSHUser    string // --ssh-user
+	Yes        bool   // --yes
+	Output     string // -o/--output
+	Verbose    int    // -v, repeatable
+}
+
+// Validate checks what flag parsing cannot.
+func (g *GlobalOptions) Validate() error {
+	switch g.Output {
+	case OutputText, OutputJSON:
+		return nil
+	default:
+		return Usagef("invalid --output %q: use text or json", g.Output)
+	}
+}
+
+// Factory gives commands what they need, built on first use: nothing here dials a host or an
+// API server until a command asks for it, so --help and flag errors never connect anywhere.
+type Factory struct {
+	IO     *IOStreams
+	Global GlobalOptions
+
+	once     sync.Once
+	printer  *Printer
+	prompter *Prompter
+}
+
+// NewFactory returns a factory on the given streams.
+func NewFactory(io *IOStreams) *Factory { return &Factory{IO: io} }
+
+func (f *Factory) init() {
+	f.once.Do(func() {
+		f.printer = NewPrinter(f.IO)
+		f.prompter = NewPrompter(f.IO, f.Global.Yes)
+	})
+}
+
+// Printer returns the one printer of this invocation.
+func (f *Factory) Printer() *Printer { f.init(); return f.printer }
+
+// Prompter returns the prompter; it honours --yes.
+func (f *Factory) Prompter() *Prompter { f.init(); return f.prompter }
+
+// ConfigStore returns the local configuration store.
+func (f *Factory) ConfigStore() (config.Store, error) {
+	dir, err := config.Dir()
+	if err != nil {
+		return config.Store{}, err
+	}
+	return config.Store{Dir: dir}, nil
+}
+
+// ClusterName returns the cluster chosen by --cluster or KIP_CLUSTER ("" for the default).
+func (f *Factory) ClusterName() string {
+	if f.Global.Cluster != "" {
+		return f.Global.Cluster
+	}
+	return f.IO.Getenv("KIP_CLUSTER")
+}
+
+// SSHKeyPath resolves the SSH key: --ssh-key, then KIP_SSH_KEY, then the cluster's saved key.
+// An empty result leaves the choice to ~/.ssh/config's IdentityFile and then ssh-agent.
+func (f *Factory) SSHKeyPath(saved *config.Cluster) string {
+	switch {
+	case f.Global.SSHKey != "":
+		return f.Global.SSHKey
+	case f.IO.Getenv("KIP_SSH_KEY") != "":
+		return f.IO.Getenv("KIP_SSH_KEY")
+	case saved != nil:
+		return saved.SSHKey
+	default:
+		return ""
+	}
+}
+
+// Debugf prints a diagnostic line when -v is given.
+func (f *Factory) Debugf(format string, args ...any) {
+	if f.Global.Verbose > 0 {
+		fmt.Fprintf(f.IO.ErrOut, "  "+format+"\n", args...)
+	}
+}
