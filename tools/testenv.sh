@@ -51,12 +51,12 @@ ldflags="-s -w
 	k8s.io/kubernetes/cmd/kubectl)
 GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version"
 
-# kwok's stage configurations make its fake kubelets move Nodes and Pods through their lifecycle.
-kwok_src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$kwok_version
+# kwok's stage configurations make its fake kubelets move Nodes and Pods through their lifecycle:
+# nodes initialise and heartbeat; pods are created, become ready, complete and are deleted.
+kwok_src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$kwok_version/kustomize/stage
 mkdir -p "$tmp/kwok-stages"
-for f in node-fast node-heartbeat pod-fast; do
-	find "$kwok_src/kustomize/stage" -name "$f.yaml" -exec cp {} "$tmp/kwok-stages/" \;
-done
+cp "$kwok_src/node/fast/node-initialize.yaml" "$kwok_src/node/heartbeat/node-heartbeat.yaml" \
+	"$kwok_src"/pod/general/pod-*.yaml "$tmp/kwok-stages/"
 chmod -R u+w "$tmp/kwok-stages"
 
 echo "$k8s_version" >"$tmp/VERSION"
@@ -66,4 +66,8 @@ mkdir -p "$(dirname "$dir")"
 mv "$tmp" "$dir"
 trap - EXIT
 link
+# Earlier builds are superseded by this recipe; each is about 450 MB.
+for old in "$cache_root"/testenv/*; do
+	[ "$old" = "$dir" ] || rm -rf "$old"
+done
 echo "testenv: built $k8s_version binaries in $dir"
