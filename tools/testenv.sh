@@ -52,11 +52,12 @@ ldflags="-s -w
 GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version"
 
 # kwok's stage configurations make its fake kubelets move Nodes and Pods through their lifecycle:
-# nodes initialise and heartbeat; pods are created, become ready, complete and are deleted.
+# nodes initialise and heartbeat; pods become ready, complete and are deleted at once (the
+# "fast" set: no random delays, so tests wait on kip, not on simulated kubelets).
 kwok_src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$kwok_version/kustomize/stage
 mkdir -p "$tmp/kwok-stages"
 cp "$kwok_src/node/fast/node-initialize.yaml" "$kwok_src/node/heartbeat/node-heartbeat.yaml" \
-	"$kwok_src"/pod/general/pod-*.yaml "$tmp/kwok-stages/"
+	"$kwok_src"/pod/fast/pod-*.yaml "$tmp/kwok-stages/"
 chmod -R u+w "$tmp/kwok-stages"
 
 echo "$k8s_version" >"$tmp/VERSION"
