@@ -26,6 +26,8 @@ func run() int {
 	})
 	defer release()
 
+	defer f.Close()
+
 	root := newRootCmd(f)
 	err := root.ExecuteContext(ctx)
 	if err != nil {
@@ -35,6 +37,9 @@ func run() int {
 }
 
 func printError(streams *cli.IOStreams, err error) {
+	if errors.Is(err, stop.ErrInterrupted) {
+		return // the step runner already said where it stopped and how to continue
+	}
 	var usage *cli.UsageError
 	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 	if errors.As(err, &usage) {

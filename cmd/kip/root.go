@@ -24,6 +24,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			g.SSHUserSet = cmd.Flags().Changed("ssh-user")
 			return g.Validate()
 		},
 	}

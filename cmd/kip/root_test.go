@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spf13/cobra/doc"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/cli from the commands")
@@ -140,5 +144,42 @@ func TestCLIReference(t *testing.T) {
 		if errors.Is(err, os.ErrNotExist) || !bytes.Equal(wb, hb) {
 			t.Errorf("docs/cli/%s is out of date: run 'make docs'", filepath.Base(w))
 		}
+	}
+}
+
+// TestHelpAndFlagErrorsNeverConnect runs commands that must not touch the network with a
+// saved cluster whose SSH and API addresses count connections.
+func TestHelpAndFlagErrorsNeverConnect(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	home := t.TempDir()
+	t.Setenv("KIP_HOME", home)
+	host, port, _ := net.SplitHostPort(l.Addr().String())
+	p, _ := strconv.Atoi(port)
+	if err := (config.Store{Dir: home}).Update(func(c *config.Config) error {
+		c.Put(config.Cluster{Name: "lab", Host: host, SSHPort: p, Kubeconfig: filepath.Join(home, "kc")})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--help"}, {"version", "--help"}, {"version", "--bogus"}, {"--cluster", "lab", "version"}, {"completion", "bash"}, {"-o", "xml", "version"}} {
+		execute(t, args...) //nolint:errcheck // only the connections matter here
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("%d connections were made", n)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"kipper.run/kip/internal/config"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
 )
 
 // Output formats for -o.
@@ -20,6 +22,7 @@ type GlobalOptions struct {
 	Context    string // --context
 	SSHKey     string // --ssh-key
 	SSHUser    string // --ssh-user
+	SSHUserSet bool   // --ssh-user was given, so it overrides a saved user and ~/.ssh/config
 	Yes        bool   // --yes
 	Output     string // -o/--output
 	Verbose    int    // -v, repeatable
@@ -44,6 +47,11 @@ type Factory struct {
 	once     sync.Once
 	printer  *Printer
 	prompter *Prompter
+
+	kubeOnce sync.Once
+	kube     *kube.Clients
+	kubeErr  error
+	ssh      sshx.Pool
 }
 
 // NewFactory returns a factory on the given streams.

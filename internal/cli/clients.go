@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/term"
+
+	"kipper.run/kip/internal/config"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+)
+
+// Cluster returns the configured cluster chosen by --cluster or KIP_CLUSTER (or the default
+// one), or nil when no cluster is configured and none was asked for.
+func (f *Factory) Cluster() (*config.Cluster, error) {
+	store, err := f.ConfigStore()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := store.Load()
+	if err != nil {
+		return nil, err
+	}
+	name := f.ClusterName()
+	if name == "" && len(cfg.Clusters) == 0 {
+		return nil, nil
+	}
+	return cfg.Cluster(name)
+}
+
+// Kube returns the cluster's API clients, built on the first call. The kubeconfig is
+// --kubeconfig, else the chosen cluster's saved one, else KUBECONFIG or ~/.kube/config.
+// Building the clients makes no request; the first API call does.
+func (f *Factory) Kube() (*kube.Clients, error) {
+	f.kubeOnce.Do(func() {
+		path := f.Global.Kubeconfig
+		if path == "" {
+			cl, err := f.Cluster()
+			if err != nil {
+				f.kubeErr = err
+				return
+			}
+			if cl != nil {
+				path = cl.Kubeconfig
+			}
+		}
+		cfg, err := kube.LoadConfig(path, f.Global.Context)
+		if err != nil {
+			f.kubeErr = err
+			return
+		}
+		f.kube, f.kubeErr = kube.NewClients(cfg)
+	})
+	return f.kube, f.kubeErr
+}
+
+// SSHConfig returns how to reach host: flags first, then what is saved for the cluster (saved
+// may be nil), then ~/.ssh/config and kip's defaults, which sshx applies.
+func (f *Factory) SSHConfig(host string, saved *config.Cluster) (sshx.Config, error) {
+	dir, err := config.Dir()
+	if err != nil {
+		return sshx.Config{}, err
+	}
+	c := sshx.Config{
+		Host:           host,
+		KeyPath:        f.SSHKeyPath(saved),
+		KnownHostsPath: filepath.Join(dir, "known_hosts"),
+		Notify:         f.Printer().Warn,
+	}
+	switch {
+	case f.Global.SSHUserSet:
+		c.User = f.Global.SSHUser
+	case saved != nil && saved.SSHUser != "":
+		c.User = saved.SSHUser
+	}
+	if saved != nil {
+		c.Port = saved.SSHPort
+	}
+	if f.IO.StdinTTY && f.IO.StderrTTY {
+		c.Passphrase = f.readPassphrase
+	}
+	return c, nil
+}
+
+// SSH returns the one connection to the host c names, dialling it on first use.
+func (f *Factory) SSH(ctx context.Context, c sshx.Config) (*sshx.Client, error) {
+	f.Debugf("ssh: connecting to %s", c.Host)
+	return f.ssh.Get(ctx, c)
+}
+
+// Close releases the connections the factory opened.
+func (f *Factory) Close() error { return f.ssh.Close() }
+
+func (f *Factory) readPassphrase(prompt string) ([]byte, error) {
+	fmt.Fprint(f.IO.ErrOut, prompt)
+	b, err := term.ReadPassword(int(os.Stdin.Fd()))
+	fmt.Fprintln(f.IO.ErrOut)
+	return b, err
+}
