@@ -1,0 +1,38 @@
+package sshx
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+)
+
+// Upload writes data to the absolute path on the host atomically, in one remote command: it
+// writes a temporary file next to path, sets its permission bits to mode and, when owner is not
+// empty, its owner (chown syntax: "user" or "user:group"), then renames it onto path. Readers
+// of path see the old content or the new, never a part; the temporary file is removed if a
+// step fails.
+func (c *Client) Upload(ctx context.Context, dst string, data []byte, mode os.FileMode, owner string) error {
+	if !path.IsAbs(dst) {
+		return c.wrapErr(fmt.Errorf("upload %q: the path must be absolute", dst))
+	}
+	tmp := dst + ".kip-tmp-" + rand.Text()
+	steps := []string{
+		"umask 077",
+		"cat >" + Quote(tmp),
+		Command("chmod", fmt.Sprintf("%04o", mode.Perm()), tmp),
+	}
+	if owner != "" {
+		steps = append(steps, Command("chown", owner, tmp))
+	}
+	steps = append(steps, Command("mv", "-f", tmp, dst))
+	cmd := strings.Join(steps, " && ") + " || { rc=$?; rm -f " + Quote(tmp) + "; exit $rc; }"
+	res, err := c.RunInput(ctx, cmd, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	return res.Err()
+}
