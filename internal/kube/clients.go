@@ -10,6 +10,7 @@ import (
 	goruntime "runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	longhornclientset "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned"
@@ -34,16 +35,16 @@ import (
 
 // Scheme knows the typed objects kip converts unstructured ones to and from: Kubernetes' built-in
 // types, CustomResourceDefinitions, Velero v1 and Longhorn v1beta2. Use it with
-// runtime.DefaultUnstructuredConverter or Scheme.Convert. Registration is in-memory type
-// bookkeeping only; no network is touched when the package loads.
-var Scheme = runtime.NewScheme()
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
-	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
-	utilruntime.Must(velerov1.AddToScheme(Scheme))
-	utilruntime.Must(longhornv1beta2.AddToScheme(Scheme))
-}
+// runtime.DefaultUnstructuredConverter or Scheme().Convert. It is built on first use, so that
+// commands which never convert (kip version, --help) do not pay for it at start-up.
+var Scheme = sync.OnceValue(func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(velerov1.AddToScheme(s))
+	utilruntime.Must(longhornv1beta2.AddToScheme(s))
+	return s
+})
 
 // Clients are the API clients of one cluster, sharing one HTTP connection pool. Building them
 // makes no request: the first call does.

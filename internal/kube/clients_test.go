@@ -117,7 +117,7 @@ func TestSchemeConvertsVeleroBackup(t *testing.T) {
 		"spec":       map[string]any{"includedNamespaces": []any{"apps"}, "storageLocation": "default"},
 		"status":     map[string]any{"phase": "Completed"},
 	}}
-	obj, err := kube.Scheme.New(schema.GroupVersionKind{Group: "velero.io", Version: "v1", Kind: "Backup"})
+	obj, err := kube.Scheme().New(schema.GroupVersionKind{Group: "velero.io", Version: "v1", Kind: "Backup"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSchemeConvertsVeleroBackup(t *testing.T) {
 		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
 		{Group: "longhorn.io", Version: "v1beta2", Kind: "Volume"},
 	} {
-		if !kube.Scheme.Recognizes(gvk) {
+		if !kube.Scheme().Recognizes(gvk) {
 			t.Errorf("Scheme does not know %s", gvk)
 		}
 	}
