@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/spf13/cobra/doc"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/config"
+	"kipper.run/kip/test/tcpcount"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/cli from the commands")
@@ -150,25 +150,10 @@ func TestCLIReference(t *testing.T) {
 // TestHelpAndFlagErrorsNeverConnect runs commands that must not touch the network with a
 // saved cluster whose SSH and API addresses count connections.
 func TestHelpAndFlagErrorsNeverConnect(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
+	addr, accepted := tcpcount.Listen(t)
 	home := t.TempDir()
 	t.Setenv("KIP_HOME", home)
-	host, port, _ := net.SplitHostPort(l.Addr().String())
+	host, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
 	if err := (config.Store{Dir: home}).Update(func(c *config.Config) error {
 		c.Put(config.Cluster{Name: "lab", Host: host, SSHPort: p, Kubeconfig: filepath.Join(home, "kc")})

@@ -5,36 +5,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"strconv"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/config"
+	"kipper.run/kip/test/tcpcount"
 )
-
-// countingListener counts the TCP connections made to it.
-func countingListener(t *testing.T) (addr string, accepted *atomic.Int32) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	accepted = new(atomic.Int32)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	return l.Addr().String(), accepted
-}
 
 // saveCluster writes a KIP_HOME whose one cluster points at addr for both SSH and the API.
 func saveCluster(t *testing.T, addr string) {
@@ -53,10 +32,7 @@ current-context: c
 		t.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(addr)
-	var p int
-	for _, ch := range port {
-		p = p*10 + int(ch-'0')
-	}
+	p, _ := strconv.Atoi(port)
 	err = config.Store{Dir: home}.Update(func(c *config.Config) error {
 		c.Put(config.Cluster{Name: "lab", Host: host, SSHPort: p, SSHUser: "saved", SSHKey: "/saved/key", Kubeconfig: kc})
 		return nil
@@ -67,7 +43,7 @@ current-context: c
 }
 
 func TestKubeClientsAreLazy(t *testing.T) {
-	addr, accepted := countingListener(t)
+	addr, accepted := tcpcount.Listen(t)
 	saveCluster(t, addr)
 	io, _ := streams(false, nil)
 	f := NewFactory(io)
@@ -128,7 +104,7 @@ func TestSSHConfigResolution(t *testing.T) {
 }
 
 func TestSSHDialFailureIsReported(t *testing.T) {
-	addr, accepted := countingListener(t)
+	addr, accepted := tcpcount.Listen(t)
 	saveCluster(t, addr)
 	io, _ := streams(false, map[string]string{"KIP_SSH_KEY": filepath.Join(t.TempDir(), "missing")})
 	f := NewFactory(io)

@@ -1,12 +1,10 @@
 package testenv
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +19,9 @@ import (
 	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"kipper.run/kip/internal/kube"
 )
 
 const modulePath = "kipper.run/kip"
@@ -189,32 +188,22 @@ func loadCRDs(sources []crdSource) ([]*apiextensionsv1.CustomResourceDefinition,
 }
 
 func decodeCRDs(data []byte) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for i := 1; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return crds, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if meta.Kind == "" && meta.APIVersion == "" {
-			continue // empty document or comments only
-		}
-		if meta.Kind != "CustomResourceDefinition" {
-			return nil, fmt.Errorf("document %d: %s %s is not a CustomResourceDefinition", i, meta.APIVersion, meta.Kind)
+	objs, err := kube.DecodeManifests(data)
+	if err != nil {
+		return nil, err
+	}
+	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
+	for i, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			return nil, fmt.Errorf("document %d: %s %s is not a CustomResourceDefinition", i+1, o.GetAPIVersion(), o.GetKind())
 		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(doc, crd); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, crd, true); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		crds = append(crds, crd)
 	}
+	return crds, nil
 }
 
 // installCRDs creates the CRDs (a few at a time) and waits until all are Established.
