@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
 TESTFLAGS ?= -timeout 40m
 
-.PHONY: all build test test-deps testenv lint docs clean
+.PHONY: all build test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down
 
 all: build
 
@@ -17,13 +17,30 @@ build:
 test: test-deps testenv lint
 	$(GO) test $(TESTFLAGS) ./...
 
-## test-deps: install the Debian packages the tests use (openssh-server, sudo)
+## test-deps: install the Debian packages the tests use (sshd, sudo, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
 test-deps:
 	sh test/deps.sh
 
 ## testenv: build (or reuse from ~/.cache/kip) kube-apiserver, controller-manager, scheduler, etcd, kwok
 testenv:
 	sh tools/testenv.sh
+
+## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
+lab-image: test-deps
+	$(GO) run ./test/lab/cmd/kiplab image
+
+## lab-up: bring up N lab hosts (make lab-up N=3), up until make lab-down; see docs/lab.md
+N ?= 3
+lab-up: test-deps
+	$(GO) run ./test/lab/cmd/kiplab up $(N)
+
+## lab-status: list the lab's hosts and how to reach them
+lab-status:
+	$(GO) run ./test/lab/cmd/kiplab status
+
+## lab-down: remove the lab's hosts, bridges and apt-cacher-ng (the image and apt caches stay)
+lab-down:
+	$(GO) run ./test/lab/cmd/kiplab down
 
 ## lint: formatting, vet, shell syntax of embedded scripts
 lint:
@@ -38,3 +55,11 @@ docs:
 
 clean:
 	rm -rf bin
+
+## k3s-standin: build bin/k3s-standin (the test lab's stand-in for k3s, never part of kip) and bin/k3s-standin.sha256
+## K3S_STANDIN_VERSION=v1.36.3+k3s1 sets the k3s version it reports (default: the k3s pin in manifests/versions.yaml)
+K3S_STANDIN_VERSION ?=
+.PHONY: k3s-standin
+k3s-standin:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT) $(if $(K3S_STANDIN_VERSION),-X main.version=$(K3S_STANDIN_VERSION))" -o bin/k3s-standin ./test/k3s-standin
+	cd bin && sha256sum k3s-standin > k3s-standin.sha256

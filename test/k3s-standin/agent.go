@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// fatalError is a join failure that waiting will not fix: a wrong token, a server that is not
+// the one the token names.
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
+
+// joinRetryInterval is how long the agent waits between attempts to reach its server.
+const joinRetryInterval = 5 * time.Second
+
+func runAgent(ctx context.Context, o *options, version string) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			slog.Info("stopped on signal while starting", "err", err)
+			err = nil
+		}
+	}()
+	serverURL := strings.TrimSuffix(o.str("server"), "/")
+	if serverURL == "" {
+		return errors.New("--server is required")
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("only https:// URLs are supported, invalid server URL: %s", serverURL)
+	}
+	raw, err := o.tokenValue()
+	if err != nil {
+		return err
+	}
+	if raw == "" {
+		return errors.New("--token is required")
+	}
+	tok, err := parseToken(raw)
+	if err != nil {
+		return fmt.Errorf("invalid token: %w", err)
+	}
+	dataDir, err := filepath.Abs(o.str("data-dir"))
+	if err != nil {
+		return err
+	}
+	binDir := o.str("standin-bin-dir")
+	if err := checkFiles(binDir, kwokFiles()...); err != nil {
+		return err
+	}
+	n, err := nodeFrom(o, version, dataDir)
+	if err != nil {
+		return err
+	}
+
+	var caPEM []byte
+	var creds *keyPair
+	for {
+		caPEM, creds, err = join(ctx, u, tok, n.name)
+		var fatal fatalError
+		if err == nil || errors.As(err, &fatal) {
+			break
+		}
+		slog.Info("waiting to join the server", "server", serverURL, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(joinRetryInterval):
+		}
+	}
+	if err != nil {
+		return err
+	}
+	certPath, keyPath := n.clientCertPaths()
+	if err := creds.write(certPath, keyPath); err != nil {
+		return err
+	}
+	if err := n.writeCredentials(serverURL, caPEM, creds); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(restConfig(serverURL, caPEM, creds))
+	if err != nil {
+		return fmt.Errorf("node client: %w", err)
+	}
+	n.setFlannel(serverFlannelBackend(ctx, kube), false)
+	if err := n.register(ctx, kube); err != nil {
+		return err
+	}
+
+	sup := newSupervisor()
+	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	defer func() {
+		stopHeartbeat()
+		_ = sdNotify("STOPPING=1")
+		sup.stop(stopTimeout)
+	}()
+	go n.heartbeat(hbCtx, kube)
+	if err := n.startKwok(sup, binDir); err != nil {
+		return err
+	}
+	if err := sdNotify("READY=1"); err != nil {
+		slog.Warn(err.Error())
+	}
+	slog.Info("k3s agent is running", "node", n.name, "server", serverURL)
+	return supervise(ctx, sup)
+}
+
+// join checks the server against the token and gets the node's client certificate with it.
+func join(ctx context.Context, u *url.URL, tok token, nodeName string) ([]byte, *keyPair, error) {
+	caPEM, err := fetchServerCA(ctx, u, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	boot := &rest.Config{
+		Host:            u.String(),
+		BearerToken:     tok.password,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
+		Timeout:         10 * time.Second,
+		UserAgent:       "k3s-standin-agent",
+	}
+	creds, err := requestNodeCert(ctx, boot, nodeName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return caPEM, creds, nil
+}
+
+// fetchServerCA returns the cluster CA the server sends after its serving certificate (k3s's
+// agent downloads it from /cacerts; kube-apiserver has no such path), checked against the
+// token's CA hash as k3s checks it, and verifies the server's certificate with it.
+func fetchServerCA(ctx context.Context, u *url.URL, tok token) ([]byte, error) {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	// Not verified yet: the chain is checked against the token's CA hash below.
+	d := &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return nil, err
+	}
+	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
+	conn.Close()
+	if len(certs) < 2 || !certs[len(certs)-1].IsCA {
+		return nil, fatalError{fmt.Errorf("the server at %s sent no CA certificate after its own: is it a k3s stand-in server?", u.Host)}
+	}
+	ca := certs[len(certs)-1]
+	caPEM := encodeCert(ca.Raw)
+	switch {
+	case tok.caHash == "":
+		slog.Warn("cluster CA certificate is not validated: the token has no CA hash; use the full token from the server's node-token file")
+	case caHash(caPEM) != tok.caHash:
+		return nil, fatalError{fmt.Errorf("token CA hash does not match the cluster CA certificate hash: %s != %s", tok.caHash, caHash(caPEM))}
+	}
+	roots, intermediates := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(ca)
+	for _, c := range certs[1 : len(certs)-1] {
+		intermediates.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: u.Hostname()}); err != nil {
+		return nil, fatalError{fmt.Errorf("verify the server's certificate: %w", err)}
+	}
+	return caPEM, nil
+}
+
+// requestNodeCert gets a client certificate for system:node:<nodeName> the way a kubelet
+// bootstraps one: a CertificateSigningRequest for the kube-apiserver-client-kubelet signer, which
+// the controller-manager approves for users allowed to (see bootstrapRBAC) and signs.
+func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*keyPair, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	key, keyPEM, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("create certificate request: %w", err)
+	}
+	csrs := kube.CertificatesV1().CertificateSigningRequests()
+	csr, err := csrs.Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
+	if apierrors.IsUnauthorized(err) {
+		return nil, fatalError{fmt.Errorf("the server at %s refused the token: %w", cfg.Host, err)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("request a node client certificate: %w", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cur, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, c := range cur.Status.Conditions {
+				if c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed {
+					return nil, fatalError{fmt.Errorf("certificate request %s %s: %s", csr.Name, strings.ToLower(string(c.Type)), c.Message)}
+				}
+			}
+			if len(cur.Status.Certificate) > 0 {
+				block, _ := pem.Decode(cur.Status.Certificate)
+				if block == nil {
+					return nil, fmt.Errorf("certificate request %s: no certificate in its status", csr.Name)
+				}
+				cert, err := x509.ParseCertificate(block.Bytes)
+				if err != nil {
+					return nil, fmt.Errorf("certificate request %s: %w", csr.Name, err)
+				}
+				return &keyPair{cert: cert, certPEM: cur.Status.Certificate, key: key, keyPEM: keyPEM}, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("certificate request %s not signed within a minute (is the server's controller-manager running?)", csr.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,603 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// nodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period: how long after
+// a stand-in stops renewing its Node's Lease the Node turns NotReady. Kubernetes' default is 50 s;
+// the stand-in shortens it so that tests see a stopped agent sooner. kube-controller-manager-arg
+// can set it back.
+const nodeMonitorGracePeriod = "20s"
+
+// serverPaths are where k3s keeps a server's state under its data directory.
+type serverPaths struct {
+	server, tls, cred, etcd string
+}
+
+func newServerPaths(dataDir string) serverPaths {
+	server := filepath.Join(dataDir, "server")
+	return serverPaths{
+		server: server,
+		tls:    filepath.Join(server, "tls"),
+		cred:   filepath.Join(server, "cred"),
+		etcd:   filepath.Join(server, "db", "etcd"),
+	}
+}
+
+// serverPKI is the cluster's certificate authorities and the credentials issued from them, kept
+// in server/tls across restarts so that kubeconfigs and agents stay valid.
+type serverPKI struct {
+	serverCA, clientCA           *keyPair
+	admin, controller, scheduler *keyPair
+}
+
+// serverConfig is a server's settings, resolved from its options.
+type serverConfig struct {
+	o                                        *options
+	paths                                    serverPaths
+	binDir                                   string
+	node                                     *node
+	httpsPort                                int
+	etcdPort, etcdPeerPort, kcmPort, schPort int
+	serviceNet                               *net.IPNet
+	bind, advertise                          string
+	localURL                                 string // how k3s.yaml and the components reach kube-apiserver
+	kubeconfigMode                           os.FileMode
+	sans                                     certSpec
+}
+
+func newServerConfig(o *options, version string) (*serverConfig, error) {
+	dataDir, err := filepath.Abs(o.str("data-dir"))
+	if err != nil {
+		return nil, err
+	}
+	c := &serverConfig{o: o, paths: newServerPaths(dataDir), binDir: o.str("standin-bin-dir")}
+	if err := checkFiles(c.binDir, append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}, kwokFiles()...)...); err != nil {
+		return nil, err
+	}
+	if c.node, err = nodeFrom(o, version, dataDir); err != nil {
+		return nil, err
+	}
+	c.node.setFlannel(o.str("flannel-backend"), o.boolean("flannel-external-ip"))
+	if c.httpsPort, err = o.integer("https-listen-port"); err != nil {
+		return nil, err
+	}
+	base, err := o.integer("standin-port-base")
+	if err != nil {
+		return nil, err
+	}
+	c.etcdPort, c.etcdPeerPort, c.kcmPort, c.schPort = 2379, 2380, 10257, 10259
+	if base != 0 {
+		c.etcdPort, c.etcdPeerPort, c.kcmPort, c.schPort = base, base+1, base+2, base+3
+	}
+	if _, c.serviceNet, err = net.ParseCIDR(o.str("service-cidr")); err != nil {
+		return nil, fmt.Errorf("invalid service-cidr: %w", err)
+	}
+	if _, _, err := net.ParseCIDR(o.str("cluster-cidr")); err != nil {
+		return nil, fmt.Errorf("invalid cluster-cidr: %w", err)
+	}
+	c.bind = o.str("bind-address")
+	bindIP := net.ParseIP(c.bind)
+	if bindIP == nil {
+		return nil, fmt.Errorf("invalid bind-address %q", c.bind)
+	}
+	localHost := "127.0.0.1" // unless kube-apiserver is bound to one address
+	if !bindIP.IsUnspecified() {
+		localHost = c.bind
+	}
+	c.localURL = "https://" + net.JoinHostPort(localHost, strconv.Itoa(c.httpsPort))
+	c.advertise = o.str("advertise-address")
+	if c.advertise == "" {
+		c.advertise = c.node.internalIPs[0]
+	}
+	advertiseIP := net.ParseIP(c.advertise)
+	if advertiseIP == nil {
+		return nil, fmt.Errorf("invalid advertise-address %q", c.advertise)
+	}
+	if c.kubeconfigMode, err = kubeconfigMode(o.str("write-kubeconfig-mode")); err != nil {
+		return nil, err
+	}
+	c.sans = servingSANs(c.node, o.list("tls-san"), firstIP(c.serviceNet), advertiseIP, bindIP)
+	return c, nil
+}
+
+func (c *serverConfig) tls(name string) string  { return filepath.Join(c.paths.tls, name) }
+func (c *serverConfig) cred(name string) string { return filepath.Join(c.paths.cred, name) }
+func (c *serverConfig) bin(name string) string  { return filepath.Join(c.binDir, name) }
+
+func (c *serverConfig) etcdURL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.etcdPort))
+}
+
+func (c *serverConfig) etcdArgs() []string {
+	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.etcdPeerPort))
+	return componentArgs(map[string]string{
+		"name":                        "k3s-standin",
+		"data-dir":                    c.paths.etcd,
+		"listen-client-urls":          c.etcdURL(),
+		"advertise-client-urls":       c.etcdURL(),
+		"listen-peer-urls":            peer,
+		"initial-advertise-peer-urls": peer,
+		"initial-cluster":             "k3s-standin=" + peer,
+		"log-level":                   "warn",
+	}, c.o.list("etcd-arg"))
+}
+
+// tokenAuthFile is kube-apiserver's --token-auth-file, which lets agents in with the token.
+func (c *serverConfig) tokenAuthFile() string { return c.cred("standin-token-auth.csv") }
+
+// serviceAccountKey signs and verifies service-account tokens.
+func (c *serverConfig) serviceAccountKey() string { return c.tls("service.key") }
+
+func (c *serverConfig) apiserverArgs() []string {
+	args := map[string]string{
+		"advertise-address":                c.advertise,
+		"allow-privileged":                 "true",
+		"anonymous-auth":                   "false",
+		"api-audiences":                    "https://kubernetes.default.svc.cluster.local,k3s",
+		"authorization-mode":               "Node,RBAC",
+		"bind-address":                     c.bind,
+		"cert-dir":                         c.tls("temporary-certs"),
+		"client-ca-file":                   c.tls("client-ca.crt"),
+		"enable-admission-plugins":         "NodeRestriction",
+		"etcd-servers":                     c.etcdURL(),
+		"kubelet-client-certificate":       c.tls("client-kube-apiserver.crt"),
+		"kubelet-client-key":               c.tls("client-kube-apiserver.key"),
+		"profiling":                        "false",
+		"secure-port":                      strconv.Itoa(c.httpsPort),
+		"service-account-issuer":           "https://kubernetes.default.svc.cluster.local",
+		"service-account-key-file":         c.serviceAccountKey(),
+		"service-account-signing-key-file": c.serviceAccountKey(),
+		"service-cluster-ip-range":         c.serviceNet.String(),
+		"service-node-port-range":          c.o.str("service-node-port-range"),
+		"tls-cert-file":                    c.tls("serving-kube-apiserver.crt"),
+		"tls-private-key-file":             c.tls("serving-kube-apiserver.key"),
+		"token-auth-file":                  c.tokenAuthFile(),
+	}
+	if net.ParseIP(c.advertise).IsLoopback() {
+		// The endpoint reconciler refuses a loopback address; default/kubernetes then has none.
+		args["endpoint-reconciler-type"] = "none"
+	}
+	return componentArgs(args, c.o.list("kube-apiserver-arg"))
+}
+
+func (c *serverConfig) controllerManagerArgs() []string {
+	return componentArgs(map[string]string{
+		"allocate-node-cidrs":       "true",
+		"authentication-kubeconfig": c.cred("controller.kubeconfig"),
+		"authorization-kubeconfig":  c.cred("controller.kubeconfig"),
+		"bind-address":              "127.0.0.1",
+		"cert-dir":                  c.tls("temporary-certs"),
+		"cluster-cidr":              c.o.str("cluster-cidr"),
+		"cluster-signing-kube-apiserver-client-cert-file": c.tls("client-ca.crt"),
+		"cluster-signing-kube-apiserver-client-key-file":  c.tls("client-ca.key"),
+		"cluster-signing-kubelet-client-cert-file":        c.tls("client-ca.crt"),
+		"cluster-signing-kubelet-client-key-file":         c.tls("client-ca.key"),
+		"cluster-signing-kubelet-serving-cert-file":       c.tls("server-ca.crt"),
+		"cluster-signing-kubelet-serving-key-file":        c.tls("server-ca.key"),
+		"cluster-signing-legacy-unknown-cert-file":        c.tls("server-ca.crt"),
+		"cluster-signing-legacy-unknown-key-file":         c.tls("server-ca.key"),
+		"configure-cloud-routes":                          "false",
+		"controllers":                                     "*,tokencleaner",
+		"kubeconfig":                                      c.cred("controller.kubeconfig"),
+		"leader-elect":                                    "false",
+		"node-cidr-mask-size":                             "24",
+		"node-monitor-grace-period":                       nodeMonitorGracePeriod,
+		"profiling":                                       "false",
+		"root-ca-file":                                    c.tls("server-ca.crt"),
+		"secure-port":                                     strconv.Itoa(c.kcmPort),
+		"service-account-private-key-file":                c.serviceAccountKey(),
+		"service-cluster-ip-range":                        c.serviceNet.String(),
+		"use-service-account-credentials":                 "true",
+	}, c.o.list("kube-controller-manager-arg"))
+}
+
+func (c *serverConfig) schedulerArgs() []string {
+	return componentArgs(map[string]string{
+		"authentication-kubeconfig": c.cred("scheduler.kubeconfig"),
+		"authorization-kubeconfig":  c.cred("scheduler.kubeconfig"),
+		"bind-address":              "127.0.0.1",
+		"cert-dir":                  c.tls("temporary-certs"),
+		"kubeconfig":                c.cred("scheduler.kubeconfig"),
+		"leader-elect":              "false",
+		"profiling":                 "false",
+		"secure-port":               strconv.Itoa(c.schPort),
+	}, c.o.list("kube-scheduler-arg"))
+}
+
+// prepare writes what the control plane reads before it starts: directories, certificates,
+// token files and the components' kubeconfigs.
+func (c *serverConfig) prepare() (*serverPKI, error) {
+	if err := os.MkdirAll(filepath.Dir(c.paths.server), 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	for _, d := range []string{c.paths.server, c.paths.tls, c.paths.cred} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	pk, err := ensureServerPKI(c.paths, c.sans, c.serviceAccountKey())
+	if err != nil {
+		return nil, err
+	}
+	tok, err := serverToken(c.o, filepath.Join(c.paths.server, "token"), pk.serverCA.certPEM)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeTokenFiles(c.paths.server, c.tokenAuthFile(), tok, pk.serverCA.certPEM); err != nil {
+		return nil, err
+	}
+	for name, kp := range map[string]*keyPair{"admin": pk.admin, "controller": pk.controller, "scheduler": pk.scheduler} {
+		if err := writeKubeconfig(c.cred(name+".kubeconfig"), 0o600, c.localURL, pk.serverCA.certPEM, kp); err != nil {
+			return nil, err
+		}
+	}
+	return pk, nil
+}
+
+func runServer(ctx context.Context, o *options, version string) (err error) {
+	began := time.Now()
+	c, err := newServerConfig(o, version)
+	if err != nil {
+		return err
+	}
+	pk, err := c.prepare()
+	if err != nil {
+		return err
+	}
+	sup := newSupervisor()
+	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	defer func() {
+		stopHeartbeat()
+		_ = sdNotify("STOPPING=1")
+		sup.stop(stopTimeout)
+		if err != nil && ctx.Err() != nil {
+			slog.Info("stopped on signal while starting", "err", err)
+			err = nil // asked to stop, as systemd does when a start is cancelled: a clean exit
+		}
+	}()
+
+	if err := sup.start("etcd", c.bin("etcd"), c.etcdArgs(), childEnv(), nil); err != nil {
+		return err
+	}
+	plain := &http.Client{Timeout: 2 * time.Second}
+	if err := waitFor(ctx, sup, "etcd", 2*time.Minute, func(ctx context.Context) error {
+		return httpOK(ctx, plain, c.etcdURL()+"/health", `"health":"true"`)
+	}); err != nil {
+		return err
+	}
+	if err := sup.start("kube-apiserver", c.bin("kube-apiserver"), c.apiserverArgs(), childEnv(), nil); err != nil {
+		return err
+	}
+	admin, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.certPEM, pk.admin))
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	if err := waitFor(ctx, sup, "kube-apiserver", 5*time.Minute, func(ctx context.Context) error {
+		_, err := admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	slog.Info("kube-apiserver is ready", "url", c.localURL, "after", time.Since(began).Round(time.Millisecond))
+	if err := sup.start("kube-controller-manager", c.bin("kube-controller-manager"), c.controllerManagerArgs(), childEnv(), nil); err != nil {
+		return err
+	}
+	if err := sup.start("kube-scheduler", c.bin("kube-scheduler"), c.schedulerArgs(), childEnv(), nil); err != nil {
+		return err
+	}
+	if err := bootstrapRBAC(ctx, admin); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.certPEM, pk.admin); err != nil {
+		return err
+	}
+
+	// The server's own Node, kept as a kubelet would with a system:node client certificate.
+	n := c.node
+	certPath, keyPath := n.clientCertPaths()
+	nodeCreds, err := ensureCert(certPath, keyPath, pk.clientCA, nodeCertSpec(n.name))
+	if err != nil {
+		return err
+	}
+	if err := n.writeCredentials(c.localURL, pk.serverCA.certPEM, nodeCreds); err != nil {
+		return err
+	}
+	nodeKube, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.certPEM, nodeCreds))
+	if err != nil {
+		return fmt.Errorf("node client: %w", err)
+	}
+	if err := n.register(ctx, nodeKube); err != nil {
+		return err
+	}
+	if err := labelControlPlane(ctx, admin, n.name, o.boolean("cluster-init")); err != nil {
+		return err
+	}
+	go n.heartbeat(hbCtx, nodeKube)
+	if err := n.startKwok(sup, c.binDir); err != nil {
+		return err
+	}
+	if err := sdNotify("READY=1"); err != nil {
+		slog.Warn(err.Error())
+	}
+	slog.Info("k3s is up and running", "node", n.name, "after", time.Since(began).Round(time.Millisecond))
+	return supervise(ctx, sup)
+}
+
+// supervise waits for a signal (a clean stop) or a child's end (a failure).
+func supervise(ctx context.Context, sup *supervisor) error {
+	select {
+	case <-ctx.Done():
+		slog.Info("stopping on signal")
+		return nil
+	case <-sup.failed:
+		return sup.failure
+	}
+}
+
+// ensureServerPKI loads or creates the server's certificates and its service-account key saKey.
+func ensureServerPKI(p serverPaths, sans certSpec, saKey string) (*serverPKI, error) {
+	pk := &serverPKI{}
+	var err error
+	if pk.serverCA, err = ensureCA(p.tls, "server-ca", "k3s-server-ca"); err != nil {
+		return nil, err
+	}
+	if pk.clientCA, err = ensureCA(p.tls, "client-ca", "k3s-client-ca"); err != nil {
+		return nil, err
+	}
+	sans.cn, sans.usage, sans.chain = "kube-apiserver", x509.ExtKeyUsageServerAuth, true
+	leaves := []struct {
+		into **keyPair
+		name string
+		ca   *keyPair
+		spec certSpec
+	}{
+		{nil, "serving-kube-apiserver", pk.serverCA, sans},
+		{&pk.admin, "client-admin", pk.clientCA, certSpec{cn: "system:admin", orgs: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth}},
+		{&pk.controller, "client-controller", pk.clientCA, certSpec{cn: "system:kube-controller-manager", usage: x509.ExtKeyUsageClientAuth}},
+		{&pk.scheduler, "client-scheduler", pk.clientCA, certSpec{cn: "system:kube-scheduler", usage: x509.ExtKeyUsageClientAuth}},
+		// kube-apiserver's client certificate for kubelets (here kwok's kubelet endpoint).
+		{nil, "client-kube-apiserver", pk.clientCA, certSpec{cn: "system:apiserver", orgs: []string{"system:masters"}, usage: x509.ExtKeyUsageClientAuth}},
+	}
+	for _, l := range leaves {
+		kp, err := ensureCert(filepath.Join(p.tls, l.name+".crt"), filepath.Join(p.tls, l.name+".key"), l.ca, l.spec)
+		if err != nil {
+			return nil, err
+		}
+		if l.into != nil {
+			*l.into = kp
+		}
+	}
+	if _, err := os.Stat(saKey); errors.Is(err, os.ErrNotExist) {
+		_, keyPEM, err := newKey()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFileAtomic(saKey, keyPEM, 0o600); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read service-account key: %w", err)
+	}
+	return pk, nil
+}
+
+// servingSANs are the names and addresses kube-apiserver's certificate covers, as k3s's: the
+// in-cluster names, loopback, the first Service IP, the node's addresses, the advertised and
+// bound addresses, the hostname and every tls-san.
+func servingSANs(n *node, tlsSANs []string, serviceIP, advertise, bind net.IP) certSpec {
+	s := certSpec{
+		dns: []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost", n.hostname, n.name},
+		ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, serviceIP, advertise},
+	}
+	if !bind.IsUnspecified() {
+		s.ips = append(s.ips, bind)
+	}
+	for _, a := range append(append(append([]string(nil), n.internalIPs...), n.externalIPs...), tlsSANs...) {
+		if ip := net.ParseIP(a); ip != nil {
+			s.ips = append(s.ips, ip)
+		} else {
+			s.dns = append(s.dns, a)
+		}
+	}
+	s.dns = slices.Compact(slices.Sorted(slices.Values(s.dns)))
+	s.ips = slices.CompactFunc(s.ips, net.IP.Equal)
+	return s
+}
+
+func nodeCertSpec(name string) certSpec {
+	return certSpec{cn: "system:node:" + name, orgs: []string{"system:nodes"}, usage: x509.ExtKeyUsageClientAuth}
+}
+
+func firstIP(n *net.IPNet) net.IP {
+	ip := slices.Clone(n.IP.To16())
+	ip[len(ip)-1]++
+	return ip
+}
+
+func kubeconfigMode(s string) (os.FileMode, error) {
+	if s == "" {
+		return 0o600, nil
+	}
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, fmt.Errorf("invalid write-kubeconfig-mode %q: want an octal mode like 0644", s)
+	}
+	return os.FileMode(m), nil
+}
+
+// componentArgs returns defaults with extra (key=value items of a *-arg flag; a bare key means
+// true) replacing the defaults of the same key, as sorted --key=value arguments, as k3s passes
+// them.
+func componentArgs(defaults map[string]string, extra []string) []string {
+	m := map[string]string{}
+	for k, v := range defaults {
+		m[k] = v
+	}
+	for _, e := range extra {
+		k, v, ok := strings.Cut(strings.TrimPrefix(e, "--"), "=")
+		if !ok {
+			v = "true"
+		}
+		m[k] = v
+	}
+	args := make([]string, 0, len(m))
+	for k, v := range m {
+		args = append(args, "--"+k+"="+v)
+	}
+	sort.Strings(args)
+	return args
+}
+
+func restConfig(server string, caPEM []byte, client *keyPair) *rest.Config {
+	return &rest.Config{
+		Host:            server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM, CertData: client.certPEM, KeyData: client.keyPEM},
+		Timeout:         30 * time.Second,
+		UserAgent:       "k3s-standin",
+	}
+}
+
+// errStopped means a signal asked the stand-in to stop while it was starting.
+var errStopped = errors.New("stopped by signal")
+
+// waitFor polls check until it succeeds, timeout passes, a signal arrives (errStopped) or a
+// child ends.
+func waitFor(ctx context.Context, sup *supervisor, what string, timeout time.Duration, check func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := check(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %w", what, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return errStopped
+		case <-sup.failed:
+			return sup.failure
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func httpOK(ctx context.Context, client *http.Client, url, want string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// bootstrapRBAC lets the token's user (see writeTokenFiles) request node client certificates and
+// have the controller-manager approve them, as kubeadm's bootstrap-token bindings do. It also
+// lets Nodes list Nodes, which a kubelet may not (it reads only its own): kwok lists them when it
+// starts, and agents read their server's flannel backend.
+func bootstrapRBAC(ctx context.Context, admin kubernetes.Interface) error {
+	reader := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "k3s-standin-node-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	_, err := admin.RbacV1().ClusterRoles().Create(ctx, reader, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = admin.RbacV1().ClusterRoles().Update(ctx, reader, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("create cluster role %s: %w", reader.Name, err)
+	}
+	bindings := []struct{ name, role, group string }{
+		{"k3s-standin-node-bootstrapper", "system:node-bootstrapper", bootstrapGroup},
+		{"k3s-standin-node-autoapprove", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapGroup},
+		{"k3s-standin-node-reader", reader.Name, "system:nodes"},
+	}
+	for _, b := range bindings {
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: b.name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
+		}
+		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			_, err = admin.RbacV1().ClusterRoleBindings().Update(ctx, crb, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("bind %s to %s: %w", b.role, b.group, err)
+		}
+	}
+	return nil
+}
+
+// labelControlPlane adds the role labels k3s's server puts on its Node (a kubelet may not set
+// them on itself).
+func labelControlPlane(ctx context.Context, admin kubernetes.Interface, name string, etcd bool) error {
+	labels := map[string]string{
+		"node-role.kubernetes.io/control-plane": "true",
+		"node-role.kubernetes.io/master":        "true",
+	}
+	if etcd {
+		labels["node-role.kubernetes.io/etcd"] = "true"
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return fmt.Errorf("encode labels: %w", err)
+	}
+	if _, err := admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("label node %s: %w", name, err)
+	}
+	return nil
+}
+
+// serverFlannelBackend is the flannel backend the servers' Nodes record, which k3s agents take
+// from their server.
+func serverFlannelBackend(ctx context.Context, kube kubernetes.Interface) string {
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane=true"})
+	if err != nil {
+		slog.Warn("read the server's flannel backend; assuming vxlan", "err", err)
+		return "vxlan"
+	}
+	for _, nd := range nodes.Items {
+		if b := nd.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "" {
+			return b
+		}
+	}
+	if len(nodes.Items) > 0 {
+		return "none"
+	}
+	return "vxlan"
+}
