@@ -1,0 +1,111 @@
+// Package host holds kip's knowledge of the operating systems it prepares, as data per OS
+// family: which package manager and firewall a host has, which releases kip supports, and
+// which cannot run Longhorn.
+package host
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"kipper.run/kip/internal/sshx"
+)
+
+// Family is a group of distributions that kip prepares the same way.
+type Family struct {
+	Name     string // debian or rhel
+	Packages string // apt or dnf
+	Firewall string // ufw or firewalld
+	// LonghornPackages are the iSCSI and NFS client packages Longhorn needs.
+	LonghornPackages []string
+}
+
+// The families kip supports.
+var (
+	Debian = Family{Name: "debian", Packages: "apt", Firewall: "ufw", LonghornPackages: []string{"open-iscsi", "nfs-common"}}
+	RHEL   = Family{Name: "rhel", Packages: "dnf", Firewall: "firewalld", LonghornPackages: []string{"iscsi-initiator-utils", "nfs-utils"}}
+)
+
+// release is a supported distribution and the major versions kip supports on it.
+type release struct {
+	id     string
+	name   string
+	family Family
+	majors []string // VERSION_ID up to the first dot
+}
+
+var releases = []release{
+	{"debian", "Debian", Debian, []string{"12", "13"}},
+	{"ubuntu", "Ubuntu", Debian, []string{"22", "24"}}, // 22.04 and 24.04 LTS
+	{"rhel", "Red Hat Enterprise Linux", RHEL, []string{"9", "10"}},
+	{"rocky", "Rocky Linux", RHEL, []string{"9", "10"}},
+	{"almalinux", "AlmaLinux", RHEL, []string{"9", "10"}},
+	{"centos", "CentOS Stream", RHEL, []string{"9", "10"}},
+}
+
+// Identify returns the family of a supported OS, or an error that names the supported ones.
+func Identify(os sshx.OS) (Family, error) {
+	major, _, _ := strings.Cut(os.VersionID, ".")
+	for _, r := range releases {
+		if r.id != os.ID {
+			continue
+		}
+		if slices.Contains(r.majors, major) {
+			return r.family, nil
+		}
+		return Family{}, fmt.Errorf("%s %s is not supported: kip supports %s %s; reinstall the host with a supported release",
+			r.name, os.VersionID, r.name, versions(r))
+	}
+	name := os.PrettyName
+	if name == "" {
+		name = os.ID
+	}
+	return Family{}, fmt.Errorf("%s is not supported: kip supports %s", name, supported())
+}
+
+func versions(r release) string {
+	vs := make([]string, len(r.majors))
+	for i, m := range r.majors {
+		if r.id == "ubuntu" {
+			m += ".04"
+		}
+		vs[i] = m
+	}
+	return strings.Join(vs, " and ")
+}
+
+func supported() string {
+	var s []string
+	for _, r := range releases {
+		s = append(s, r.name+" "+versions(r))
+	}
+	return strings.Join(s, ", ")
+}
+
+// el9BrokenKernel is the first EL9 kernel with which Longhorn's volumes stop attaching.
+const el9BrokenKernel = 611
+
+var el9Kernel = regexp.MustCompile(`^5\.14\.0-(\d+)[.\-_].*el9`)
+
+// CheckLonghorn refuses a host that cannot run Longhorn: on Rocky Linux and AlmaLinux 9.7 or a
+// later 9.x, and on any EL9 kernel from 5.14.0-611 (which also covers CentOS Stream 9),
+// Longhorn's volumes stop attaching (Longhorn issue 13606), and no Longhorn release carries a
+// fix yet.
+func CheckLonghorn(os sshx.OS, kernel string) error {
+	const why = "Longhorn's volumes stop attaching there (Longhorn issue 13606) and no Longhorn release carries a fix yet; keep Longhorn nodes on 9.6 or earlier, or use version 10, until a Kipper release adopts a fixed Longhorn"
+	if os.ID == "rocky" || os.ID == "almalinux" {
+		major, minor, _ := strings.Cut(os.VersionID, ".")
+		if m, err := strconv.Atoi(minor); major == "9" && err == nil && m >= 7 {
+			name := map[string]string{"rocky": "Rocky Linux", "almalinux": "AlmaLinux"}[os.ID]
+			return fmt.Errorf("%s %s cannot run Longhorn: %s", name, os.VersionID, why)
+		}
+	}
+	if m := el9Kernel.FindStringSubmatch(kernel); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n >= el9BrokenKernel {
+			return fmt.Errorf("kernel %s (EL9 5.14.0-%d or later) cannot run Longhorn: %s", kernel, el9BrokenKernel, why)
+		}
+	}
+	return nil
+}
