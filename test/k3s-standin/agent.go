@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"kipper.run/kip/test/controlplane"
 )
 
 // fatalError is a join failure that waiting will not fix: a wrong token, a server that is not
@@ -73,7 +75,7 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	}
 
 	var caPEM []byte
-	var creds *keyPair
+	var creds *controlplane.KeyPair
 	for {
 		caPEM, creds, err = join(ctx, u, tok, n.name)
 		var fatal fatalError
@@ -91,7 +93,7 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 		return err
 	}
 	certPath, keyPath := n.clientCertPaths()
-	if err := creds.write(certPath, keyPath); err != nil {
+	if err := writeKeyPair(creds, certPath, keyPath); err != nil {
 		return err
 	}
 	if err := n.writeCredentials(serverURL, caPEM, creds); err != nil {
@@ -125,7 +127,7 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 }
 
 // join checks the server against the token and gets the node's client certificate with it.
-func join(ctx context.Context, u *url.URL, tok token, nodeName string) ([]byte, *keyPair, error) {
+func join(ctx context.Context, u *url.URL, tok token, nodeName string) ([]byte, *controlplane.KeyPair, error) {
 	caPEM, err := fetchServerCA(ctx, u, tok)
 	if err != nil {
 		return nil, nil, err
@@ -164,7 +166,7 @@ func fetchServerCA(ctx context.Context, u *url.URL, tok token) ([]byte, error) {
 		return nil, fatalError{fmt.Errorf("the server at %s sent no CA certificate after its own: is it a k3s stand-in server?", u.Host)}
 	}
 	ca := certs[len(certs)-1]
-	caPEM := encodeCert(ca.Raw)
+	caPEM := controlplane.EncodeCert(ca.Raw)
 	switch {
 	case tok.caHash == "":
 		slog.Warn("cluster CA certificate is not validated: the token has no CA hash; use the full token from the server's node-token file")
@@ -185,12 +187,12 @@ func fetchServerCA(ctx context.Context, u *url.URL, tok token) ([]byte, error) {
 // requestNodeCert gets a client certificate for system:node:<nodeName> the way a kubelet
 // bootstraps one: a CertificateSigningRequest for the kube-apiserver-client-kubelet signer, which
 // the controller-manager approves for users allowed to (see bootstrapRBAC) and signs.
-func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*keyPair, error) {
+func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*controlplane.KeyPair, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	key, keyPEM, err := newKey()
+	key, keyPEM, err := controlplane.NewKey()
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +235,7 @@ func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*k
 				if err != nil {
 					return nil, fmt.Errorf("certificate request %s: %w", csr.Name, err)
 				}
-				return &keyPair{cert: cert, certPEM: cur.Status.Certificate, key: key, keyPEM: keyPEM}, nil
+				return &controlplane.KeyPair{Cert: cert, CertPEM: cur.Status.Certificate, Key: key, KeyPEM: keyPEM}, nil
 			}
 		}
 		if time.Now().After(deadline) {

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/test/controlplane"
 )
 
 // node is what a stand-in process knows about the Node it keeps: its own, as a kubelet would.
@@ -382,9 +384,9 @@ func (n *node) postStatus(ctx context.Context, kube kubernetes.Interface) error 
 // writeCredentials writes the kubeconfig for the node's client certificate (already written to
 // agent/client-kubelet.{crt,key}), the cluster CA and a kubelet serving certificate where k3s's
 // agent keeps them; kwok reads them.
-func (n *node) writeCredentials(server string, caPEM []byte, client *keyPair) error {
+func (n *node) writeCredentials(server string, caPEM []byte, client *controlplane.KeyPair) error {
 	dir := n.agentDir()
-	if err := writeFileAtomic(filepath.Join(dir, "server-ca.crt"), caPEM, 0o644); err != nil {
+	if err := controlplane.WriteFile(filepath.Join(dir, "server-ca.crt"), caPEM, 0o644); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(filepath.Join(dir, "kubelet.kubeconfig"), 0o600, server, caPEM, client); err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kipper.run/kip/test/controlplane"
 )
 
 // supervisor runs the stand-in's programs (etcd, kube-*, kwok) as children. The stand-in lives
@@ -19,19 +21,12 @@ import (
 // stops the rest and exits non-zero, so systemd's Restart= acts as it would for k3s.
 type supervisor struct {
 	mu       sync.Mutex
-	children []*child
+	children []*controlplane.Process
 	stopping bool
 
 	failOnce sync.Once
 	failed   chan struct{}
 	failure  error
-}
-
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has been reaped
-	err  error         // how it ended; valid after done
 }
 
 func newSupervisor() *supervisor {
@@ -42,8 +37,7 @@ func newSupervisor() *supervisor {
 // stderr, each line prefixed with name. The child is in its own process group, so a terminal's
 // Ctrl-C reaches only the stand-in, which then stops it in order; and it gets SIGKILL if the
 // stand-in dies: k3s's unit has KillMode=process, so systemd would leave it running otherwise.
-// (Pdeathsig follows the forking thread; the stand-in never locks goroutines to threads, so Go
-// never ends that thread.)
+// (See controlplane.Start.)
 func (s *supervisor) start(name, path string, args, env []string, stdin io.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -55,24 +49,20 @@ func (s *supervisor) start(name, path string, args, env []string, stdin io.Reade
 	cmd.Env = env
 	cmd.Stdin = stdin
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	slog.Info("started "+name, "pid", cmd.Process.Pid)
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
-	s.children = append(s.children, c)
-	go func() {
-		c.err = cmd.Wait()
+	c, err := controlplane.Start(name, cmd, func(err error) {
 		out.flush()
-		close(c.done)
 		s.mu.Lock()
 		stopping := s.stopping
 		s.mu.Unlock()
 		if !stopping {
-			s.fail(fmt.Errorf("%s exited: %v", name, exitDescription(c.err)))
+			s.fail(fmt.Errorf("%s exited: %v", name, exitDescription(err)))
 		}
-	}()
+	})
+	if err != nil {
+		return err
+	}
+	slog.Info("started "+name, "pid", c.Pid())
+	s.children = append(s.children, c)
 	return nil
 }
 
@@ -99,21 +89,17 @@ const stopTimeout = 5 * time.Second
 func (s *supervisor) stop(timeout time.Duration) {
 	s.mu.Lock()
 	s.stopping = true
-	children := append([]*child(nil), s.children...)
+	children := append([]*controlplane.Process(nil), s.children...)
 	s.mu.Unlock()
 	for i := len(children) - 1; i >= 0; i-- {
 		c := children[i]
-		pid := c.cmd.Process.Pid
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(timeout):
-			slog.Info(c.name+" did not stop in time; killing it", "timeout", timeout)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-c.done
+		if !c.Stop(syscall.SIGTERM, timeout) {
+			slog.Info(c.Name+" did not stop in time; killing it", "timeout", timeout)
+			c.Signal(syscall.SIGKILL)
+			<-c.Done()
+			c.Signal(syscall.SIGKILL) // anything left in its group
 		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // anything left in its group
-		slog.Info("stopped " + c.name)
+		slog.Info("stopped " + c.Name)
 	}
 }
 

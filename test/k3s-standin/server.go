@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"kipper.run/kip/test/controlplane"
 )
 
 // nodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period: how long after
@@ -50,8 +52,8 @@ func newServerPaths(dataDir string) serverPaths {
 // serverPKI is the cluster's certificate authorities and the credentials issued from them, kept
 // in server/tls across restarts so that kubeconfigs and agents stay valid.
 type serverPKI struct {
-	serverCA, clientCA           *keyPair
-	admin, controller, scheduler *keyPair
+	serverCA, clientCA           *controlplane.KeyPair
+	admin, controller, scheduler *controlplane.KeyPair
 }
 
 // serverConfig is a server's settings, resolved from its options.
@@ -133,17 +135,13 @@ func (c *serverConfig) etcdURL() string {
 }
 
 func (c *serverConfig) etcdArgs() []string {
-	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.etcdPeerPort))
-	return componentArgs(map[string]string{
-		"name":                        "k3s-standin",
-		"data-dir":                    c.paths.etcd,
-		"listen-client-urls":          c.etcdURL(),
-		"advertise-client-urls":       c.etcdURL(),
-		"listen-peer-urls":            peer,
-		"initial-advertise-peer-urls": peer,
-		"initial-cluster":             "k3s-standin=" + peer,
-		"log-level":                   "warn",
-	}, c.o.list("etcd-arg"))
+	base := controlplane.Etcd{
+		Name:      "k3s-standin",
+		DataDir:   c.paths.etcd,
+		ClientURL: c.etcdURL(),
+		PeerURL:   "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.etcdPeerPort)),
+	}
+	return componentArgs(withBase(base.Args(), nil), c.o.list("etcd-arg"))
 }
 
 // tokenAuthFile is kube-apiserver's --token-auth-file, which lets agents in with the token.
@@ -153,45 +151,44 @@ func (c *serverConfig) tokenAuthFile() string { return c.cred("standin-token-aut
 func (c *serverConfig) serviceAccountKey() string { return c.tls("service.key") }
 
 func (c *serverConfig) apiserverArgs() []string {
-	args := map[string]string{
-		"advertise-address":                c.advertise,
-		"allow-privileged":                 "true",
-		"anonymous-auth":                   "false",
-		"api-audiences":                    "https://kubernetes.default.svc.cluster.local,k3s",
-		"authorization-mode":               "Node,RBAC",
-		"bind-address":                     c.bind,
-		"cert-dir":                         c.tls("temporary-certs"),
-		"client-ca-file":                   c.tls("client-ca.crt"),
-		"enable-admission-plugins":         "NodeRestriction",
-		"etcd-servers":                     c.etcdURL(),
-		"kubelet-client-certificate":       c.tls("client-kube-apiserver.crt"),
-		"kubelet-client-key":               c.tls("client-kube-apiserver.key"),
-		"profiling":                        "false",
-		"secure-port":                      strconv.Itoa(c.httpsPort),
-		"service-account-issuer":           "https://kubernetes.default.svc.cluster.local",
-		"service-account-key-file":         c.serviceAccountKey(),
-		"service-account-signing-key-file": c.serviceAccountKey(),
-		"service-cluster-ip-range":         c.serviceNet.String(),
-		"service-node-port-range":          c.o.str("service-node-port-range"),
-		"tls-cert-file":                    c.tls("serving-kube-apiserver.crt"),
-		"tls-private-key-file":             c.tls("serving-kube-apiserver.key"),
-		"token-auth-file":                  c.tokenAuthFile(),
+	base := controlplane.APIServer{
+		EtcdURL:                      c.etcdURL(),
+		BindAddress:                  c.bind,
+		AdvertiseAddress:             c.advertise, // a loopback one turns the endpoint reconciler off
+		SecurePort:                   c.httpsPort,
+		CertDir:                      c.tls("temporary-certs"),
+		TLSCertFile:                  c.tls("serving-kube-apiserver.crt"),
+		TLSKeyFile:                   c.tls("serving-kube-apiserver.key"),
+		ClientCAFile:                 c.tls("client-ca.crt"),
+		ServiceAccountKeyFile:        c.serviceAccountKey(),
+		ServiceAccountSigningKeyFile: c.serviceAccountKey(),
+		ServiceCIDR:                  c.serviceNet.String(),
 	}
-	if net.ParseIP(c.advertise).IsLoopback() {
-		// The endpoint reconciler refuses a loopback address; default/kubernetes then has none.
-		args["endpoint-reconciler-type"] = "none"
-	}
-	return componentArgs(args, c.o.list("kube-apiserver-arg"))
+	return componentArgs(withBase(base.Args(), map[string]string{
+		"anonymous-auth":             "false",
+		"api-audiences":              controlplane.ServiceAccountIssuer + ",k3s",
+		"kubelet-client-certificate": c.tls("client-kube-apiserver.crt"),
+		"kubelet-client-key":         c.tls("client-kube-apiserver.key"),
+		"service-node-port-range":    c.o.str("service-node-port-range"),
+		"token-auth-file":            c.tokenAuthFile(),
+	}), c.o.list("kube-apiserver-arg"))
 }
 
 func (c *serverConfig) controllerManagerArgs() []string {
-	return componentArgs(map[string]string{
-		"allocate-node-cidrs":       "true",
-		"authentication-kubeconfig": c.cred("controller.kubeconfig"),
-		"authorization-kubeconfig":  c.cred("controller.kubeconfig"),
-		"bind-address":              "127.0.0.1",
-		"cert-dir":                  c.tls("temporary-certs"),
-		"cluster-cidr":              c.o.str("cluster-cidr"),
+	base := controlplane.ControllerManager{
+		Kubeconfig:            c.cred("controller.kubeconfig"),
+		SecurePort:            c.kcmPort,
+		CertDir:               c.tls("temporary-certs"),
+		ServiceAccountKeyFile: c.serviceAccountKey(),
+		RootCAFile:            c.tls("server-ca.crt"),
+		ServiceCIDR:           c.serviceNet.String(),
+	}
+	// As k3s: client certificates signed by the client CA, serving ones by the server CA.
+	return componentArgs(withBase(base.Args(), map[string]string{
+		"allocate-node-cidrs":                             "true",
+		"authentication-kubeconfig":                       c.cred("controller.kubeconfig"),
+		"authorization-kubeconfig":                        c.cred("controller.kubeconfig"),
+		"cluster-cidr":                                    c.o.str("cluster-cidr"),
 		"cluster-signing-kube-apiserver-client-cert-file": c.tls("client-ca.crt"),
 		"cluster-signing-kube-apiserver-client-key-file":  c.tls("client-ca.key"),
 		"cluster-signing-kubelet-client-cert-file":        c.tls("client-ca.crt"),
@@ -202,30 +199,21 @@ func (c *serverConfig) controllerManagerArgs() []string {
 		"cluster-signing-legacy-unknown-key-file":         c.tls("server-ca.key"),
 		"configure-cloud-routes":                          "false",
 		"controllers":                                     "*,tokencleaner",
-		"kubeconfig":                                      c.cred("controller.kubeconfig"),
-		"leader-elect":                                    "false",
 		"node-cidr-mask-size":                             "24",
 		"node-monitor-grace-period":                       nodeMonitorGracePeriod,
-		"profiling":                                       "false",
-		"root-ca-file":                                    c.tls("server-ca.crt"),
-		"secure-port":                                     strconv.Itoa(c.kcmPort),
-		"service-account-private-key-file":                c.serviceAccountKey(),
-		"service-cluster-ip-range":                        c.serviceNet.String(),
-		"use-service-account-credentials":                 "true",
-	}, c.o.list("kube-controller-manager-arg"))
+	}), c.o.list("kube-controller-manager-arg"))
 }
 
 func (c *serverConfig) schedulerArgs() []string {
-	return componentArgs(map[string]string{
+	base := controlplane.Scheduler{
+		Kubeconfig: c.cred("scheduler.kubeconfig"),
+		SecurePort: c.schPort,
+		CertDir:    c.tls("temporary-certs"),
+	}
+	return componentArgs(withBase(base.Args(), map[string]string{
 		"authentication-kubeconfig": c.cred("scheduler.kubeconfig"),
 		"authorization-kubeconfig":  c.cred("scheduler.kubeconfig"),
-		"bind-address":              "127.0.0.1",
-		"cert-dir":                  c.tls("temporary-certs"),
-		"kubeconfig":                c.cred("scheduler.kubeconfig"),
-		"leader-elect":              "false",
-		"profiling":                 "false",
-		"secure-port":               strconv.Itoa(c.schPort),
-	}, c.o.list("kube-scheduler-arg"))
+	}), c.o.list("kube-scheduler-arg"))
 }
 
 // prepare writes what the control plane reads before it starts: directories, certificates,
@@ -243,15 +231,15 @@ func (c *serverConfig) prepare() (*serverPKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := serverToken(c.o, filepath.Join(c.paths.server, "token"), pk.serverCA.certPEM)
+	tok, err := serverToken(c.o, filepath.Join(c.paths.server, "token"), pk.serverCA.CertPEM)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeTokenFiles(c.paths.server, c.tokenAuthFile(), tok, pk.serverCA.certPEM); err != nil {
+	if err := writeTokenFiles(c.paths.server, c.tokenAuthFile(), tok, pk.serverCA.CertPEM); err != nil {
 		return nil, err
 	}
-	for name, kp := range map[string]*keyPair{"admin": pk.admin, "controller": pk.controller, "scheduler": pk.scheduler} {
-		if err := writeKubeconfig(c.cred(name+".kubeconfig"), 0o600, c.localURL, pk.serverCA.certPEM, kp); err != nil {
+	for name, kp := range map[string]*controlplane.KeyPair{"admin": pk.admin, "controller": pk.controller, "scheduler": pk.scheduler} {
+		if err := writeKubeconfig(c.cred(name+".kubeconfig"), 0o600, c.localURL, pk.serverCA.CertPEM, kp); err != nil {
 			return nil, err
 		}
 	}
@@ -285,20 +273,19 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	}
 	plain := &http.Client{Timeout: 2 * time.Second}
 	if err := waitFor(ctx, sup, "etcd", 2*time.Minute, func(ctx context.Context) error {
-		return httpOK(ctx, plain, c.etcdURL()+"/health", `"health":"true"`)
+		return controlplane.HTTPOK(ctx, plain, c.etcdURL()+"/health", `"health":"true"`)
 	}); err != nil {
 		return err
 	}
 	if err := sup.start("kube-apiserver", c.bin("kube-apiserver"), c.apiserverArgs(), childEnv(), nil); err != nil {
 		return err
 	}
-	admin, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.certPEM, pk.admin))
+	admin, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.CertPEM, pk.admin))
 	if err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
 	if err := waitFor(ctx, sup, "kube-apiserver", 5*time.Minute, func(ctx context.Context) error {
-		_, err := admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err
+		return controlplane.APIServerReady(ctx, admin)
 	}); err != nil {
 		return err
 	}
@@ -312,7 +299,7 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err := bootstrapRBAC(ctx, admin); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.certPEM, pk.admin); err != nil {
+	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.CertPEM, pk.admin); err != nil {
 		return err
 	}
 
@@ -323,10 +310,10 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := n.writeCredentials(c.localURL, pk.serverCA.certPEM, nodeCreds); err != nil {
+	if err := n.writeCredentials(c.localURL, pk.serverCA.CertPEM, nodeCreds); err != nil {
 		return err
 	}
-	nodeKube, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.certPEM, nodeCreds))
+	nodeKube, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.CertPEM, nodeCreds))
 	if err != nil {
 		return fmt.Errorf("node client: %w", err)
 	}
@@ -370,9 +357,9 @@ func ensureServerPKI(p serverPaths, sans certSpec, saKey string) (*serverPKI, er
 	}
 	sans.cn, sans.usage, sans.chain = "kube-apiserver", x509.ExtKeyUsageServerAuth, true
 	leaves := []struct {
-		into **keyPair
+		into **controlplane.KeyPair
 		name string
-		ca   *keyPair
+		ca   *controlplane.KeyPair
 		spec certSpec
 	}{
 		{nil, "serving-kube-apiserver", pk.serverCA, sans},
@@ -392,11 +379,11 @@ func ensureServerPKI(p serverPaths, sans certSpec, saKey string) (*serverPKI, er
 		}
 	}
 	if _, err := os.Stat(saKey); errors.Is(err, os.ErrNotExist) {
-		_, keyPEM, err := newKey()
+		_, keyPEM, err := controlplane.NewKey()
 		if err != nil {
 			return nil, err
 		}
-		if err := writeFileAtomic(saKey, keyPEM, 0o600); err != nil {
+		if err := controlplane.WriteFile(saKey, keyPEM, 0o600); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
@@ -454,16 +441,8 @@ func kubeconfigMode(s string) (os.FileMode, error) {
 // them.
 func componentArgs(defaults map[string]string, extra []string) []string {
 	m := map[string]string{}
-	for k, v := range defaults {
-		m[k] = v
-	}
-	for _, e := range extra {
-		k, v, ok := strings.Cut(strings.TrimPrefix(e, "--"), "=")
-		if !ok {
-			v = "true"
-		}
-		m[k] = v
-	}
+	maps.Copy(m, defaults)
+	setFlags(m, extra)
 	args := make([]string, 0, len(m))
 	for k, v := range m {
 		args = append(args, "--"+k+"="+v)
@@ -472,13 +451,31 @@ func componentArgs(defaults map[string]string, extra []string) []string {
 	return args
 }
 
-func restConfig(server string, caPEM []byte, client *keyPair) *rest.Config {
-	return &rest.Config{
-		Host:            server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM, CertData: client.certPEM, KeyData: client.keyPEM},
-		Timeout:         30 * time.Second,
-		UserAgent:       "k3s-standin",
+// setFlags sets m's entries from args, --key=value or key=value items (a bare key means true).
+func setFlags(m map[string]string, args []string) {
+	for _, a := range args {
+		k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !ok {
+			v = "true"
+		}
+		m[k] = v
 	}
+}
+
+// withBase returns the flags of base (controlplane's, --key=value) with own added to or
+// replacing them, for componentArgs.
+func withBase(base []string, own map[string]string) map[string]string {
+	m := map[string]string{}
+	setFlags(m, base)
+	maps.Copy(m, own)
+	return m
+}
+
+func restConfig(server string, caPEM []byte, client *controlplane.KeyPair) *rest.Config {
+	cfg := controlplane.RESTConfig(server, caPEM, client)
+	cfg.Timeout = 30 * time.Second
+	cfg.UserAgent = "k3s-standin"
+	return cfg
 }
 
 // errStopped means a signal asked the stand-in to stop while it was starting.
@@ -487,42 +484,18 @@ var errStopped = errors.New("stopped by signal")
 // waitFor polls check until it succeeds, timeout passes, a signal arrives (errStopped) or a
 // child ends.
 func waitFor(ctx context.Context, sup *supervisor, what string, timeout time.Duration, check func(context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := check(cctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %w", what, timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return errStopped
-		case <-sup.failed:
-			return sup.failure
-		case <-time.After(100 * time.Millisecond):
-		}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := controlplane.Poll(tctx, 100*time.Millisecond, sup.failed, func() error { return sup.failure }, check)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errStopped
+	case tctx.Err() != nil:
+		return fmt.Errorf("%s not ready after %s: %w", what, timeout, err)
 	}
-}
-
-func httpOK(ctx context.Context, client *http.Client, url, want string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return nil
+	return err
 }
 
 // bootstrapRBAC lets the token's user (see writeTokenFiles) request node client certificates and

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"kipper.run/kip/test/controlplane"
 )
 
 // token is a k3s join token: K10<sha256 of the server CA's PEM file>::<user>:<password>, or a bare
@@ -107,7 +109,7 @@ const (
 // linking to it) and kube-apiserver's token file.
 func writeTokenFiles(serverDir, authFile string, t token, caPEM []byte) error {
 	tokenPath := filepath.Join(serverDir, "token")
-	if err := writeFileAtomic(tokenPath, []byte(t.full(caPEM)+"\n"), 0o600); err != nil {
+	if err := controlplane.WriteFile(tokenPath, []byte(t.full(caPEM)+"\n"), 0o600); err != nil {
 		return err
 	}
 	nodeToken := filepath.Join(serverDir, "node-token")
@@ -120,5 +122,5 @@ func writeTokenFiles(serverDir, authFile string, t token, caPEM []byte) error {
 		}
 	}
 	line := fmt.Sprintf("%s,%s,%s,%q\n", t.password, bootstrapUser, bootstrapUser, bootstrapGroup)
-	return writeFileAtomic(authFile, []byte(line), 0o600)
+	return controlplane.WriteFile(authFile, []byte(line), 0o600)
 }

@@ -76,7 +76,7 @@ func namespaceName(test string) string {
 // ServiceAccount; p, when set, is the controller-manager, whose early exit ends the wait.
 func waitServiceAccount(ctx context.Context, kube kubernetes.Interface, ns string, p *process) error {
 	for {
-		if p != nil && p.exited() {
+		if p != nil && p.Exited() {
 			return p.exitError()
 		}
 		_, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})

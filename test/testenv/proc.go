@@ -8,51 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"kipper.run/kip/test/controlplane"
 )
 
-// process is one control-plane program running in its own process group, its output going to a
-// log file in the environment's directory.
+// process is one control-plane program running in its own process group (see
+// controlplane.Start), its output going to a log file in the environment's directory.
 type process struct {
-	name    string
-	cmd     *exec.Cmd
+	*controlplane.Process
 	logPath string
-	done    chan struct{} // closed once the process has exited and been reaped
-	waitErr error         // valid after done
-}
-
-// spawner starts every child from one goroutine locked to its OS thread for the life of the test
-// binary. The children get Pdeathsig=SIGKILL, which Linux delivers when the *thread* that forked
-// them exits: with a thread that never exits, they die exactly when the test binary dies (a
-// panic, a -timeout, a SIGKILL), so no control plane outlives its tests.
-var spawner struct {
-	once sync.Once
-	reqs chan spawnRequest
-}
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func startCmd(cmd *exec.Cmd) error {
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan spawnRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked: see spawner
-			for r := range spawner.reqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawner.reqs <- r
-	return <-r.done
 }
 
 // spawn starts bin with args, output to dir/name.log. env is added to a minimal environment.
@@ -68,60 +36,26 @@ func spawn(dir, name, bin string, args []string, env []string) (*process, error)
 	cmd.Stderr = logFile
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + dir}, env...)
-	cmd.SysProcAttr = sysProcAttr()
 	fmt.Fprintf(logFile, "# %s %s\n", bin, strings.Join(args, " "))
-	if err := startCmd(cmd); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	p, err := controlplane.Start(name, cmd, nil)
+	if err != nil {
+		return nil, err
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// exited reports whether the process has ended.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &process{Process: p, logPath: logPath}, nil
 }
 
 // exitError describes how the process ended, for errors raised while waiting for it.
 func (p *process) exitError() error {
-	return fmt.Errorf("%s exited early (%v); see %s", p.name, p.waitErr, p.logPath)
+	return fmt.Errorf("%s exited early (%v); see %s", p.Name, p.Err(), p.logPath)
 }
 
 // kill sends SIGKILL to the process group and waits for the process to be reaped. The
 // environment's data is thrown away, so there is nothing to shut down gracefully.
 func (p *process) kill() error {
-	if !p.exited() {
-		pid := p.cmd.Process.Pid
-		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			_ = p.cmd.Process.Kill()
-		}
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.name, p.cmd.Process.Pid)
-	}
-	// The group may hold children of the process; none of the control-plane programs fork, but
-	// make sure.
-	if err := syscall.Kill(-p.cmd.Process.Pid, 0); err == nil {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	if !p.Stop(syscall.SIGKILL, 30*time.Second) {
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
 	}
 	return nil
-}
-
-// groupAlive reports whether any process of the group led by pid still exists.
-func groupAlive(pid int) bool {
-	err := syscall.Kill(-pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // tail returns the last n lines of the process's log.

@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kipper.run/kip/test/controlplane"
 	"kipper.run/kip/test/need"
 )
 
@@ -241,7 +242,7 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 		}
 		for _, p := range e.procs {
 			if p.logContains("address already in use") {
-				err = fmt.Errorf("%s: %w", p.name, errPortTaken)
+				err = fmt.Errorf("%s: %w", p.Name, errPortTaken)
 				break
 			}
 		}
@@ -279,17 +280,12 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 	t0 := time.Now()
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	etcd, err := e.spawn("etcd", []string{
-		"--name=testenv",
-		"--data-dir=" + path("etcd"),
-		"--listen-client-urls=" + etcdURL,
-		"--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=testenv=" + peerURL,
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	})
+	etcd, err := e.spawn("etcd", append(controlplane.Etcd{
+		Name:      "testenv",
+		DataDir:   path("etcd"),
+		ClientURL: etcdURL,
+		PeerURL:   peerURL,
+	}.Args(), "--unsafe-no-fsync"))
 	if err != nil {
 		return nil, err
 	}
@@ -301,33 +297,23 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 
 	// kube-apiserver
 	t0 = time.Now()
-	issuer := "https://kubernetes.default.svc.cluster.local"
-	apiserver, err := e.spawn("kube-apiserver", []string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// The endpoint reconciler refuses a loopback address: default/kubernetes has no endpoints.
-		"--endpoint-reconciler-type=none",
-		fmt.Sprintf("--secure-port=%d", apiPort),
-		"--cert-dir=" + path("apiserver-certs"),
-		"--tls-cert-file=" + path("apiserver.crt"),
-		"--tls-private-key-file=" + path("apiserver.key"),
-		"--client-ca-file=" + path("ca.crt"),
-		"--service-account-key-file=" + path("sa.pub"),
-		"--service-account-signing-key-file=" + path("sa.key"),
-		"--service-account-issuer=" + issuer,
-		"--api-audiences=" + issuer,
-		"--service-cluster-ip-range=" + serviceCIDR,
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true",
-		"--profiling=false",
-		"--v=1",
-	})
+	apiserver, err := e.spawn("kube-apiserver", append(controlplane.APIServer{
+		EtcdURL:                      etcdURL,
+		BindAddress:                  "127.0.0.1",
+		AdvertiseAddress:             "127.0.0.1", // so no endpoint reconciler: default/kubernetes has no endpoints
+		SecurePort:                   apiPort,
+		CertDir:                      path("apiserver-certs"),
+		TLSCertFile:                  path("apiserver.crt"),
+		TLSKeyFile:                   path("apiserver.key"),
+		ClientCAFile:                 path("ca.crt"),
+		ServiceAccountKeyFile:        path("sa.pub"),
+		ServiceAccountSigningKeyFile: path("sa.key"),
+		ServiceCIDR:                  serviceCIDR,
+	}.Args(), "--v=1"))
 	if err != nil {
 		return nil, err
 	}
-	e.Config = restConfig(server, pk.ca.cert, pk.admin)
+	e.Config = restConfig(server, pk.ca.CertPEM, pk.admin)
 	if e.Kube, err = kubernetes.NewForConfig(e.Config); err != nil {
 		return nil, fmt.Errorf("admin client: %w", err)
 	}
@@ -338,49 +324,41 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 	e.KubeconfigPath = path("admin.kubeconfig")
 	for _, k := range []struct {
 		file, user string
-		creds      keyPair
+		creds      *controlplane.KeyPair
 	}{
 		{"admin.kubeconfig", "admin", pk.admin},
 		{"controller-manager.kubeconfig", "system:kube-controller-manager", pk.kcm},
 		{"scheduler.kubeconfig", "system:kube-scheduler", pk.sched},
 	} {
-		if err := writeKubeconfig(path(k.file), server, k.user, pk.ca.cert, k.creds); err != nil {
+		if err := writeKubeconfig(path(k.file), server, k.user, pk.ca.CertPEM, k.creds); err != nil {
 			return nil, err
 		}
 	}
 
 	// controller-manager and scheduler start while the CRDs are created.
 	t0 = time.Now()
-	kcm, err := e.spawn("kube-controller-manager", []string{
-		"--kubeconfig=" + path("controller-manager.kubeconfig"),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", kcmPort),
-		"--cert-dir=" + path("controller-manager-certs"),
-		"--leader-elect=false",
-		"--controllers=*",
-		"--use-service-account-credentials=true",
+	kcm, err := e.spawn("kube-controller-manager", append(controlplane.ControllerManager{
+		Kubeconfig:            path("controller-manager.kubeconfig"),
+		SecurePort:            kcmPort,
+		CertDir:               path("controller-manager-certs"),
+		ServiceAccountKeyFile: path("sa.key"),
+		RootCAFile:            path("ca.crt"),
+		ServiceCIDR:           serviceCIDR,
+	}.Args(),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
-		"--service-account-private-key-file=" + path("sa.key"),
-		"--root-ca-file=" + path("ca.crt"),
-		"--cluster-signing-cert-file=" + path("ca.crt"),
-		"--cluster-signing-key-file=" + path("ca.key"),
-		"--service-cluster-ip-range=" + serviceCIDR,
-		"--profiling=false",
+		"--cluster-signing-cert-file="+path("ca.crt"),
+		"--cluster-signing-key-file="+path("ca.key"),
 		"--v=1",
-	})
+	))
 	if err != nil {
 		return nil, err
 	}
-	sched, err := e.spawn("kube-scheduler", []string{
-		"--kubeconfig=" + path("scheduler.kubeconfig"),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", schedPort),
-		"--cert-dir=" + path("scheduler-certs"),
-		"--leader-elect=false",
-		"--profiling=false",
-		"--v=1",
-	})
+	sched, err := e.spawn("kube-scheduler", append(controlplane.Scheduler{
+		Kubeconfig: path("scheduler.kubeconfig"),
+		SecurePort: schedPort,
+		CertDir:    path("scheduler-certs"),
+	}.Args(), "--v=1"))
 	if err != nil {
 		return nil, err
 	}
@@ -448,8 +426,8 @@ func (e *Env) Stop() {
 			}
 		}
 		for _, p := range procs {
-			if groupAlive(p.cmd.Process.Pid) {
-				fmt.Fprintf(os.Stderr, "testenv: %s (process group %d) survived Stop\n", p.name, p.cmd.Process.Pid)
+			if controlplane.GroupAlive(p.Pid()) {
+				fmt.Fprintf(os.Stderr, "testenv: %s (process group %d) survived Stop\n", p.Name, p.Pid())
 			}
 		}
 		if e.Dir != "" && os.Getenv(KeepEnv) == "" {
@@ -466,10 +444,10 @@ func (e *Env) pids() map[string]int {
 	defer e.kwokMu.Unlock()
 	m := map[string]int{}
 	for _, p := range e.procs {
-		m[p.name] = p.cmd.Process.Pid
+		m[p.Name] = p.Pid()
 	}
 	if e.kwok != nil {
-		m[e.kwok.name] = e.kwok.cmd.Process.Pid
+		m[e.kwok.Name] = e.kwok.Pid()
 	}
 	return m
 }
@@ -483,7 +461,7 @@ func (e *Env) logTails(n int) string {
 	e.kwokMu.Unlock()
 	var b strings.Builder
 	for _, p := range procs {
-		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", p.name, n, p.logPath, p.tail(n))
+		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", p.Name, n, p.logPath, p.tail(n))
 	}
 	return b.String()
 }
@@ -492,57 +470,24 @@ func (e *Env) dumpLogs(logf func(string, ...any)) {
 	logf("testenv: logs of the control plane in %s:\n%s", e.Dir, e.logTails(60))
 }
 
-// waitHTTP polls url until it answers 200 with a body containing want.
+// waitHTTP polls url until it answers 200 with a body containing want, or p exits.
 func waitHTTP(ctx context.Context, client *http.Client, p *process, url, want string) error {
-	var last string
-	for {
-		if p.exited() {
-			return p.exitError()
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			body := make([]byte, 4096)
-			n, _ := resp.Body.Read(body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(string(body[:n]), want) {
-				return nil
-			}
-			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body[:n])))
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy: %w (last answer: %s)", url, ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
+	err := controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+		return controlplane.HTTPOK(ctx, client, url, want)
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%s not healthy: %w", url, err)
 	}
+	return err
 }
 
+// waitAPIServer polls kube-apiserver's /readyz until it answers OK, or p exits.
 func waitAPIServer(ctx context.Context, kube kubernetes.Interface, p *process) error {
-	var last string
-	for {
-		if p.exited() {
-			return p.exitError()
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = strings.TrimSpace(string(body))
-		if last == "" {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for kube-apiserver /readyz: %w (last answer: %s)", ctx.Err(), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := controlplane.Poll(ctx, 100*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+		return controlplane.APIServerReady(ctx, kube)
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("wait for kube-apiserver /readyz: %w", err)
 	}
+	return err
 }

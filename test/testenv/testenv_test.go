@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/test/controlplane"
 	"kipper.run/kip/test/need"
 )
 
@@ -164,7 +165,7 @@ func TestStartAndStop(t *testing.T) {
 	dir := e.Dir
 	e.Stop()
 	for name, pid := range pids {
-		if groupAlive(pid) {
+		if controlplane.GroupAlive(pid) {
 			t.Errorf("%s (pid %d) still running after Stop", name, pid)
 		}
 	}
