@@ -1,11 +1,22 @@
 #!/bin/sh
-# Installs the Debian packages kip's tests need, when they are missing.
+# Installs the Debian packages kip's tests need, when they are missing: sshd and sudo for the SSH
+# tests; systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 for the lab hosts
+# (test/lab). No service is started: the lab runs its own apt-cacher-ng.
 set -eu
 
 missing=""
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
-command -v sudo >/dev/null 2>&1 || missing="$missing sudo"
-command -v ssh >/dev/null 2>&1 || missing="$missing openssh-client"
+want() { # want COMMAND PACKAGE: PACKAGE is missing when COMMAND is not found
+	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ] || missing="$missing $2"
+}
+want sshd openssh-server
+want sudo sudo
+want ssh openssh-client
+want systemd-nspawn systemd-container
+want debootstrap debootstrap
+want apt-cacher-ng apt-cacher-ng
+want zstd zstd
+want iptables iptables
+want ip iproute2
 
 if [ -z "$missing" ]; then
 	exit 0
@@ -16,6 +27,14 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "test-deps: installing$missing"
 export DEBIAN_FRONTEND=noninteractive
+# Keep package scripts from starting services (apt-cacher-ng's would take port 3142 on every
+# address): a policy-rc.d that denies every start, unless the machine already has one.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+	trap 'rm -f "$policy"' EXIT
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+fi
 apt-get update -qq
 # shellcheck disable=SC2086 # the package list is meant to split
 apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,164 @@
+package lab
+
+import (
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParseSources(t *testing.T) {
+	deb822 := `Types: deb deb-src
+# a comment
+URIs: http://mirror.invalid/debian/
+Suites: bookworm bookworm-updates
+Components: main
+
+Types: deb
+URIs: http://mirror.invalid/debian-security
+Suites: bookworm-security
+Components: main
+Enabled: no
+
+Types: deb-src
+URIs: http://src.invalid/debian
+Suites: bookworm
+
+Types: deb
+URIs:
+ http://a.invalid/debian
+ http://b.invalid/debian
+Suites: trixie
+`
+	want := []aptSource{
+		{URI: "http://mirror.invalid/debian", Suites: []string{"bookworm", "bookworm-updates"}},
+		{URI: "http://a.invalid/debian", Suites: []string{"trixie"}},
+		{URI: "http://b.invalid/debian", Suites: []string{"trixie"}},
+	}
+	if got := parseDeb822(deb822); !reflect.DeepEqual(got, want) {
+		t.Errorf("deb822:\n got %+v\nwant %+v", got, want)
+	}
+
+	list := `# deb http://commented.invalid/debian bookworm main
+deb [arch=amd64 signed-by=/usr/share/keyrings/x.gpg] http://mirror.invalid/debian bookworm main
+deb-src http://src.invalid/debian bookworm main
+deb [ trusted=yes ] http://sec.invalid/debian-security/ bookworm-security main # trailing
+deb http://broken.invalid/debian
+`
+	want = []aptSource{
+		{URI: "http://mirror.invalid/debian", Suites: []string{"bookworm"}},
+		{URI: "http://sec.invalid/debian-security", Suites: []string{"bookworm-security"}},
+	}
+	if got := parseSourcesList(list); !reflect.DeepEqual(got, want) {
+		t.Errorf("sources.list:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestPickMirrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		srcs    []aptSource
+		want    mirrors
+		wantErr string
+	}{
+		{
+			name: "archive and security",
+			srcs: []aptSource{
+				{URI: "http://s.invalid/debian-security", Suites: []string{"bookworm-security"}},
+				{URI: "http://m.invalid/debian", Suites: []string{"bookworm-updates", "bookworm"}},
+			},
+			want: mirrors{Archive: "http://m.invalid/debian", Security: "http://s.invalid/debian-security"},
+		},
+		{
+			name: "old security suite form is no archive",
+			srcs: []aptSource{{URI: "http://s.invalid/debian-security", Suites: []string{"buster/updates"}}},
+			want: mirrors{}, wantErr: "no Debian archive",
+		},
+		{
+			name:    "https",
+			srcs:    []aptSource{{URI: "https://m.invalid/debian", Suites: []string{"bookworm"}}},
+			wantErr: "not plain HTTP",
+		},
+		{name: "none", wantErr: "no Debian archive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := pickMirrors(tc.srcs)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMachineMirrors reads this machine's sources, where it has any.
+func TestMachineMirrors(t *testing.T) {
+	if _, err := os.Stat(sourcesDir); err != nil {
+		t.Skip("no apt sources on this machine")
+	}
+	m, err := machineMirrors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(m.Archive, "http://") {
+		t.Errorf("archive %q", m.Archive)
+	}
+}
+
+func TestMeminfo(t *testing.T) {
+	for _, mib := range []int{4096, 8192} {
+		mi, err := meminfo(mib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := map[string]int{}
+		for line := range strings.Lines(mi) {
+			if m := regexp.MustCompile(`^(\w+):\s+(\d+) kB$`).FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+				values[m[1]], _ = strconv.Atoi(m[2])
+			}
+		}
+		total := mib * 1024
+		if values["MemTotal"] != total || values["MemFree"] > total || values["MemAvailable"] > total || values["MemAvailable"] == 0 {
+			t.Errorf("%d MiB: %v", mib, values)
+		}
+		if !strings.Contains(mi, "SwapTotal:") {
+			t.Errorf("%d MiB: the other fields are missing:\n%s", mib, mi)
+		}
+	}
+}
+
+func TestImageName(t *testing.T) {
+	if !regexp.MustCompile(`^image-[0-9a-f]{16}$`).MatchString(imageName()) {
+		t.Errorf("image name %q", imageName())
+	}
+	t.Setenv("KIP_CACHE_DIR", "/tmp/kip-cache")
+	tarball, dir := imagePaths()
+	if tarball != dir+".tar.zst" || !strings.HasPrefix(dir, "/tmp/kip-cache/lab/image-") {
+		t.Errorf("paths %s %s", tarball, dir)
+	}
+}
+
+// TestScripts checks the embedded scripts' syntax, and lints them where shellcheck is installed.
+func TestScripts(t *testing.T) {
+	for name, script := range map[string]string{"image.sh": imageScript, "boot.sh": bootScript} {
+		if !strings.Contains(script, "\nset -eu\n") {
+			t.Errorf("%s does not set -eu", name)
+		}
+		if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("sh -n %s: %v: %s", name, err, out)
+		}
+		if _, err := exec.LookPath("shellcheck"); err == nil {
+			if out, err := exec.Command("shellcheck", "-s", "sh", name).CombinedOutput(); err != nil {
+				t.Errorf("shellcheck %s: %s", name, out)
+			}
+		}
+	}
+}
