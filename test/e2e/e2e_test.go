@@ -1,0 +1,174 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
+)
+
+func TestMain(m *testing.M) { os.Exit(e2e.Main(m, 3, lab.Options{})) }
+
+// TestKipRunsAsASubprocess checks the harness's own plumbing: kip built from this checkout,
+// run with its own KIP_HOME and no terminal.
+func TestKipRunsAsASubprocess(t *testing.T) {
+	s := e2e.Get(t)
+	home := s.Home(t)
+	r := s.Kip(t, home, "version", "-o", "json")
+	if r.ExitCode != 0 {
+		t.Fatalf("kip version exited %d: %s", r.ExitCode, r.Stderr)
+	}
+	var v struct {
+		Kip struct{ Version, Commit string }
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil || v.Kip.Version == "" {
+		t.Fatalf("kip version -o json: %v\n%s", err, r.Stdout)
+	}
+	if r := s.Kip(t, home, "--bogus"); r.ExitCode != 2 || !strings.Contains(r.Stderr, "unknown flag") {
+		t.Fatalf("a bad flag: exit %d, %q", r.ExitCode, r.Stderr)
+	}
+}
+
+// TestStandinClusterUnderSystemd runs the k3s stand-in as k3s runs: a server on lab1 and agents
+// on lab2 and lab3 under systemd units. The API answers at the server's private address, a
+// Node per host turns Ready, a Deployment's Pods run, and the stand-in behaves like k3s when
+// its host dies and comes back.
+func TestStandinClusterUnderSystemd(t *testing.T) {
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	server, a1, a2 := s.Lab.Hosts[0], s.Lab.Hosts[1], s.Lab.Hosts[2]
+
+	start := time.Now()
+	err := s.InstallStandin(ctx, server, "server", fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", server.PrivateIP, server.PublicIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stand-in server on %s ready %s after its unit started", server.Name, time.Since(start).Round(100*time.Millisecond))
+
+	out, err := server.Run(ctx, "k3s --version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "k3s version v1.37.2+k3s1 ") {
+		t.Fatalf("k3s --version printed %q", out)
+	}
+	mode, err := server.Run(ctx, "stat -L -c %a /etc/rancher/k3s/k3s.yaml /var/lib/rancher/k3s/server/node-token")
+	if err != nil || strings.Fields(mode)[0] != "600" || strings.Fields(mode)[1] != "600" {
+		t.Fatalf("kubeconfig and token modes %q, %v; want 600 600", mode, err)
+	}
+	token, err := server.Run(ctx, "cat /var/lib/rancher/k3s/server/node-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*lab.Host{a1, a2} {
+		cfg := fmt.Sprintf("server: https://%s:6443\ntoken: %s\nnode-ip: %s\n", server.PrivateIP, strings.TrimSpace(token), h.PrivateIP)
+		if err := s.InstallStandin(ctx, h, "agent", cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	restCfg, err := kube.LoadConfig(s.Kubeconfig(ctx, t, server), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewClients(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{server.Name, a1.Name, a2.Name}
+	if err := kube.WaitNodesReady(ctx, c, names, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.Kube.CoreV1().Nodes().Get(ctx, server.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeAddress(node, corev1.NodeInternalIP); got != server.PrivateIP.String() {
+		t.Errorf("server Node InternalIP %q, want %s", got, server.PrivateIP)
+	}
+
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web:1"}}},
+			},
+		},
+	}
+	if _, err := c.Kube.AppsV1().Deployments("default").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitRollout(ctx, c, "Deployment", "default", "web", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// A worker killed outright goes NotReady like a dead kubelet's node, and comes back Ready
+	// when its host boots again and systemd restarts the enabled agent.
+	if err := a2.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeReady(ctx, t, c, a2.Name, corev1.ConditionUnknown, 2*time.Minute)
+	if err := a2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitNodesReady(ctx, c, []string{a2.Name}, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// A drop-in that keeps the agent from starting holds across a restart, as kip's fence needs.
+	dropIn := "mkdir -p /etc/systemd/system/k3s-agent.service.d && printf '[Service]\\nExecStartPre=/bin/false\\n' > /etc/systemd/system/k3s-agent.service.d/fence.conf && systemctl daemon-reload"
+	if _, err := a1.Run(ctx, dropIn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a1.Run(ctx, "systemctl restart k3s-agent"); err == nil {
+		t.Fatal("k3s-agent restarted despite a drop-in that keeps it from starting")
+	}
+	waitNodeReady(ctx, t, c, a1.Name, corev1.ConditionUnknown, 2*time.Minute)
+}
+
+func nodeAddress(n *corev1.Node, kind corev1.NodeAddressType) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == kind {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+// waitNodeReady waits until the Node's Ready condition has the given status.
+func waitNodeReady(ctx context.Context, t *testing.T, c *kube.Clients, name string, want corev1.ConditionStatus, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last corev1.ConditionStatus
+	for time.Now().Before(deadline) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					last = cond.Status
+				}
+			}
+			if last == want {
+				return
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("Node %s Ready is %q after %s, want %q", name, last, timeout, want)
+}

@@ -1,0 +1,223 @@
+// Package e2e runs the real kip binary against lab hosts (test/lab): it builds bin/kip and the
+// k3s stand-in, brings a lab up once per test package, runs kip as a subprocess with its own
+// KIP_HOME, and gives tests what they need to look at hosts and the cluster and to break things
+// while a command runs (kill a host, cut its network).
+//
+// A package of end-to-end tests starts with
+//
+//	func TestMain(m *testing.M) { os.Exit(e2e.Main(m, 3, lab.Options{})) }
+//
+// and each test calls e2e.Get(t) for the shared Suite.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/need"
+	"kipper.run/kip/test/testenv"
+)
+
+// StandinBinDir is where lab hosts find the test control plane's binaries, which the k3s
+// stand-in runs (bind-mounted read-only from bin/testenv).
+const StandinBinDir = "/opt/kip-testenv"
+
+// Suite is what a package's end-to-end tests share.
+type Suite struct {
+	Lab *lab.Lab
+	// KipBin is the kip binary under test, built from this checkout.
+	KipBin string
+	// Standin is the k3s stand-in binary (make k3s-standin also writes its checksum file
+	// beside it, for kip's airgap path).
+	Standin string
+}
+
+var (
+	suite    *Suite
+	setupErr error // why there is no suite: every test reports it
+)
+
+// Main builds kip and the k3s stand-in, brings up a lab of n hosts, runs the package's tests and
+// removes the lab. Without root, the lab's tools or the test control-plane binaries, the tests
+// report why (skipped locally, failed under CI=true).
+func Main(m *testing.M, n int, opts lab.Options) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	s, err := setUp(ctx, n, opts)
+	if err != nil {
+		setupErr = err
+		return m.Run()
+	}
+	suite = s
+	code := m.Run()
+	downCtx, downCancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer downCancel()
+	if err := s.Lab.Down(downCtx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: remove the lab: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("end-to-end tests need root (run make test as root)")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	bins, err := testenv.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(bins, "kube-apiserver")); err != nil {
+		return nil, fmt.Errorf("test control-plane binaries not built: run make testenv (%v)", err)
+	}
+	s := &Suite{
+		KipBin:  filepath.Join(root, "bin", "kip"),
+		Standin: filepath.Join(root, "bin", "k3s-standin"),
+	}
+	for _, target := range []string{"build", "k3s-standin"} {
+		cmd := exec.CommandContext(ctx, "make", "-C", root, target)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("make %s: %v\n%s", target, err, out)
+		}
+	}
+	resolved, err := filepath.EvalSymlinks(bins)
+	if err != nil {
+		return nil, err
+	}
+	opts.ReadOnly = append(opts.ReadOnly, lab.Bind{Source: resolved, Target: StandinBinDir})
+	if s.Lab, err = lab.Up(ctx, n, opts); err != nil {
+		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
+	}
+	return s, nil
+}
+
+// Get returns the package's Suite, or reports why there is none.
+func Get(t testing.TB) *Suite {
+	t.Helper()
+	if suite == nil {
+		if setupErr == nil {
+			setupErr = errors.New("e2e.Main was not called from TestMain")
+		}
+		need.Missing(t, "%v", setupErr)
+	}
+	return suite
+}
+
+// Home returns a fresh KIP_HOME for one test.
+func (s *Suite) Home(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Result is how a kip run ended.
+type Result struct {
+	Stdout, Stderr string
+	ExitCode       int
+}
+
+// Process is a kip command running in the background, so that a test can break a host (Kill,
+// Partition, Stop on its lab.Host) or kip itself while the command runs, then Wait for it.
+type Process struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+// Start runs kip with args in the background, with KIP_HOME=home, no terminal and no colour.
+func (s *Suite) Start(t testing.TB, home string, args ...string) *Process {
+	t.Helper()
+	p := &Process{done: make(chan struct{})}
+	p.cmd = exec.Command(s.KipBin, args...)
+	p.cmd.Env = append(os.Environ(), "KIP_HOME="+home, "NO_COLOR=1", "TERM=dumb")
+	p.cmd.Stdin = nil
+	p.cmd.Stdout = &p.stdout
+	p.cmd.Stderr = &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start kip: %v", err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck // best effort
+			<-p.done
+		}
+	})
+	t.Logf("kip %s", strings.Join(args, " "))
+	return p
+}
+
+// Kip runs kip with args to completion.
+func (s *Suite) Kip(t testing.TB, home string, args ...string) Result {
+	t.Helper()
+	return s.Start(t, home, args...).Wait(t, 30*time.Minute)
+}
+
+// Kill kills kip outright, as a lost laptop would.
+func (p *Process) Kill() error { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
+
+// Wait waits for kip to end and returns its output and exit code.
+func (p *Process) Wait(t testing.TB, timeout time.Duration) Result {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.Kill() //nolint:errcheck // reported below
+		<-p.done
+		t.Fatalf("kip did not finish within %s:\n%s", timeout, p.stderr.String())
+	}
+	r := Result{Stdout: p.stdout.String(), Stderr: p.stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case p.err == nil:
+	case errors.As(p.err, &exit):
+		r.ExitCode = exit.ExitCode()
+	default:
+		t.Fatalf("kip: %v", p.err)
+	}
+	t.Logf("kip exited %d\n%s", r.ExitCode, r.Stderr)
+	return r
+}
+
+// syncBuffer is a buffer written by a process while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/test/lab"
+)
+
+// standinUnit is the systemd unit k3s's installer writes, less what the stand-in has no use for
+// (Delegate=yes for container cgroups, the modprobe pre-steps).
+const standinUnit = `[Unit]
+Description=Lightweight Kubernetes (kip's test stand-in)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=notify
+EnvironmentFile=-/etc/systemd/system/%[1]s.service.env
+KillMode=process
+LimitNOFILE=1048576
+TimeoutStartSec=0
+Restart=always
+RestartSec=5s
+ExecStart=/usr/local/bin/k3s %[2]s
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// InstallStandin installs the k3s stand-in on h the way k3s's installer lays k3s out: the binary
+// at /usr/local/bin/k3s, config at /etc/rancher/k3s/config.yaml, and the unit k3s (server) or
+// k3s-agent (agent), enabled and started. It returns once systemd reports the unit started,
+// which for Type=notify means the stand-in said READY=1. (kip's own install puts k3s there
+// through its airgap path; this is for tests of the lab itself.)
+func (s *Suite) InstallStandin(ctx context.Context, h *lab.Host, role, config string) error {
+	unit := map[string]string{"server": "k3s", "agent": "k3s-agent"}[role]
+	if unit == "" {
+		return fmt.Errorf("role %q: use server or agent", role)
+	}
+	bin, err := os.ReadFile(s.Standin)
+	if err != nil {
+		return err
+	}
+	c, err := sshx.Dial(ctx, h.SSHConfig(h.PrivateIP))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	files := []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{"/usr/local/bin/k3s", bin, 0o755},
+		{"/etc/rancher/k3s/config.yaml", []byte(config), 0o600},
+		{filepath.Join("/etc/systemd/system", unit+".service"), fmt.Appendf(nil, standinUnit, unit, role), 0o644},
+	}
+	for _, f := range files {
+		if _, err := h.Run(ctx, sshx.Command("mkdir", "-p", filepath.Dir(f.path))); err != nil {
+			return err
+		}
+		if err := c.Upload(ctx, f.path, f.data, f.mode, "root"); err != nil {
+			return err
+		}
+	}
+	_, err = h.Run(ctx, "systemctl daemon-reload && "+sshx.Command("systemctl", "enable", "--now", unit))
+	if err != nil {
+		journal, _ := h.Run(ctx, sshx.Command("journalctl", "-u", unit, "-n", "40", "--no-pager"))
+		return fmt.Errorf("start %s on %s: %w\n%s", unit, h.Name, err, journal)
+	}
+	return nil
+}
+
+// Kubeconfig fetches the server's /etc/rancher/k3s/k3s.yaml, points it at the server's private
+// address as kip does, and writes it 0600 into a test directory.
+func (s *Suite) Kubeconfig(ctx context.Context, t testing.TB, server *lab.Host) string {
+	t.Helper()
+	kc, err := server.Run(ctx, "cat /etc/rancher/k3s/k3s.yaml")
+	if err != nil {
+		t.Fatalf("read the kubeconfig on %s: %v", server.Name, err)
+	}
+	kc = strings.ReplaceAll(kc, "https://127.0.0.1:6443", "https://"+server.PrivateIP.String()+":6443")
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
