@@ -20,12 +20,28 @@ type Family struct {
 	Firewall string // ufw or firewalld
 	// LonghornPackages are the iSCSI and NFS client packages Longhorn needs.
 	LonghornPackages []string
+
+	installed string // a shell test that package "$p" is installed
+	install   string // a command that installs the packages appended to it, without prompting
 }
 
 // The families kip supports.
 var (
-	Debian = Family{Name: "debian", Packages: "apt", Firewall: "ufw", LonghornPackages: []string{"open-iscsi", "nfs-common"}}
-	RHEL   = Family{Name: "rhel", Packages: "dnf", Firewall: "firewalld", LonghornPackages: []string{"iscsi-initiator-utils", "nfs-utils"}}
+	Debian = Family{
+		Name: "debian", Packages: "apt", Firewall: "ufw",
+		LonghornPackages: []string{"open-iscsi", "nfs-common"},
+		installed:        `dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed`,
+		// A fresh server often has no package lists: refresh them when missing or a day old.
+		install: `export DEBIAN_FRONTEND=noninteractive; ` +
+			`if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -mtime -1 | head -n 1)" ]; then apt-get update -q; fi; ` +
+			`apt-get install -y -q --no-install-recommends`,
+	}
+	RHEL = Family{
+		Name: "rhel", Packages: "dnf", Firewall: "firewalld",
+		LonghornPackages: []string{"iscsi-initiator-utils", "nfs-utils"},
+		installed:        `rpm -q --quiet "$p"`,
+		install:          `dnf install -y -q`,
+	}
 )
 
 // release is a supported distribution and the major versions kip supports on it.
