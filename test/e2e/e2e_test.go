@@ -14,12 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
 )
 
-func TestMain(m *testing.M) { os.Exit(e2e.Main(m, 3, lab.Options{})) }
+// Hosts 1–3 form the stand-in cluster test's cluster; host 4 is the k3s configuration test's.
+func TestMain(m *testing.M) { os.Exit(e2e.Main(m, 4, lab.Options{})) }
 
 // TestKipRunsAsASubprocess checks the harness's own plumbing: kip built from this checkout,
 // run with its own KIP_HOME and no terminal.
@@ -140,6 +142,60 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 		t.Fatal("k3s-agent restarted despite a drop-in that keeps it from starting")
 	}
 	waitNodeReady(ctx, t, c, a1.Name, corev1.ConditionUnknown, 2*time.Minute)
+}
+
+// TestK3sConfigTakesEffect runs a k3s server on the configuration kip renders: its API server
+// writes the metadata-only audit log where kip says, and the Node carries the pod network
+// backend kip chose.
+func TestK3sConfigTakesEffect(t *testing.T) {
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	h := s.Lab.Hosts[3]
+	cfg, err := k3s.ServerConfig{
+		NodeIP: h.PrivateIP.String(), NodeExternalIP: h.PublicIP.String(),
+		FlannelBackend: k3s.FlannelVXLAN, Disable: []string{"traefik"},
+	}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2e.Upload(ctx, h, map[string]e2e.File{k3s.AuditPolicyPath: {Data: k3s.AuditPolicy(), Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InstallStandin(ctx, h, "server", string(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	restCfg, err := kube.LoadConfig(s.Kubeconfig(ctx, t, h), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewClients(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "audited", Namespace: "default"}, StringData: map[string]string{"password": "never-in-the-log"}}
+	if _, err := c.Kube.CoreV1().Secrets("default").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.Kube.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Annotations["flannel.alpha.coreos.com/backend-type"]; got != "vxlan" {
+		t.Errorf("Node's flannel backend %q, want vxlan", got)
+	}
+	var log string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if log, err = h.Run(ctx, "cat "+k3s.AuditLogPath); err == nil && strings.Contains(log, `"name":"audited"`) {
+			break
+		}
+	}
+	if !strings.Contains(log, `"level":"Metadata"`) || !strings.Contains(log, `"name":"audited"`) {
+		t.Fatalf("the audit log at %s lacks the Secret's create at Metadata level:\n%.2000s", k3s.AuditLogPath, log)
+	}
+	if strings.Contains(log, "never-in-the-log") || strings.Contains(log, `"requestObject"`) {
+		t.Fatal("the audit log holds a request body")
+	}
 }
 
 func nodeAddress(n *corev1.Node, kind corev1.NodeAddressType) string {

@@ -47,32 +47,43 @@ func (s *Suite) InstallStandin(ctx context.Context, h *lab.Host, role, config st
 	if err != nil {
 		return err
 	}
-	c, err := sshx.Dial(ctx, h.SSHConfig(h.PrivateIP))
+	err = Upload(ctx, h, map[string]File{
+		"/usr/local/bin/k3s":                                  {bin, 0o755},
+		"/etc/rancher/k3s/config.yaml":                        {[]byte(config), 0o600},
+		filepath.Join("/etc/systemd/system", unit+".service"): {fmt.Appendf(nil, standinUnit, unit, role), 0o644},
+	})
 	if err != nil {
 		return err
-	}
-	defer c.Close()
-	files := []struct {
-		path string
-		data []byte
-		mode os.FileMode
-	}{
-		{"/usr/local/bin/k3s", bin, 0o755},
-		{"/etc/rancher/k3s/config.yaml", []byte(config), 0o600},
-		{filepath.Join("/etc/systemd/system", unit+".service"), fmt.Appendf(nil, standinUnit, unit, role), 0o644},
-	}
-	for _, f := range files {
-		if _, err := h.Run(ctx, sshx.Command("mkdir", "-p", filepath.Dir(f.path))); err != nil {
-			return err
-		}
-		if err := c.Upload(ctx, f.path, f.data, f.mode, "root"); err != nil {
-			return err
-		}
 	}
 	_, err = h.Run(ctx, "systemctl daemon-reload && "+sshx.Command("systemctl", "enable", "--now", unit))
 	if err != nil {
 		journal, _ := h.Run(ctx, sshx.Command("journalctl", "-u", unit, "-n", "40", "--no-pager"))
 		return fmt.Errorf("start %s on %s: %w\n%s", unit, h.Name, err, journal)
+	}
+	return nil
+}
+
+// File is a file's content and mode, for Upload.
+type File struct {
+	Data []byte
+	Mode os.FileMode
+}
+
+// Upload writes files (by path) on h as root, creating their directories, over one SSH
+// connection with sshx's atomic upload.
+func Upload(ctx context.Context, h *lab.Host, files map[string]File) error {
+	c, err := sshx.Dial(ctx, h.SSHConfig(h.PrivateIP))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for path, f := range files {
+		if _, err := h.Run(ctx, sshx.Command("mkdir", "-p", filepath.Dir(path))); err != nil {
+			return err
+		}
+		if err := c.Upload(ctx, path, f.Data, f.Mode, "root"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,0 +1,98 @@
+package k3s
+
+import (
+	"fmt"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Paths k3s and kip use on a server.
+const (
+	ConfigPath       = "/etc/rancher/k3s/config.yaml"
+	ConfigBackupPath = "/etc/rancher/k3s/config.yaml.kipper-bak"
+	KubeconfigPath   = "/etc/rancher/k3s/k3s.yaml"
+	AuditPolicyPath  = "/var/lib/rancher/k3s/server/kipper-audit-policy.yaml"
+	AuditLogPath     = "/var/lib/rancher/k3s/server/logs/audit.log"
+)
+
+// Flannel backends: WireGuard when the server can load the module, VXLAN otherwise.
+const (
+	FlannelWireGuard = "wireguard-native"
+	FlannelVXLAN     = "vxlan"
+)
+
+// The audit log keeps 100 MB per file, 10 files, for 30 days.
+const (
+	auditMaxSizeMB  = 100
+	auditMaxBackups = 10
+	auditMaxAgeDays = 30
+)
+
+// auditPolicy records metadata of every request, never a request or response body.
+const auditPolicy = `# Written by kip: metadata of every request, never request or response bodies.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+`
+
+// AuditPolicy is the audit policy kip installs at AuditPolicyPath.
+func AuditPolicy() []byte { return []byte(auditPolicy) }
+
+// ServerConfig is what kip writes to a server's /etc/rancher/k3s/config.yaml.
+type ServerConfig struct {
+	NodeName       string
+	NodeIP         string
+	NodeExternalIP string
+	TLSSANs        []string
+	FlannelBackend string
+	// Disable lists bundled k3s add-ons kip replaces with its own, e.g. traefik.
+	Disable []string
+	// AuthenticationConfigPath, when set, is the API server's structured authentication
+	// configuration (operator login through Dex).
+	AuthenticationConfigPath string
+}
+
+// APIServerArgs returns the kube-apiserver arguments kip installs, in a fixed order.
+func (c ServerConfig) APIServerArgs() []string {
+	args := []string{
+		"audit-policy-file=" + AuditPolicyPath,
+		"audit-log-path=" + AuditLogPath,
+		"audit-log-maxsize=" + strconv.Itoa(auditMaxSizeMB),
+		"audit-log-maxbackup=" + strconv.Itoa(auditMaxBackups),
+		"audit-log-maxage=" + strconv.Itoa(auditMaxAgeDays),
+	}
+	if c.AuthenticationConfigPath != "" {
+		args = append(args, "authentication-config="+c.AuthenticationConfigPath)
+	}
+	return args
+}
+
+// Render returns the config.yaml file.
+func (c ServerConfig) Render() ([]byte, error) {
+	switch c.FlannelBackend {
+	case FlannelWireGuard, FlannelVXLAN:
+	default:
+		return nil, fmt.Errorf("flannel backend %q: use %s or %s", c.FlannelBackend, FlannelWireGuard, FlannelVXLAN)
+	}
+	if c.NodeIP == "" {
+		return nil, fmt.Errorf("k3s config: no node IP")
+	}
+	doc := struct {
+		NodeName            string   `json:"node-name,omitempty"`
+		NodeIP              string   `json:"node-ip"`
+		NodeExternalIP      string   `json:"node-external-ip,omitempty"`
+		TLSSAN              []string `json:"tls-san,omitempty"`
+		FlannelBackend      string   `json:"flannel-backend"`
+		Disable             []string `json:"disable,omitempty"`
+		WriteKubeconfigMode string   `json:"write-kubeconfig-mode"`
+		APIServerArgs       []string `json:"kube-apiserver-arg"`
+	}{c.NodeName, c.NodeIP, c.NodeExternalIP, c.TLSSANs, c.FlannelBackend, c.Disable, "0600", c.APIServerArgs()}
+	body, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("render k3s config: %w", err)
+	}
+	return append([]byte("# Written by kip. kip keeps the previous file at "+ConfigBackupPath+" when it changes this one.\n"), body...), nil
+}
