@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path"
@@ -11,10 +12,10 @@ import (
 )
 
 // Upload writes data to the absolute path on the host atomically, in one remote command: it
-// writes a temporary file next to path, sets its permission bits to mode and, when owner is not
-// empty, its owner (chown syntax: "user" or "user:group"), then renames it onto path. Readers
-// of path see the old content or the new, never a part; the temporary file is removed if a
-// step fails.
+// writes a temporary file next to path, checks its SHA-256 against data's, sets its permission
+// bits to mode and, when owner is not empty, its owner (chown syntax: "user" or "user:group"),
+// then renames it onto path. Readers of path see the old content or the new, never a part or a
+// corrupted copy; the temporary file is removed if a step fails.
 func (c *Client) Upload(ctx context.Context, dst string, data []byte, mode os.FileMode, owner string) error {
 	if !path.IsAbs(dst) {
 		return c.wrapErr(fmt.Errorf("upload %q: the path must be absolute", dst))
@@ -23,6 +24,8 @@ func (c *Client) Upload(ctx context.Context, dst string, data []byte, mode os.Fi
 	steps := []string{
 		"umask 077",
 		"cat >" + Quote(tmp),
+		fmt.Sprintf("{ printf '%%s  %%s\\n' %x %s | sha256sum -c --status || { echo 'the uploaded file does not match what kip sent (sha256 %x)' >&2; false; }; }",
+			sha256.Sum256(data), Quote(tmp), sha256.Sum256(data)),
 		Command("chmod", fmt.Sprintf("%04o", mode.Perm()), tmp),
 	}
 	if owner != "" {

@@ -38,9 +38,9 @@ type Suite struct {
 	Lab *lab.Lab
 	// KipBin is the kip binary under test, built from this checkout.
 	KipBin string
-	// Standin is the k3s stand-in binary (make k3s-standin also writes its checksum file
-	// beside it, for kip's airgap path).
-	Standin string
+	// Bundle is an airgap bundle directory laid out like a k3s release's assets (k3s and
+	// sha256sum-amd64.txt) holding the k3s stand-in, for kip's airgap path.
+	Bundle string
 }
 
 var (
@@ -61,6 +61,7 @@ func Main(m *testing.M, n int, opts lab.Options) int {
 	}
 	suite = s
 	code := m.Run()
+	os.RemoveAll(s.Bundle) //nolint:errcheck // a temporary directory
 	downCtx, downCancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer downCancel()
 	if err := s.Lab.Down(downCtx); err != nil {
@@ -87,15 +88,15 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 	if _, err := os.Stat(filepath.Join(bins, "kube-apiserver")); err != nil {
 		return nil, fmt.Errorf("test control-plane binaries not built: run make testenv (%v)", err)
 	}
-	s := &Suite{
-		KipBin:  filepath.Join(root, "bin", "kip"),
-		Standin: filepath.Join(root, "bin", "k3s-standin"),
-	}
+	s := &Suite{KipBin: filepath.Join(root, "bin", "kip")}
 	for _, target := range []string{"build", "k3s-standin"} {
 		cmd := exec.CommandContext(ctx, "make", "-C", root, target)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("make %s: %v\n%s", target, err, out)
 		}
+	}
+	if s.Bundle, err = standinBundle(filepath.Join(root, "bin", "k3s-standin")); err != nil {
+		return nil, err
 	}
 	resolved, err := filepath.EvalSymlinks(bins)
 	if err != nil {
@@ -106,6 +107,28 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
 	}
 	return s, nil
+}
+
+// standinBundle lays the stand-in out as an x86_64 k3s release's airgap assets, with the
+// checksum file that make k3s-standin wrote beside it.
+func standinBundle(bin string) (string, error) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	sums, err := os.ReadFile(bin + ".sha256")
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "kip-e2e-bundle-")
+	if err != nil {
+		return "", err
+	}
+	sums = bytes.Replace(sums, []byte(filepath.Base(bin)), []byte("k3s"), 1)
+	if err := os.WriteFile(filepath.Join(dir, "k3s"), data, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "sha256sum-amd64.txt"), sums, 0o644)
 }
 
 // Get returns the package's Suite, or reports why there is none.

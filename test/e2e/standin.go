@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
 )
@@ -33,8 +34,8 @@ ExecStart=/usr/local/bin/k3s %[2]s
 WantedBy=multi-user.target
 `
 
-// InstallStandin installs the k3s stand-in on h the way k3s's installer lays k3s out: the binary
-// at /usr/local/bin/k3s, config at /etc/rancher/k3s/config.yaml, and the unit k3s (server) or
+// InstallStandin installs the k3s stand-in on h the way k3s's installer lays k3s out: the binary,
+// read from the airgap bundle and verified against its checksum file, at /usr/local/bin/k3s, config at /etc/rancher/k3s/config.yaml, and the unit k3s (server) or
 // k3s-agent (agent), enabled and started. It returns once systemd reports the unit started,
 // which for Type=notify means the stand-in said READY=1. (kip's own install puts k3s there
 // through its airgap path; this is for tests of the lab itself.)
@@ -43,13 +44,13 @@ func (s *Suite) InstallStandin(ctx context.Context, h *lab.Host, role, config st
 	if unit == "" {
 		return fmt.Errorf("role %q: use server or agent", role)
 	}
-	bin, err := os.ReadFile(s.Standin)
+	bin, err := k3s.LoadBundle(s.Bundle, "x86_64") // lab hosts share this machine's architecture
 	if err != nil {
 		return err
 	}
 	err = Upload(ctx, h, map[string]File{
-		"/usr/local/bin/k3s":                                  {bin, 0o755},
-		"/etc/rancher/k3s/config.yaml":                        {[]byte(config), 0o600},
+		k3s.BinaryPath:                 {bin.Data, 0o755},
+		"/etc/rancher/k3s/config.yaml": {[]byte(config), 0o600},
 		filepath.Join("/etc/systemd/system", unit+".service"): {fmt.Appendf(nil, standinUnit, unit, role), 0o644},
 	})
 	if err != nil {
