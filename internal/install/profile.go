@@ -90,10 +90,11 @@ func Choose(memMiB, cpus int, profile, storage string) (Sizing, error) {
 		s.Profile, s.ProfileReason = p, fmt.Sprintf("asked for with --profile %s", p.Name)
 	} else {
 		s.Profile = largestFor(memMiB, cpus)
-		s.ProfileReason = fmt.Sprintf("the largest profile for %d MiB of RAM and %d CPUs", memMiB, cpus)
+		s.ProfileReason = fmt.Sprintf("the largest profile for %d MiB of RAM and %s", memMiB, cpuCount(cpus))
 		if s.Profile.Name == "nano" {
 			next := Profiles[1]
-			s.ProfileReason = fmt.Sprintf("%d MiB of RAM and %d CPUs is below the %d MiB and %d CPUs of the %s profile", memMiB, cpus, next.MinMemoryMiB, next.MinCPUs, next.Name)
+			s.ProfileReason = fmt.Sprintf("%d MiB of RAM and %s is below the %d MiB and %s of the %s profile",
+				memMiB, cpuCount(cpus), next.MinMemoryMiB, cpuCount(next.MinCPUs), next.Name)
 		}
 	}
 
@@ -116,6 +117,14 @@ func Choose(memMiB, cpus int, profile, storage string) (Sizing, error) {
 		return s, fmt.Errorf("unknown storage %q: choose local or longhorn", storage)
 	}
 	return s, nil
+}
+
+// cpuCount says "1 CPU" or "n CPUs".
+func cpuCount(n int) string {
+	if n == 1 {
+		return "1 CPU"
+	}
+	return fmt.Sprintf("%d CPUs", n)
 }
 
 // largestFor returns the largest profile whose minimums the server meets.

@@ -13,36 +13,15 @@ import (
 	"kipper.run/kip/test/lab"
 )
 
-// standinUnit is the systemd unit k3s's installer writes, less what the stand-in has no use for
-// (Delegate=yes for container cgroups, the modprobe pre-steps).
-const standinUnit = `[Unit]
-Description=Lightweight Kubernetes (kip's test stand-in)
-Wants=network-online.target
-After=network-online.target
-
-[Service]
-Type=notify
-EnvironmentFile=-/etc/systemd/system/%[1]s.service.env
-KillMode=process
-LimitNOFILE=1048576
-TimeoutStartSec=0
-Restart=always
-RestartSec=5s
-ExecStart=/usr/local/bin/k3s %[2]s
-
-[Install]
-WantedBy=multi-user.target
-`
-
 // InstallStandin installs the k3s stand-in on h the way k3s's installer lays k3s out: the binary,
-// read from the airgap bundle and verified against its checksum file, at /usr/local/bin/k3s, config at /etc/rancher/k3s/config.yaml, and the unit k3s (server) or
-// k3s-agent (agent), enabled and started. It returns once systemd reports the unit started,
+// read from the airgap bundle and verified against its checksum file, at /usr/local/bin/k3s, config at /etc/rancher/k3s/config.yaml, and kip's unit for k3s (server)
+// or k3s-agent (agent), enabled and started. It returns once systemd reports the unit started,
 // which for Type=notify means the stand-in said READY=1. (kip's own install puts k3s there
 // through its airgap path; this is for tests of the lab itself.)
 func (s *Suite) InstallStandin(ctx context.Context, h *lab.Host, role, config string) error {
-	unit := map[string]string{"server": "k3s", "agent": "k3s-agent"}[role]
-	if unit == "" {
-		return fmt.Errorf("role %q: use server or agent", role)
+	unit, unitFile, err := k3s.Unit(role)
+	if err != nil {
+		return err
 	}
 	bin, err := k3s.LoadBundle(s.Bundle, "x86_64") // lab hosts share this machine's architecture
 	if err != nil {
@@ -51,7 +30,7 @@ func (s *Suite) InstallStandin(ctx context.Context, h *lab.Host, role, config st
 	err = Upload(ctx, h, map[string]File{
 		k3s.BinaryPath:                 {bin.Data, 0o755},
 		"/etc/rancher/k3s/config.yaml": {[]byte(config), 0o600},
-		filepath.Join("/etc/systemd/system", unit+".service"): {fmt.Appendf(nil, standinUnit, unit, role), 0o644},
+		k3s.UnitPath(unit):             {unitFile, 0o644},
 	})
 	if err != nil {
 		return err

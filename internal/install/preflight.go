@@ -1,0 +1,651 @@
+package install
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/sshx"
+)
+
+//go:embed preflight.sh
+var preflightScript string
+
+// FirewallMarker marks a host firewall as managed by kip. Install writes it and preflight looks
+// for it: with ufw, every rule kip adds carries the comment "kip-managed"
+// (ufw allow 6443/tcp comment kip-managed); with firewalld, kip's zone FirewalldZone has the
+// description "kip-managed". An active firewall without the marker is the operator's: kip
+// leaves it alone and says so.
+const FirewallMarker = "kip-managed"
+
+// FirewalldZone is the firewalld zone kip writes when it manages firewalld.
+const FirewalldZone = "kipper"
+
+// Minimums of the nano profile: "a server with 4 GB of RAM and 20 GiB of free disk space". A
+// 4 GB server shows about 3900 MiB of MemTotal, so the floor leaves room for what the kernel
+// and firmware keep.
+const (
+	MinCPUs      = 1
+	MinMemoryMiB = 3500
+	MinFreeBytes = 20 << 30 // on the file system holding RancherDir
+)
+
+// Longhorn's disk rule: Longhorn keeps more than LonghornReservedPercent of the file system
+// holding LonghornDir free, and schedules volumes only into the space above that reserve. kip
+// asks for at least LonghornMinScheduleBytes there, so that the first volumes fit.
+const (
+	LonghornReservedPercent  = 25
+	LonghornMinScheduleBytes = 10 << 30
+)
+
+// Where k3s and Longhorn keep their data. Gather the host's Facts with DiskPaths so that
+// Preflight can check the file systems holding them.
+const (
+	RancherDir  = "/var/lib/rancher"
+	LonghornDir = "/var/lib/longhorn"
+)
+
+// DiskPaths are the paths whose file systems Preflight checks.
+var DiskPaths = []string{RancherDir, LonghornDir}
+
+// Request is what the operator asked install for; empty fields pick the defaults.
+type Request struct {
+	Profile string // --profile
+	Storage string // --storage
+}
+
+// Status is a check's outcome.
+type Status string
+
+// Check outcomes. A failed check stops install; a warning is printed and install goes on.
+const (
+	StatusOK   Status = "ok"
+	StatusWarn Status = "warn"
+	StatusFail Status = "fail"
+)
+
+// Check is one preflight check: what was found and, unless it passed, the fix.
+type Check struct {
+	Name   string
+	Status Status
+	Detail string
+	Fix    string
+}
+
+// Report is the outcome of Preflight, its checks in the order they ran.
+type Report struct {
+	Host   string
+	Checks []Check
+	// Sizing is the profile and storage chosen; zero when the profile check failed.
+	Sizing Sizing
+	// ExistingK3s says a k3s is already on the host: install takes the re-run path.
+	ExistingK3s bool
+}
+
+// Err returns one error naming every failed check and its fix, or nil when none failed.
+func (r *Report) Err() error {
+	var failed []string
+	for _, c := range r.Checks {
+		if c.Status != StatusFail {
+			continue
+		}
+		s := c.Name + ": " + c.Detail
+		if c.Fix != "" {
+			s += " (fix: " + c.Fix + ")"
+		}
+		failed = append(failed, s)
+	}
+	switch len(failed) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("preflight failed on %s: 1 check failed: %s", r.Host, failed[0])
+	}
+	return fmt.Errorf("preflight failed on %s: %d checks failed: %s", r.Host, len(failed), strings.Join(failed, "; "))
+}
+
+// Preflight checks that the host c, whose facts were gathered with DiskPaths, can take the
+// install asked for. It runs one remote command for what facts lack: listening ports, another
+// Kubernetes or CNI, and the host firewall. A failed check is in the report (see Report.Err),
+// not the error, which only says the host could not be examined.
+func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Request) (*Report, error) {
+	if facts == nil {
+		return nil, errors.New("preflight: no host facts")
+	}
+	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight"))
+	if err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	p, err := parseProbe(string(res.Stdout))
+	if err != nil {
+		return nil, fmt.Errorf("preflight on %s: read the host's state: %w", c, err)
+	}
+	return evaluate(hostOf(c.String()), facts, p, want), nil
+}
+
+// hostOf returns the host of a user@host:port label.
+func hostOf(label string) string {
+	_, hp, ok := strings.Cut(label, "@")
+	if !ok {
+		hp = label
+	}
+	if h, _, err := net.SplitHostPort(hp); err == nil {
+		return h
+	}
+	return hp
+}
+
+// evaluate runs every check on what was found on the host.
+func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
+	r := &Report{Host: hostName}
+	add := func(c Check) { r.Checks = append(r.Checks, c) }
+
+	family, famErr := host.Identify(f.OS)
+	add(checkOS(f.OS, famErr))
+	add(checkIPv4(f))
+	add(checkCPUs(f.CPUs))
+	add(checkMemory(f.MemTotalMiB))
+	add(checkDisk(f.Disks))
+
+	storage := want.Storage
+	sizing, err := Choose(int(min(f.MemTotalMiB, math.MaxInt32)), f.CPUs, want.Profile, want.Storage)
+	if err != nil {
+		detail, fix := splitFix(err)
+		add(Check{Name: "profile", Status: StatusFail, Detail: detail, Fix: fix})
+	} else {
+		r.Sizing, storage = sizing, sizing.Storage
+		add(Check{Name: "profile", Status: StatusOK,
+			Detail: fmt.Sprintf("%s (%s); storage %s (%s)", sizing.Profile.Name, sizing.ProfileReason, sizing.Storage, sizing.StorageReason)})
+	}
+	if storage == StorageLonghorn {
+		add(checkLonghornDisk(f.Disks))
+		add(checkLonghornOS(f.OS, f.Kernel))
+	}
+	add(checkWireGuard(f.Modules["wireguard"]))
+	if storage == StorageLonghorn {
+		add(checkStorageModules(f.Modules, f.Kernel, family, famErr))
+	}
+	r.ExistingK3s = p.existingK3s()
+	ports := neededPorts(wireGuardUsable(f.Modules["wireguard"]))
+	add(checkPorts(p, ports))
+	add(checkKubernetes(p))
+	add(checkFirewall(p, ports, family, famErr))
+	return r
+}
+
+// splitFix splits a refusal "what and why: the fix" at its last ": ".
+func splitFix(err error) (detail, fix string) {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[:i], msg[i+2:]
+	}
+	return msg, ""
+}
+
+func checkOS(os sshx.OS, famErr error) Check {
+	c := Check{Name: "os"}
+	name := os.PrettyName
+	if name == "" {
+		name = strings.TrimSpace(os.ID + " " + os.VersionID)
+	}
+	if famErr != nil {
+		c.Status, c.Detail, c.Fix = StatusFail, famErr.Error(), "reinstall the host with a supported release"
+		return c
+	}
+	c.Status, c.Detail = StatusOK, name
+	return c
+}
+
+func checkIPv4(f *sshx.Facts) Check {
+	c := Check{Name: "ipv4", Status: StatusFail,
+		Fix: "give the host an IPv4 address and a default route through it: k3s and kip need IPv4"}
+	for _, rt := range f.Routes {
+		if rt.Type != "" || !rt.IsDefault() {
+			continue
+		}
+		for _, a := range f.Addrs {
+			if a.Iface != rt.Dev || (rt.Src.IsValid() && a.CIDR.Addr() != rt.Src) {
+				continue
+			}
+			via := "on the link"
+			if rt.Gateway.IsValid() {
+				via = "via " + rt.Gateway.String()
+			}
+			return Check{Name: "ipv4", Status: StatusOK, Detail: fmt.Sprintf("%s on %s, default route %s", a.CIDR.Addr(), a.Iface, via)}
+		}
+		c.Detail = fmt.Sprintf("the default route goes through %s, which has no IPv4 address", rt.Dev)
+		return c
+	}
+	if len(f.Addrs) == 0 {
+		c.Detail = "no IPv4 address"
+	} else {
+		c.Detail = "no IPv4 default route"
+	}
+	return c
+}
+
+func checkCPUs(cpus int) Check {
+	if cpus < MinCPUs {
+		return Check{Name: "cpu", Status: StatusFail, Detail: fmt.Sprintf("no CPU seen (nproc printed %d); kip needs at least %d", cpus, MinCPUs),
+			Fix: "give the server at least 1 CPU"}
+	}
+	if cpus == 1 {
+		return Check{Name: "cpu", Status: StatusOK, Detail: "1 CPU"}
+	}
+	return Check{Name: "cpu", Status: StatusOK, Detail: fmt.Sprintf("%d CPUs", cpus)}
+}
+
+func checkMemory(mib uint64) Check {
+	if mib < MinMemoryMiB {
+		return Check{Name: "memory", Status: StatusFail,
+			Detail: fmt.Sprintf("%d MiB of RAM; the nano profile needs at least %d MiB (a 4 GB server)", mib, MinMemoryMiB),
+			Fix:    "resize the server to at least 4 GB of RAM"}
+	}
+	return Check{Name: "memory", Status: StatusOK, Detail: fmt.Sprintf("%d MiB of RAM", mib)}
+}
+
+func checkDisk(disks map[string]sshx.Disk) Check {
+	d, ok := disks[RancherDir]
+	if !ok {
+		return Check{Name: "disk", Status: StatusFail, Detail: "cannot see the free space of the file system holding " + RancherDir,
+			Fix: "check that df works on the host"}
+	}
+	if d.FreeBytes < MinFreeBytes {
+		return Check{Name: "disk", Status: StatusFail,
+			Detail: fmt.Sprintf("%s free on %s (holding %s); kip needs at least %s", gib(d.FreeBytes), d.Mount, RancherDir, gib(MinFreeBytes)),
+			Fix:    fmt.Sprintf("free or add space on %s until %s is free", d.Mount, gib(MinFreeBytes))}
+	}
+	return Check{Name: "disk", Status: StatusOK, Detail: fmt.Sprintf("%s free on %s (holding %s)", gib(d.FreeBytes), d.Mount, RancherDir)}
+}
+
+func checkLonghornDisk(disks map[string]sshx.Disk) Check {
+	c := Check{Name: "longhorn disk"}
+	d, ok := disks[LonghornDir]
+	if !ok {
+		c.Status, c.Detail, c.Fix = StatusFail, "cannot see the free space of the file system holding "+LonghornDir, "check that df works on the host"
+		return c
+	}
+	reserve := d.TotalBytes / 100 * LonghornReservedPercent
+	var usable uint64
+	if d.FreeBytes > reserve {
+		usable = d.FreeBytes - reserve
+	}
+	c.Detail = fmt.Sprintf("%s free of %s on %s (holding %s); Longhorn keeps more than %d%% (%s) free, leaving %s for volumes",
+		gib(d.FreeBytes), gib(d.TotalBytes), d.Mount, LonghornDir, LonghornReservedPercent, gib(reserve), gib(usable))
+	if usable < LonghornMinScheduleBytes {
+		c.Status = StatusFail
+		c.Detail += fmt.Sprintf("; kip needs at least %s above that reserve", gib(LonghornMinScheduleBytes))
+		c.Fix = fmt.Sprintf("give %s a larger disk, or install with local storage (omit --storage)", d.Mount)
+		return c
+	}
+	c.Status = StatusOK
+	return c
+}
+
+func checkLonghornOS(os sshx.OS, kernel string) Check {
+	if err := host.CheckLonghorn(os, kernel); err != nil {
+		return Check{Name: "longhorn os", Status: StatusFail, Detail: err.Error(),
+			Fix: "keep Longhorn nodes on 9.6 or earlier, or use version 10, or install with local storage (omit --storage)"}
+	}
+	return Check{Name: "longhorn os", Status: StatusOK, Detail: "Longhorn runs on this OS and kernel"}
+}
+
+func wireGuardUsable(s sshx.ModuleState) bool {
+	return s == sshx.ModuleLoaded || s == sshx.ModuleLoadable
+}
+
+func checkWireGuard(s sshx.ModuleState) Check {
+	if wireGuardUsable(s) {
+		return Check{Name: "wireguard", Status: StatusOK, Detail: "pod network: WireGuard"}
+	}
+	return Check{Name: "wireguard", Status: StatusWarn,
+		Detail: "the wireguard module cannot load: the pod network falls back to VXLAN, and kip node add will need wireguard",
+		Fix:    "boot a kernel with the wireguard module (Linux 5.6 or later has it) before adding nodes"}
+}
+
+func checkStorageModules(mods map[string]sshx.ModuleState, kernel string, family host.Family, famErr error) Check {
+	var missing []string
+	for _, m := range []string{"iscsi_tcp", "nfs"} {
+		if s := mods[m]; s != sshx.ModuleLoaded && s != sshx.ModuleLoadable {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) == 0 {
+		return Check{Name: "storage modules", Status: StatusOK, Detail: "iscsi_tcp and nfs can load"}
+	}
+	fix := fmt.Sprintf("install the kernel modules package for kernel %s", kernel)
+	switch {
+	case famErr != nil:
+	case family.Name == host.RHEL.Name:
+		fix += fmt.Sprintf(" (dnf install kernel-modules-%s)", kernel)
+	default:
+		fix += fmt.Sprintf(" (on Ubuntu, apt-get install linux-modules-extra-%s)", kernel)
+	}
+	fix += ", or boot a kernel that has " + strings.Join(missing, " and ") + ", or install with local storage (omit --storage)"
+	return Check{Name: "storage modules", Status: StatusFail,
+		Detail: "Longhorn needs the " + strings.Join(missing, " and ") + " kernel module(s), which cannot load",
+		Fix:    fix}
+}
+
+// portRange is ports k3s needs free on the server.
+type portRange struct {
+	proto     string
+	from, to  uint16
+	forWhat   string
+	wireGuard bool // only with the WireGuard pod network
+	vxlan     bool // only with the VXLAN pod network
+}
+
+var k3sPorts = []portRange{
+	{proto: "tcp", from: 6443, to: 6443, forWhat: "the Kubernetes API"},
+	{proto: "tcp", from: 10250, to: 10250, forWhat: "the kubelet"},
+	{proto: "tcp", from: 2379, to: 2380, forWhat: "etcd"},
+	{proto: "udp", from: 51820, to: 51820, forWhat: "the WireGuard pod network", wireGuard: true},
+	{proto: "udp", from: 8472, to: 8472, forWhat: "the VXLAN pod network", vxlan: true},
+}
+
+// k3sProcesses are the names a k3s's own processes show.
+var k3sProcesses = []string{"k3s", "k3s-server", "k3s-agent", "containerd"}
+
+// neededPorts returns the ports k3s needs with the pod network the host can have.
+func neededPorts(wireGuard bool) []portRange {
+	var rs []portRange
+	for _, r := range k3sPorts {
+		if (r.wireGuard && !wireGuard) || (r.vxlan && wireGuard) {
+			continue
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func checkPorts(p *probe, ports []portRange) Check {
+	c := Check{Name: "ports"}
+	if !p.has["ports"] {
+		c.Status, c.Detail, c.Fix = StatusWarn, "cannot see listening ports: ss is missing", "install iproute2"
+		return c
+	}
+	var busy []string
+	for _, r := range ports {
+		for _, l := range p.listeners {
+			if l.Proto != r.proto || l.Port < r.from || l.Port > r.to {
+				continue
+			}
+			if p.existingK3s() && slices.Contains(k3sProcesses, l.Process) {
+				continue // the existing k3s's own: the re-run path replaces it
+			}
+			by := "an unknown process"
+			if l.Process != "" {
+				by = l.Process
+			}
+			busy = append(busy, fmt.Sprintf("%d/%s (%s) is in use by %s", l.Port, l.Proto, r.forWhat, by))
+		}
+	}
+	if len(busy) > 0 {
+		c.Status, c.Detail = StatusFail, strings.Join(slices.Compact(busy), "; ")
+		c.Fix = "stop the process holding the port, or use another host"
+		return c
+	}
+	c.Status, c.Detail = StatusOK, "free: "+strings.Join(portNames(ports), ", ")
+	return c
+}
+
+func (r portRange) String() string {
+	if r.from == r.to {
+		return fmt.Sprintf("%d/%s", r.from, r.proto)
+	}
+	return fmt.Sprintf("%d-%d/%s", r.from, r.to, r.proto)
+}
+
+func checkKubernetes(p *probe) Check {
+	c := Check{Name: "kubernetes"}
+	if found := p.foreign(); len(found) > 0 {
+		c.Status = StatusFail
+		c.Detail = "another Kubernetes or CNI is on the host: " + strings.Join(found, ", ")
+		c.Fix = "kip installs k3s on a host without another Kubernetes: remove it (for kubeadm, kubeadm reset; remove Docker or containerd and the files under /etc/cni/net.d), or use a fresh host"
+		return c
+	}
+	if p.existingK3s() {
+		c.Status, c.Detail = StatusOK, "existing k3s ("+strings.Join(p.k3sSigns(), ", ")+"): install takes the re-run path"
+		return c
+	}
+	c.Status, c.Detail = StatusOK, "no other Kubernetes or CNI"
+	return c
+}
+
+func checkFirewall(p *probe, ports []portRange, family host.Family, famErr error) Check {
+	c := Check{Name: "firewall", Status: StatusOK}
+	active, managed := "", false
+	switch {
+	case p.ufw.active:
+		active, managed = "ufw", p.ufw.managed
+	case p.firewalld.active:
+		active, managed = "firewalld", p.firewalld.managed
+	}
+	switch {
+	case active == "":
+		c.Detail = "no active host firewall"
+		if famErr == nil {
+			c.Detail += "; kip will manage " + family.Firewall
+		}
+	case managed:
+		c.Detail = active + " is active and managed by kip"
+	default:
+		c.Status = StatusWarn
+		c.Detail = active + " is active and not managed by kip: left alone; kip will not manage it"
+		c.Fix = "allow " + strings.Join(portNames(ports), ", ") + " in " + active + " yourself"
+	}
+	return c
+}
+
+func portNames(ports []portRange) []string {
+	var s []string
+	for _, r := range ports {
+		s = append(s, r.String())
+	}
+	return s
+}
+
+// gib formats a byte count in GiB, rounded down to a tenth so that 20 GiB less a byte does not
+// print as 20.0.
+func gib(b uint64) string {
+	return strconv.FormatFloat(math.Floor(float64(b)/(1<<30)*10)/10, 'f', 1, 64) + " GiB"
+}
+
+// probe is what preflight.sh found.
+type probe struct {
+	has       map[string]bool // sections with any output
+	listeners []listener
+	processes []string
+	paths     []string
+	cni       []string // files in /etc/cni/net.d
+	ufw       firewall
+	firewalld firewall
+}
+
+type firewall struct{ active, managed bool }
+
+// k3sSigns returns what shows an existing k3s.
+func (p *probe) k3sSigns() []string {
+	var s []string
+	for _, x := range p.paths {
+		if x == "/etc/rancher/k3s" || x == "/usr/local/bin/k3s" {
+			s = append(s, x)
+		}
+	}
+	for _, x := range p.processes {
+		if strings.HasPrefix(x, "k3s") {
+			s = append(s, "process "+x)
+		}
+	}
+	return s
+}
+
+func (p *probe) existingK3s() bool { return len(p.k3sSigns()) > 0 }
+
+// foreign returns the signs of a Kubernetes or CNI that is not a k3s kip can take over.
+func (p *probe) foreign() []string {
+	k3s := p.existingK3s()
+	var s []string
+	for _, x := range p.processes {
+		switch {
+		case strings.HasPrefix(x, "k3s"):
+		case x == "containerd" && k3s: // k3s runs its own containerd
+		default:
+			s = append(s, "process "+x)
+		}
+	}
+	for _, x := range p.paths {
+		switch {
+		case x == "/etc/rancher/k3s" || x == "/usr/local/bin/k3s":
+		case x == "/var/lib/kubelet" && k3s: // k3s keeps pods there too
+		default:
+			s = append(s, x)
+		}
+	}
+	for _, x := range p.cni {
+		s = append(s, "/etc/cni/net.d/"+x)
+	}
+	return s
+}
+
+// probeSections are the sections preflight.sh prints, each exactly once.
+var probeSections = []string{"ports", "processes", "paths", "cni", "ufw", "firewalld", "firewalld-zone"}
+
+const probeMarker = "\n@@kip-preflight "
+
+// parseProbe parses preflight.sh's output.
+func parseProbe(out string) (*probe, error) {
+	parts := strings.Split(out, probeMarker)
+	if len(parts) < 2 {
+		return nil, errors.New("no sections in the output")
+	}
+	sections := make(map[string]string, len(parts)-1)
+	for _, part := range parts[1:] {
+		name, body, _ := strings.Cut(part, "\n")
+		if !slices.Contains(probeSections, name) {
+			return nil, fmt.Errorf("unexpected section %q", name)
+		}
+		if _, dup := sections[name]; dup {
+			return nil, fmt.Errorf("section %q appears twice", name)
+		}
+		sections[name] = body
+	}
+	for _, name := range probeSections {
+		if _, ok := sections[name]; !ok {
+			return nil, fmt.Errorf("section %q is missing", name)
+		}
+	}
+	p := &probe{has: make(map[string]bool)}
+	for name, body := range sections {
+		p.has[name] = strings.TrimSpace(body) != ""
+	}
+	var err error
+	if p.listeners, err = parseListeners(sections["ports"]); err != nil {
+		return nil, fmt.Errorf("ports: %w", err)
+	}
+	p.processes = lines(sections["processes"])
+	p.paths = lines(sections["paths"])
+	p.cni = lines(sections["cni"])
+	if p.ufw, err = parseUFWStatus(sections["ufw"]); err != nil {
+		return nil, fmt.Errorf("ufw: %w", err)
+	}
+	p.firewalld = parseFirewalld(sections["firewalld"], sections["firewalld-zone"])
+	return p, nil
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// listener is a listening socket.
+type listener struct {
+	Proto   string // tcp or udp
+	Addr    string // as ss prints it, e.g. 0.0.0.0, [::], 127.0.0.53%lo, *
+	Port    uint16
+	Process string // the first process holding it; "" when ss did not say
+}
+
+var ssProcess = regexp.MustCompile(`users:\(\("((?:[^"\\]|\\.)*)"`)
+
+// parseListeners parses the output of ss -Hltnup: netid, state, receive and send queues, local
+// address:port, peer address:port and, as root, the processes holding the socket.
+func parseListeners(s string) ([]listener, error) {
+	var ls []listener
+	for _, line := range lines(s) {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			return nil, fmt.Errorf("cannot parse %q", line)
+		}
+		proto := f[0]
+		if proto != "tcp" && proto != "udp" {
+			return nil, fmt.Errorf("unexpected protocol in %q", line)
+		}
+		i := strings.LastIndexByte(f[4], ':')
+		if i < 0 {
+			return nil, fmt.Errorf("no port in %q", line)
+		}
+		port, err := strconv.ParseUint(f[4][i+1:], 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("bad port in %q", line)
+		}
+		l := listener{Proto: proto, Addr: f[4][:i], Port: uint16(port)}
+		if m := ssProcess.FindStringSubmatch(strings.Join(f[6:], " ")); m != nil {
+			l.Process = m[1]
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// parseUFWStatus parses the output of ufw status: whether ufw is active, and whether any rule
+// carries kip's marker comment. Empty output means ufw is not installed.
+func parseUFWStatus(s string) (firewall, error) {
+	ls := lines(s)
+	if len(ls) == 0 {
+		return firewall{}, nil
+	}
+	state, ok := strings.CutPrefix(ls[0], "Status:")
+	if !ok {
+		return firewall{}, fmt.Errorf("unexpected first line %q", ls[0])
+	}
+	var fw firewall
+	switch strings.TrimSpace(state) {
+	case "active":
+		fw.active = true
+	case "inactive":
+	default:
+		return firewall{}, fmt.Errorf("unexpected status %q", ls[0])
+	}
+	for _, l := range ls[1:] {
+		if _, comment, ok := strings.Cut(l, " # "); ok && strings.TrimSpace(comment) == FirewallMarker {
+			fw.managed = true
+		}
+	}
+	return fw, nil
+}
+
+// parseFirewalld reads firewall-cmd --state and the description of kip's zone.
+func parseFirewalld(state, zoneDescription string) firewall {
+	return firewall{
+		active:  strings.TrimSpace(state) == "running",
+		managed: strings.TrimSpace(zoneDescription) == FirewallMarker,
+	}
+}

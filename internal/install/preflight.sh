@@ -1,0 +1,48 @@
+# Prints what preflight needs beyond sshx.Facts, in sections. Each section starts with a line
+# "@@kip-preflight NAME" preceded by a newline, so that a section whose output lacks a final
+# newline cannot swallow the next header. A missing tool leaves its section empty: preflight
+# reports what it cannot see rather than guessing.
+set -eu
+PATH=$PATH:/usr/sbin:/sbin
+
+section() { printf '\n@@kip-preflight %s\n' "$1"; }
+
+# Listening TCP and UDP sockets with the process holding each.
+section ports
+if command -v ss >/dev/null 2>&1; then
+	ss -Hltnup 2>/dev/null || true
+fi
+
+# Processes of a Kubernetes or container runtime, by name.
+section processes
+cat /proc/[0-9]*/comm 2>/dev/null | grep -xE 'k3s|k3s-server|k3s-agent|kubelet|kube-apiserver|containerd|dockerd|crio' | sort -u || true
+
+# Paths another Kubernetes, or an earlier k3s, leaves behind.
+section paths
+for p in /etc/kubernetes /var/lib/kubelet /etc/rancher/k3s /usr/local/bin/k3s; do
+	if [ -e "$p" ]; then
+		echo "$p"
+	fi
+done
+
+# CNI configuration files.
+section cni
+if [ -d /etc/cni/net.d ]; then
+	ls -A /etc/cni/net.d 2>/dev/null || true
+fi
+
+section ufw
+if command -v ufw >/dev/null 2>&1; then
+	ufw status 2>/dev/null || true
+fi
+
+section firewalld
+if command -v firewall-cmd >/dev/null 2>&1; then
+	firewall-cmd --state 2>/dev/null || true
+fi
+
+# The description of the zone kip writes, when kip manages firewalld.
+section firewalld-zone
+if command -v firewall-cmd >/dev/null 2>&1; then
+	firewall-cmd --permanent --zone=kipper --get-description 2>/dev/null || true
+fi

@@ -1,0 +1,162 @@
+package install
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/need"
+)
+
+// TestPreflightLab runs preflight against a real Debian host of 4096 MiB and 1 CPU, whose
+// kernel (this machine's, shared by the container) loads no modules: nano on local storage with
+// a WireGuard warning, a refused --storage longhorn, then a port taken, a foreign CNI and an
+// active ufw, each found on the host.
+func TestPreflightLab(t *testing.T) {
+	need.Root(t)
+	for _, c := range []string{"systemd-nspawn", "debootstrap", "apt-cacher-ng", "zstd", "iptables", "ip", "tar"} {
+		need.Command(t, c, "make test-deps installs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, 1, lab.Options{Hosts: []lab.HostOptions{{MemoryMiB: 4096, CPUs: 1}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	h := l.Hosts[0]
+	c, err := sshx.Dial(ctx, h.SSHConfig(h.PublicIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	facts, err := c.Facts(ctx, DiskPaths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(cmd string) {
+		t.Helper()
+		if out, err := h.Run(ctx, cmd); err != nil {
+			t.Fatalf("%s: %v: %s", cmd, err, out)
+		}
+	}
+	preflight := func(want Request) *Report {
+		t.Helper()
+		start := time.Now()
+		r, err := Preflight(ctx, c, facts, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("measured: preflight %+v in %s", want, time.Since(start).Round(time.Millisecond))
+		for _, ch := range r.Checks {
+			t.Logf("  %-16s %-4s %s | %s", ch.Name, ch.Status, ch.Detail, ch.Fix)
+		}
+		return r
+	}
+	// The raw output, for the parsers' seeds.
+	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("preflight.sh on %s:\n%s", h.Name, res.Stdout)
+
+	t.Run("nano", func(t *testing.T) {
+		r := preflight(Request{})
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Sizing.Profile.Name != "nano" || r.Sizing.Storage != StorageLocal || r.ExistingK3s {
+			t.Errorf("sizing %s/%s, existing k3s %v", r.Sizing.Profile.Name, r.Sizing.Storage, r.ExistingK3s)
+		}
+		for _, ch := range r.Checks {
+			want := StatusOK
+			if ch.Name == "wireguard" {
+				want = StatusWarn
+			}
+			if ch.Status != want {
+				t.Errorf("%s: %s (%s), want %s", ch.Name, ch.Status, ch.Detail, want)
+			}
+		}
+	})
+
+	t.Run("longhorn", func(t *testing.T) {
+		r := preflight(Request{Storage: StorageLonghorn})
+		err := r.Err()
+		if err == nil {
+			t.Fatal("longhorn on 4096 MiB passed")
+		}
+		for _, s := range []string{"preflight failed on " + h.PublicIP.String(), "needs at least 6000 MiB", "resize the server",
+			"iscsi_tcp and nfs", "install the kernel modules package"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error lacks %q: %v", s, err)
+			}
+		}
+		if st := status(r, "profile"); st != StatusFail {
+			t.Errorf("profile: %s", st)
+		}
+		if st := status(r, "storage modules"); st != StatusFail {
+			t.Errorf("storage modules: %s", st)
+		}
+	})
+
+	t.Run("port and cni", func(t *testing.T) {
+		if err := c.Upload(ctx, "/etc/systemd/system/kip-preflight.socket",
+			[]byte("[Socket]\nListenStream=6443\nAccept=yes\n"), 0o644, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Upload(ctx, "/etc/systemd/system/kip-preflight@.service",
+			[]byte("[Service]\nExecStart=/bin/echo kip\nStandardOutput=socket\n"), 0o644, ""); err != nil {
+			t.Fatal(err)
+		}
+		run("systemctl daemon-reload && systemctl start kip-preflight.socket")
+		run("mkdir -p /etc/cni/net.d && echo '{}' > /etc/cni/net.d/10-flannel.conflist")
+		r := preflight(Request{})
+		err := r.Err()
+		if err == nil {
+			t.Fatal("preflight passed with 6443 taken and a CNI configured")
+		}
+		for _, s := range []string{"2 checks failed", "6443/tcp (the Kubernetes API) is in use by systemd", "/etc/cni/net.d/10-flannel.conflist"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error lacks %q: %v", s, err)
+			}
+		}
+		run("systemctl stop kip-preflight.socket && rm -r /etc/cni/net.d")
+	})
+
+	t.Run("ufw", func(t *testing.T) {
+		run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ufw")
+		run("ufw allow 22/tcp && ufw --force enable")
+		r := preflight(Request{})
+		if st := status(r, "firewall"); st != StatusWarn {
+			t.Errorf("unmanaged active ufw: %s", st)
+		}
+		out, _ := h.Run(ctx, "ufw status")
+		t.Logf("ufw status, unmanaged:\n%s", out)
+		run(sshx.Command("ufw", "allow", "6443/tcp", "comment", FirewallMarker))
+		out, _ = h.Run(ctx, "ufw status")
+		t.Logf("ufw status, managed:\n%s", out)
+		r = preflight(Request{})
+		if st := status(r, "firewall"); st != StatusOK {
+			t.Errorf("kip-managed ufw: %s", st)
+		}
+		if err := r.Err(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func status(r *Report, name string) Status {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c.Status
+		}
+	}
+	return ""
+}
