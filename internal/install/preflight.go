@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -131,19 +130,7 @@ func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Requ
 	if err != nil {
 		return nil, fmt.Errorf("preflight on %s: read the host's state: %w", c, err)
 	}
-	return evaluate(hostOf(c.String()), facts, p, want), nil
-}
-
-// hostOf returns the host of a user@host:port label.
-func hostOf(label string) string {
-	_, hp, ok := strings.Cut(label, "@")
-	if !ok {
-		hp = label
-	}
-	if h, _, err := net.SplitHostPort(hp); err == nil {
-		return h
-	}
-	return hp
+	return evaluate(c.Host(), facts, p, want), nil
 }
 
 // evaluate runs every check on what was found on the host.

@@ -503,15 +503,3 @@ func TestPreflightReport(t *testing.T) {
 		}
 	})
 }
-
-func TestHostOf(t *testing.T) {
-	for in, want := range map[string]string{
-		"root@203.0.113.10:22": "203.0.113.10",
-		"kip@[2001:db8::1]:22": "2001:db8::1",
-		"example.com":          "example.com",
-	} {
-		if got := hostOf(in); got != want {
-			t.Errorf("hostOf(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -88,6 +88,10 @@ func newClient(cfg Config) (*Client, error) {
 // String returns user@host:port.
 func (c *Client) String() string { return c.label }
 
+// Host returns the host the client reaches: the address or name after ~/.ssh/config's
+// HostName was applied.
+func (c *Client) Host() string { return c.cfg.Host }
+
 // Close closes the connection. Commands still running lose it.
 func (c *Client) Close() error {
 	c.mu <- struct{}{}

@@ -24,6 +24,9 @@ func TestKeyAuthAndSudo(t *testing.T) {
 	if got := c.String(); !strings.HasPrefix(got, sshd.User+"@127.0.0.1:") {
 		t.Errorf("String() = %q", got)
 	}
+	if got := c.Host(); got != "127.0.0.1" {
+		t.Errorf("Host() = %q, want 127.0.0.1", got)
+	}
 }
 
 // TestRootRunsWithoutSudo covers kip's default user. Root's shell on the build machines spends
