@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -30,10 +29,7 @@ func TestPackageCommandsParse(t *testing.T) {
 // through the lab's cache) and checks that the missing-packages command sees them before and
 // not after.
 func TestLonghornPackagesOnALabHost(t *testing.T) {
-	need.Root(t)
-	if _, err := os.Stat("/usr/bin/systemd-nspawn"); err != nil {
-		need.Missing(t, "systemd-nspawn not installed (make test-deps)")
-	}
+	need.Lab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	l, err := lab.Up(ctx, 1, lab.Options{Logf: t.Logf})

@@ -16,10 +16,7 @@ import (
 // a WireGuard warning, a refused --storage longhorn, then a port taken, a foreign CNI and an
 // active ufw, each found on the host.
 func TestPreflightLab(t *testing.T) {
-	need.Root(t)
-	for _, c := range []string{"systemd-nspawn", "debootstrap", "apt-cacher-ng", "zstd", "iptables", "ip", "tar"} {
-		need.Command(t, c, "make test-deps installs it")
-	}
+	need.Lab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	l, err := lab.Up(ctx, 1, lab.Options{Hosts: []lab.HostOptions{{MemoryMiB: 4096, CPUs: 1}}, Logf: t.Logf})

@@ -24,10 +24,7 @@ import (
 // networks, drop-ins, apt through the cache, ufw, sizes, partitions, stop/start, kill and
 // reboot, and that nothing of the lab is left, or routes out of the machine, after Down.
 func TestLab(t *testing.T) {
-	need.Root(t)
-	for _, c := range []string{"systemd-nspawn", "debootstrap", "apt-cacher-ng", "zstd", "iptables", "ip", "tar"} {
-		need.Command(t, c, "make test-deps installs it")
-	}
+	need.Lab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	defaultDevs := defaultRouteDevs(t)

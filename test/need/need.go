@@ -40,3 +40,13 @@ func Command(t testing.TB, name, installHint string) string {
 	}
 	return p
 }
+
+// Lab requires what test/lab needs to bring hosts up: root and the tools make test-deps
+// installs.
+func Lab(t testing.TB) {
+	t.Helper()
+	Root(t)
+	for _, c := range []string{"systemd-nspawn", "debootstrap", "apt-cacher-ng", "zstd", "iptables", "ip", "tar"} {
+		Command(t, c, "make test-deps installs it")
+	}
+}
