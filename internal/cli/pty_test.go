@@ -26,7 +26,7 @@ func TestRealTerminal(t *testing.T) {
 		{"tty NO_COLOR", []string{"NO_COLOR=1"}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestTerminalHelper$")
+			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), append(tt.env, "KIP_TERMINAL_HELPER=1", "TERM=xterm")...)
 			f, err := pty.Start(cmd)
 			if err != nil {
@@ -61,15 +61,18 @@ func TestRealTerminal(t *testing.T) {
 	}
 }
 
-func TestTerminalHelper(t *testing.T) {
-	if os.Getenv("KIP_TERMINAL_HELPER") == "" {
-		t.Skip("run by TestRealTerminal")
+// TestMain runs the binary as TestRealTerminal's helper on the terminal it was given, when its
+// environment says so.
+func TestMain(m *testing.M) {
+	if os.Getenv("KIP_TERMINAL_HELPER") != "" {
+		io := System()
+		p := NewPrinter(io)
+		p.StepStarted("Working")
+		time.Sleep(150 * time.Millisecond)
+		p.StepDone("Worked", time.Second)
+		ok, err := NewPrompter(io, false).Confirm("Go on?")
+		fmt.Fprintf(os.Stderr, "tty=%v answer=%v err=%v\n", io.StdinTTY && io.StderrTTY, ok, err)
+		os.Exit(0)
 	}
-	io := System()
-	p := NewPrinter(io)
-	p.StepStarted("Working")
-	time.Sleep(150 * time.Millisecond)
-	p.StepDone("Worked", time.Second)
-	ok, err := NewPrompter(io, false).Confirm("Go on?")
-	fmt.Fprintf(os.Stderr, "tty=%v answer=%v err=%v\n", io.StdinTTY && io.StderrTTY, ok, err)
+	os.Exit(m.Run())
 }

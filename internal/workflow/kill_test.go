@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"kipper.run/kip/internal/kube"
@@ -28,17 +31,22 @@ const (
 	finishedPoint = "finished"
 )
 
-func TestHelperProcess(t *testing.T) {
-	kubeconfig := os.Getenv(helperKubeconfig)
-	if kubeconfig == "" {
-		t.Skip("the helper process of TestKilledRunResumes")
-	}
+// helperProcess is the helper's whole run: it returns only when the run failed or never
+// reached the kill point, and otherwise waits there to be killed.
+func helperProcess(kubeconfig string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = 200, 400 // as the parent's: client-go's default 5/s would starve the lock's renewals
-	client, dyn := clients(t, cfg)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	ns, point := os.Getenv(helperNamespace), os.Getenv(helperKillAt)
 	waitToBeKilled := func() {
 		fmt.Printf("at %s\n", point)
@@ -50,13 +58,13 @@ func TestHelperProcess(t *testing.T) {
 			waitToBeKilled()
 		}
 	}
-	if err := newRunner(client, dyn, ns, kube.HolderText("kip demo"), os.Stderr).Run(t.Context(), d.workflow()); err != nil {
-		t.Fatal(err)
+	if err := newRunner(client, dyn, ns, kube.HolderText("kip demo"), os.Stderr).Run(context.Background(), d.workflow()); err != nil {
+		return err
 	}
 	if point == finishedPoint {
 		waitToBeKilled()
 	}
-	t.Fatalf("the run never reached %s", point)
+	return fmt.Errorf("the run never reached %s", point)
 }
 
 // killPoints are the demo's step boundaries: for every step, after its intent record (Apply
@@ -157,7 +165,7 @@ func title(step string) string {
 // returns its pid.
 func runUntilKilled(t *testing.T, env *testenv.Env, ns, point string) int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), helperKubeconfig+"="+env.KubeconfigPath, helperNamespace+"="+ns, helperKillAt+"="+point)
 	var output bytes.Buffer // stderr, and stdout as far as it was read
 	cmd.Stderr = &output

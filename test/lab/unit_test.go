@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"kipper.run/kip/test/need"
 	"os"
 	"os/exec"
 	"reflect"
@@ -102,7 +103,7 @@ func TestPickMirrors(t *testing.T) {
 // TestMachineMirrors reads this machine's sources, where it has any.
 func TestMachineMirrors(t *testing.T) {
 	if _, err := os.Stat(sourcesDir); err != nil {
-		t.Skip("no apt sources on this machine")
+		need.Missing(t, "no apt sources on this machine (%s): the lab takes its Debian mirror from them", sourcesDir)
 	}
 	m, err := machineMirrors()
 	if err != nil {
