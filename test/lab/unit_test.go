@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"kipper.run/kip/test/need"
 	"os"
 	"os/exec"
 	"reflect"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"kipper.run/kip/test/need"
 )
 
 func TestParseSources(t *testing.T) {
