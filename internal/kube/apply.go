@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
 
@@ -100,51 +101,63 @@ type applier struct {
 }
 
 func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured) error {
+	_, err := a.applyObject(ctx, o)
+	return err
+}
+
+// applyObject applies o and returns what the server stored (or, in a dry run, would store); nil
+// when a dry run could not check it because its CRD or namespace is only in the bundle.
+func (a *applier) applyObject(ctx context.Context, o *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	gvk := o.GroupVersionKind()
 	desc := describe(o)
 	if gvk.Kind == "" || gvk.Version == "" {
-		return fmt.Errorf("apply %s: object has no apiVersion or kind", desc)
+		return nil, fmt.Errorf("apply %s: object has no apiVersion or kind", desc)
 	}
 	if o.GetName() == "" {
-		return fmt.Errorf("apply %s: object has no metadata.name", desc)
+		return nil, fmt.Errorf("apply %s: object has no metadata.name", desc)
 	}
 	mapping, err := a.mapping(ctx, gvk)
 	if err != nil {
 		if a.opts.DryRun && meta.IsNoMatchError(err) && a.newKinds[gvk.GroupKind()] {
-			return nil // its CRD is only in the bundle: the server cannot check it yet
+			return nil, nil // its CRD is only in the bundle: the server cannot check it yet
 		}
-		return fmt.Errorf("apply %s: %w", desc, err)
+		return nil, fmt.Errorf("apply %s: %w", desc, err)
 	}
-	var ri interface {
-		Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
-	}
-	obj := o
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		if o.GetNamespace() == "" {
-			return fmt.Errorf("apply %s: %s is namespaced and the object has no metadata.namespace", desc, gvk.Kind)
-		}
-		ri = a.c.Dynamic.Resource(mapping.Resource).Namespace(o.GetNamespace())
-	} else {
-		if o.GetNamespace() != "" {
-			obj = o.DeepCopy()
-			obj.SetNamespace("")
-		}
-		ri = a.c.Dynamic.Resource(mapping.Resource)
+	ri, obj, err := a.resource(mapping, o)
+	if err != nil {
+		return nil, err
 	}
 	ao := metav1.ApplyOptions{FieldManager: a.opts.FieldManager, Force: a.opts.Force}
 	if a.opts.DryRun {
 		ao.DryRun = []string{metav1.DryRunAll}
 	}
-	if _, err := ri.Apply(ctx, o.GetName(), obj, ao); err != nil {
+	out, err := ri.Apply(ctx, o.GetName(), obj, ao)
+	if err != nil {
 		if a.opts.DryRun && apierrors.IsNotFound(err) && a.newNamespaces[o.GetNamespace()] {
-			return nil // its namespace is only in the bundle
+			return nil, nil // its namespace is only in the bundle
 		}
 		if conflicts := conflictsOf(err); len(conflicts) > 0 {
-			return &conflictError{obj: desc, conflicts: conflicts, err: err}
+			return nil, &conflictError{obj: desc, conflicts: conflicts, err: err}
 		}
-		return fmt.Errorf("apply %s: %w", desc, err)
+		return nil, fmt.Errorf("apply %s: %w", desc, err)
 	}
-	return nil
+	return out, nil
+}
+
+// resource returns the client for o's resource, and o as the server wants it (a cluster-scoped
+// object without a namespace).
+func (a *applier) resource(mapping *meta.RESTMapping, o *unstructured.Unstructured) (dynamic.ResourceInterface, *unstructured.Unstructured, error) {
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		if o.GetNamespace() == "" {
+			return nil, nil, fmt.Errorf("apply %s: %s is namespaced and the object has no metadata.namespace", describe(o), o.GetKind())
+		}
+		return a.c.Dynamic.Resource(mapping.Resource).Namespace(o.GetNamespace()), o, nil
+	}
+	if o.GetNamespace() != "" {
+		o = o.DeepCopy()
+		o.SetNamespace("")
+	}
+	return a.c.Dynamic.Resource(mapping.Resource), o, nil
 }
 
 // mapping finds gvk's resource. An unknown kind resets the discovery cache; one that a CRD of the
