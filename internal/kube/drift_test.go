@@ -26,7 +26,7 @@ func TestDrift(t *testing.T) {
 			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
-				"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": "nginx:1"}}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "web", "image": "nginx:1"}}},
 			},
 		},
 	}}
