@@ -2,8 +2,10 @@
 package manifests
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
+	"io/fs"
+	"path"
 
 	"sigs.k8s.io/yaml"
 )
@@ -11,11 +13,21 @@ import (
 //go:embed versions.yaml
 var versionsYAML []byte
 
+//go:embed crds/*.yaml
+var crdFiles embed.FS
+
 // Component is one pinned component.
 type Component struct {
-	Name    string `json:"name"`
+	Name string `json:"name"`
+	// Version is the component's own release: what kip records and prints.
 	Version string `json:"version"`
 	SHA256  string `json:"sha256,omitempty"`
+	// Image is the container image repository the component runs, tagged Version.
+	Image string `json:"image,omitempty"`
+	// Chart, ChartVersion and Repo are the Helm chart k3s's helm-controller installs.
+	Chart        string `json:"chart,omitempty"`
+	ChartVersion string `json:"chartVersion,omitempty"`
+	Repo         string `json:"repo,omitempty"`
 }
 
 // Versions is manifests/versions.yaml.
@@ -41,4 +53,22 @@ func (v *Versions) Component(name string) (Component, error) {
 		}
 	}
 	return Component{}, fmt.Errorf("versions.yaml pins no component %q", name)
+}
+
+// CRDs returns the Kipper CustomResourceDefinitions, manifests/crds/*.yaml, one file each, in
+// file name order (fs.Glob's).
+func CRDs() ([][]byte, error) {
+	names, err := fs.Glob(crdFiles, "crds/*.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("list embedded CRDs: %w", err)
+	}
+	out := make([][]byte, 0, len(names))
+	for _, name := range names {
+		data, err := crdFiles.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read embedded CRD %s: %w", path.Base(name), err)
+		}
+		out = append(out, data)
+	}
+	return out, nil
 }

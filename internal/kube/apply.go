@@ -144,6 +144,17 @@ func (a *applier) applyObject(ctx context.Context, o *unstructured.Unstructured)
 	return out, nil
 }
 
+// ResourceFor returns the dynamic client for o's resource (in o's namespace when the kind is
+// namespaced), and o as the server wants it.
+func ResourceFor(ctx context.Context, c *Clients, o *unstructured.Unstructured) (dynamic.ResourceInterface, *unstructured.Unstructured, error) {
+	a := &applier{c: c}
+	m, err := a.mapping(ctx, o.GroupVersionKind())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", describe(o), err)
+	}
+	return a.resource(m, o)
+}
+
 // resource returns the client for o's resource, and o as the server wants it (a cluster-scoped
 // object without a namespace).
 func (a *applier) resource(mapping *meta.RESTMapping, o *unstructured.Unstructured) (dynamic.ResourceInterface, *unstructured.Unstructured, error) {

@@ -2,8 +2,12 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,8 +16,8 @@ import (
 )
 
 // Drift reports which of objs are not in the cluster as a server-side apply of them (by
-// fieldManager, "kip" when empty) would leave them: missing, or different from what the server
-// says the apply would store. It asks the server with a dry-run apply of each object, so the
+// fieldManager, "kip" when empty) would leave them: missing, or holding in the fields the apply
+// sets something other than what the server says the apply would store. It asks the server with a dry-run apply of each object, so the
 // answer takes defaults, admission and other managers' fields into account, and changes nothing.
 // Objects are described as "Kind namespace/name: missing", "…: differs" or "…: changed by
 // another field manager" (a field the apply sets was last set by someone else: applying takes it
@@ -50,21 +54,134 @@ func Drift(ctx context.Context, c *Clients, objs []*unstructured.Unstructured, f
 		if err != nil {
 			return nil, fmt.Errorf("check: %w", err)
 		}
-		if !sameStored(live, want) {
+		same, err := sameStored(live, want, fieldManager)
+		if err != nil {
+			return nil, err
+		}
+		if !same {
 			drift = append(drift, describe(o)+": differs")
 		}
 	}
 	return drift, nil
 }
 
-// sameStored compares two versions of an object as stored, ignoring the bookkeeping a no-op
-// apply may still touch.
-func sameStored(a, b *unstructured.Unstructured) bool {
-	strip := func(u *unstructured.Unstructured) map[string]any {
-		u = u.DeepCopy()
-		u.SetManagedFields(nil)
-		u.SetResourceVersion("")
-		return u.Object
+// sameStored reports whether live already holds what want (the server's dry run of kip's
+// apply) says kip's fields should hold. Only the fields that fieldManager owns in want are
+// compared: other managers' fields, the status and the bookkeeping that controllers change
+// between two reads are not kip's business.
+func sameStored(live, want *unstructured.Unstructured, fieldManager string) (bool, error) {
+	for _, mf := range want.GetManagedFields() {
+		if mf.Manager != fieldManager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.Subresource != "" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			return false, fmt.Errorf("managed fields of %s: %w", describe(want), err)
+		}
+		return ownedEqual(fields, live.Object, want.Object)
 	}
-	return equality.Semantic.DeepEqual(strip(a), strip(b))
+	return true, nil // the apply sets no field beyond the object's identity
+}
+
+// ownedEqual compares live and want at the paths of a managed-fields set (FieldsV1: "f:name" a
+// field, "k:{...}" a list element by its keys, "v:..." a set element, "i:N" an index; an empty
+// set is a whole value).
+func ownedEqual(fields map[string]any, live, want any) (bool, error) {
+	for key, sub := range fields {
+		if key == "." {
+			continue
+		}
+		subFields, _ := sub.(map[string]any)
+		var lv, wv any
+		var lok, wok bool
+		switch {
+		case strings.HasPrefix(key, "f:"):
+			lm, _ := live.(map[string]any)
+			wm, _ := want.(map[string]any)
+			lv, lok = lm[key[2:]]
+			wv, wok = wm[key[2:]]
+		case strings.HasPrefix(key, "k:"):
+			var keys map[string]any
+			if err := json.Unmarshal([]byte(key[2:]), &keys); err != nil {
+				return false, fmt.Errorf("managed fields key %s: %w", key, err)
+			}
+			lv, lok = elementWithKeys(live, keys)
+			wv, wok = elementWithKeys(want, keys)
+		case strings.HasPrefix(key, "v:"):
+			var v any
+			if err := json.Unmarshal([]byte(key[2:]), &v); err != nil {
+				return false, fmt.Errorf("managed fields value %s: %w", key, err)
+			}
+			lok = slices.ContainsFunc(asList(live), func(e any) bool { return equality.Semantic.DeepEqual(e, v) })
+			wok = slices.ContainsFunc(asList(want), func(e any) bool { return equality.Semantic.DeepEqual(e, v) })
+			if lok != wok {
+				return false, nil
+			}
+			continue
+		case strings.HasPrefix(key, "i:"):
+			i, err := strconv.Atoi(key[2:])
+			if err != nil {
+				return false, fmt.Errorf("managed fields index %s: %w", key, err)
+			}
+			ll, wl := asList(live), asList(want)
+			if lok = i < len(ll); lok {
+				lv = ll[i]
+			}
+			if wok = i < len(wl); wok {
+				wv = wl[i]
+			}
+		default:
+			return false, fmt.Errorf("managed fields: unknown path element %q", key)
+		}
+		if lok != wok {
+			return false, nil
+		}
+		if len(subFields) == 0 || len(subFields) == 1 && subFields["."] != nil {
+			if !equality.Semantic.DeepEqual(lv, wv) {
+				return false, nil
+			}
+			continue
+		}
+		if ok, err := ownedEqual(subFields, lv, wv); !ok || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// elementWithKeys finds the list element whose fields equal keys.
+func elementWithKeys(list any, keys map[string]any) (any, bool) {
+	for _, e := range asList(list) {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		match := true
+		for k, v := range keys {
+			if !equality.Semantic.DeepEqual(normalizeNumber(m[k]), normalizeNumber(v)) {
+				match = false
+				break
+			}
+		}
+		if match {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+// normalizeNumber makes JSON numbers comparable whether decoded as int64 or float64.
+func normalizeNumber(v any) any {
+	switch n := v.(type) {
+	case int64:
+		return float64(n)
+	case int:
+		return float64(n)
+	}
+	return v
 }

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/kube"
 )
@@ -54,14 +56,23 @@ func TestDrift(t *testing.T) {
 	}
 
 	// Someone else's change to a field kip sets is drift; a field kip does not set is not.
-	d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The controller-manager updates the Deployment's status meanwhile: retry on conflicts.
+	update := func(change func(*appsv1.Deployment)) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(d)
+			_, err = c.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{FieldManager: "someone"})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	d.Spec.Template.Spec.Containers[0].Image = "nginx:2"
-	if _, err := c.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{FieldManager: "someone"}); err != nil {
-		t.Fatal(err)
-	}
+	update(func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })
 	if drift, err = kube.Drift(ctx, c, objs, ""); err != nil || !slices.Equal(drift, []string{"Deployment " + ns + "/web: changed by another field manager"}) {
 		t.Fatalf("after an image change: drift %q, %v", drift, err)
 	}
@@ -80,14 +91,7 @@ func TestDrift(t *testing.T) {
 	if err := kube.Apply(ctx, c, objs, kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	scale, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Annotations = map[string]string{"note": "an operator's own annotation"}
-	if _, err := c.Kube.AppsV1().Deployments(ns).Update(ctx, scale, metav1.UpdateOptions{FieldManager: "someone"}); err != nil {
-		t.Fatal(err)
-	}
+	update(func(d *appsv1.Deployment) { d.Annotations = map[string]string{"note": "an operator's own annotation"} })
 	if drift, err = kube.Drift(ctx, c, objs, ""); err != nil || len(drift) != 0 {
 		t.Fatalf("after an unrelated annotation: drift %q, %v; want none", drift, err)
 	}

@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Waits poll the API server, quickly at first and then every 2 s, until the condition holds, the
@@ -162,6 +163,23 @@ func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, 
 		return fmt.Errorf("wait for rollout of %s %s/%s: only a Deployment, DaemonSet or StatefulSet rolls out", kind, namespace, name)
 	}
 	return poll(ctx, timeout, "rollout", fn)
+}
+
+// RolloutStatus reports whether a Deployment, DaemonSet or StatefulSet (obj, as read from the API
+// server) has rolled out, by the rules WaitRollout waits with; when it has not, pending says what
+// is still rolling out. An error is a rollout that cannot end by waiting (past its progress
+// deadline, an update strategy other than RollingUpdate) or an obj of another type.
+func RolloutStatus(obj runtime.Object) (done bool, pending string, err error) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return deploymentRollout(o)
+	case *appsv1.DaemonSet:
+		return daemonSetRollout(o)
+	case *appsv1.StatefulSet:
+		return statefulSetRollout(o)
+	default:
+		return false, "", fmt.Errorf("rollout status of %T: only a Deployment, DaemonSet or StatefulSet rolls out", obj)
+	}
 }
 
 func deploymentRollout(d *appsv1.Deployment) (bool, string, error) {

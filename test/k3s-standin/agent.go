@@ -119,6 +119,9 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	if err := n.startKwok(sup, binDir); err != nil {
 		return err
 	}
+	if err := n.waitKubelet(ctx, sup); err != nil {
+		return err
+	}
 	if err := sdNotify("READY=1"); err != nil {
 		slog.Warn(err.Error())
 	}

@@ -2,9 +2,10 @@
 // downloaded. Installed as /usr/local/bin/k3s through kip's airgap path, it runs under the same
 // systemd units as k3s and answers like it: `k3s server` runs the real etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler as its children, writes k3s's kubeconfig, token and
-// certificates where k3s writes them and keeps its own Node Ready; `k3s agent` joins a Node with
-// the token; kwok plays each Node's kubelet for Pods. Nothing runs containers. See
-// docs/k3s-standin.md. It is never part of kip.
+// certificates where k3s writes them and keeps its own Node Ready, creates helm-controller's CRDs
+// and the local-path StorageClass and turns HelmCharts into install Jobs as k3s's helm-controller
+// does; `k3s agent` joins a Node with the token; kwok plays each Node's kubelet for Pods. Nothing
+// runs containers and no helm runs. See docs/k3s-standin.md. It is never part of kip.
 package main
 
 import (

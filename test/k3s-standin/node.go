@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -447,6 +450,25 @@ func (n *node) startKwok(sup *supervisor, binDir string) error {
 		"--tls-cert-file=" + filepath.Join(dir, "serving-kubelet.crt"),
 		"--tls-private-key-file=" + filepath.Join(dir, "serving-kubelet.key"),
 	}, childEnv("HOME="+dir), strings.NewReader(kwokNodeStage)) // HOME: kwok also reads ~/.kwok/kwok.yaml
+}
+
+// waitKubelet waits until kwok answers /healthz on the kubelet endpoint, so that READY=1 means
+// the kubelet answers, as a kubelet's port does once k3s is up. It trusts only the endpoint's own
+// self-signed certificate.
+func (n *node) waitKubelet(ctx context.Context, sup *supervisor) error {
+	certPEM, err := os.ReadFile(filepath.Join(n.agentDir(), "serving-kubelet.crt"))
+	if err != nil {
+		return fmt.Errorf("read kubelet serving certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(certPEM) {
+		return errors.New("read kubelet serving certificate: no certificate")
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	url := "https://" + net.JoinHostPort(n.internalIPs[0], strconv.Itoa(n.kubeletPort)) + "/healthz"
+	return waitFor(ctx, sup, "kwok's kubelet endpoint", time.Minute, func(ctx context.Context) error {
+		return controlplane.HTTPOK(ctx, client, url, "ok")
+	})
 }
 
 // checkFiles reports the stand-in's programs and kwok stages missing from binDir.

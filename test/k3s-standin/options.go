@@ -62,7 +62,7 @@ var flagDefs = []flagDef{
 	{name: "cluster-init", env: "K3S_CLUSTER_INIT", kind: kindBool, server: true, usage: "label the Node as an etcd member (etcd always runs)"},
 	{name: "write-kubeconfig", short: "o", env: "K3S_KUBECONFIG_OUTPUT", server: true, def: "/etc/rancher/k3s/k3s.yaml", usage: "admin kubeconfig path"},
 	{name: "write-kubeconfig-mode", env: "K3S_KUBECONFIG_MODE", server: true, usage: "admin kubeconfig mode, octal (default 0600)"},
-	{name: "disable", kind: kindList, server: true, usage: "recorded only: the stand-in deploys no add-ons"},
+	{name: "disable", kind: kindList, server: true, usage: "packaged components not to deploy: local-storage (the local-path StorageClass); others are recorded only"},
 	{name: "flannel-backend", server: true, def: "vxlan", usage: "recorded in the Nodes' flannel annotations; no flannel runs"},
 	{name: "flannel-external-ip", kind: kindBool, server: true, usage: "flannel public-ip annotation from node-external-ip"},
 	{name: "kube-apiserver-arg", kind: kindArgs, server: true, usage: "kube-apiserver argument key=value"},

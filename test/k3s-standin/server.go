@@ -16,9 +16,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -257,9 +259,12 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 		return err
 	}
 	sup := newSupervisor()
-	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	// The Node's heartbeat and the helm-controller run until the stand-in stops.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var background sync.WaitGroup
 	defer func() {
-		stopHeartbeat()
+		stopBackground()
+		background.Wait()
 		_ = sdNotify("STOPPING=1")
 		sup.stop(stopTimeout)
 		if err != nil && ctx.Err() != nil {
@@ -280,7 +285,8 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err := sup.start("kube-apiserver", c.bin("kube-apiserver"), c.apiserverArgs(), childEnv(), nil); err != nil {
 		return err
 	}
-	admin, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.CertPEM, pk.admin))
+	adminCfg := restConfig(c.localURL, pk.serverCA.CertPEM, pk.admin)
+	admin, err := kubernetes.NewForConfig(adminCfg)
 	if err != nil {
 		return fmt.Errorf("admin client: %w", err)
 	}
@@ -299,6 +305,11 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err := bootstrapRBAC(ctx, admin); err != nil {
 		return err
 	}
+	helm, err := deployAddons(ctx, sup, c, adminCfg, admin)
+	if err != nil {
+		return err
+	}
+	background.Go(func() { helm.run(bgCtx) })
 	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.CertPEM, pk.admin); err != nil {
 		return err
 	}
@@ -323,8 +334,11 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err := labelControlPlane(ctx, admin, n.name, o.boolean("cluster-init")); err != nil {
 		return err
 	}
-	go n.heartbeat(hbCtx, nodeKube)
+	background.Go(func() { n.heartbeat(bgCtx, nodeKube) })
 	if err := n.startKwok(sup, c.binDir); err != nil {
+		return err
+	}
+	if err := n.waitKubelet(ctx, sup); err != nil {
 		return err
 	}
 	if err := sdNotify("READY=1"); err != nil {
@@ -332,6 +346,29 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	}
 	slog.Info("k3s is up and running", "node", n.name, "after", time.Since(began).Round(time.Millisecond))
 	return supervise(ctx, sup)
+}
+
+// deployAddons does what k3s does for its add-ons before the stand-in reports ready: it creates
+// helm-controller's CRDs and waits until they are Established, and deploys the local-storage
+// manifest's StorageClass unless it is disabled. It returns the helm-controller to run.
+func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCfg *rest.Config, admin kubernetes.Interface) (*helmController, error) {
+	ext, err := apiextensionsclientset.NewForConfig(adminCfg)
+	if err != nil {
+		return nil, fmt.Errorf("admin client: %w", err)
+	}
+	names, err := ensureHelmCRDs(ctx, ext)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, sup, "helm-controller's CRDs", time.Minute, func(ctx context.Context) error {
+		return crdsEstablished(ctx, ext, names)
+	}); err != nil {
+		return nil, err
+	}
+	if err := deployLocalStorage(ctx, admin, c.o.list("disable")); err != nil {
+		return nil, err
+	}
+	return newHelmController(adminCfg, filepath.Join(c.paths.server, "standin-charts"))
 }
 
 // supervise waits for a signal (a clean stop) or a child's end (a failure).

@@ -301,6 +301,7 @@ func readFile(t *testing.T, path string) []byte {
 // files, Node and Pods; kube-apiserver-arg taking effect; an agent joining with the token and its
 // Node going NotReady once it stops; wrong tokens refused; a restart keeping the PKI.
 func TestServerAndAgent(t *testing.T) {
+	t.Parallel() // with TestAddons
 	binDir := testBinDir(t)
 	standinBinary(t)
 	dir := t.TempDir()

@@ -137,14 +137,15 @@ type crdSource struct {
 	helm bool
 }
 
-// crdSources lists the CRDs the environment installs: Longhorn's, Velero's and Kipper's
-// (manifests/crds, when it exists).
+// crdSources lists the CRDs the environment installs: Longhorn's, Velero's, k3s's helm-controller's
+// (HelmChart, HelmChartConfig) and Kipper's (manifests/crds, when it exists).
 func crdSources(root string) ([]crdSource, error) {
 	const (
 		longhorn = "github.com/longhorn/longhorn-manager"
 		velero   = "github.com/vmware-tanzu/velero"
+		helm     = "github.com/k3s-io/helm-controller"
 	)
-	dirs, err := moduleDirs(root, longhorn, velero)
+	dirs, err := moduleDirs(root, longhorn, velero, helm)
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +153,14 @@ func crdSources(root string) ([]crdSource, error) {
 	if err != nil || len(veleroFiles) == 0 {
 		return nil, fmt.Errorf("no velero CRDs in %s/config/crd/v1/bases", dirs[velero])
 	}
+	helmFiles, err := filepath.Glob(filepath.Join(dirs[helm], "pkg", "crds", "yaml", "generated", "*.yaml"))
+	if err != nil || len(helmFiles) == 0 {
+		return nil, fmt.Errorf("no helm-controller CRDs in %s/pkg/crds/yaml/generated", dirs[helm])
+	}
 	sources := []crdSource{
 		{name: "longhorn", files: []string{filepath.Join(dirs[longhorn], "k8s", "crds.yaml")}, helm: true},
 		{name: "velero", files: veleroFiles},
+		{name: "helm-controller", files: helmFiles},
 	}
 	kipper, _ := filepath.Glob(filepath.Join(root, "manifests", "crds", "*.yaml"))
 	if len(kipper) > 0 {
