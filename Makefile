@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
 TESTFLAGS ?= -timeout 40m
 
-.PHONY: all build test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down
+.PHONY: all build test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
 
 all: build
 
@@ -41,6 +41,10 @@ lab-status:
 ## lab-down: remove the lab's hosts, bridges and apt-cacher-ng (the image and apt caches stay)
 lab-down:
 	$(GO) run ./test/lab/cmd/kiplab down
+
+## demo: one lab host, the real kip install through the airgap path (k3s is the test stand-in), then kip status and kip doctor; KEEP=1 keeps the host
+demo: test-deps testenv build k3s-standin
+	$(GO) run ./test/demo
 
 ## lint: formatting, vet, shell syntax of embedded scripts
 lint:

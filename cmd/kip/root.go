@@ -43,7 +43,11 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 
 	cmd.AddCommand(
 		newVersionCmd(f, nil),
+		newInstallCmd(f, nil),
+		newPlatformCmd(f),
 		newCompletionCmd(f),
+		newStatusCmd(f, nil),
+		newDoctorCmd(f, nil),
 	)
 	return cmd
 }

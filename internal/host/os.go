@@ -1,6 +1,9 @@
 // Package host holds kip's knowledge of the operating systems it prepares, as data per OS
 // family: which package manager and firewall a host has, which releases kip supports, and
-// which cannot run Longhorn.
+// which cannot run Longhorn; and the host preparation steps kip install and kip node add run:
+// packages, kernel modules, sysctls, service hardening and the kip-managed host firewall. Each
+// step is a check of the host's real state (…InPlace) and an action that brings it there
+// (Apply…, Load…, Install…), after which the check holds. docs/host.md says what they do.
 package host
 
 import (
@@ -17,12 +20,13 @@ import (
 type Family struct {
 	Name     string // debian or rhel
 	Packages string // apt or dnf
-	Firewall string // ufw or firewalld
+	Firewall string // ufw or firewalld: the firewall kip manages, and its package
 	// LonghornPackages are the iSCSI and NFS client packages Longhorn needs.
 	LonghornPackages []string
 
-	installed string // a shell test that package "$p" is installed
-	install   string // a command that installs the packages appended to it, without prompting
+	installed string       // a shell test that package "$p" is installed
+	install   string       // a command that installs the packages appended to it, without prompting
+	firewall  firewallTool // drives Firewall
 }
 
 // The families kip supports.
@@ -35,12 +39,14 @@ var (
 		install: `export DEBIAN_FRONTEND=noninteractive; ` +
 			`if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -mtime -1 | head -n 1)" ]; then apt-get update -q; fi; ` +
 			`apt-get install -y -q --no-install-recommends`,
+		firewall: ufw{},
 	}
 	RHEL = Family{
 		Name: "rhel", Packages: "dnf", Firewall: "firewalld",
 		LonghornPackages: []string{"iscsi-initiator-utils", "nfs-utils"},
 		installed:        `rpm -q --quiet "$p"`,
 		install:          `dnf install -y -q`,
+		firewall:         firewalld{},
 	}
 )
 

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -24,4 +25,35 @@ func quoteAll(words []string) string {
 		q[i] = sshx.Quote(w)
 	}
 	return strings.Join(q, " ")
+}
+
+// MissingPackages returns those of pkgs that are not installed on the host, in one round trip.
+func (f Family) MissingPackages(ctx context.Context, c *sshx.Client, pkgs []string) ([]string, error) {
+	if len(pkgs) == 0 {
+		return nil, nil
+	}
+	res, err := c.Run(ctx, f.MissingPackagesCommand(pkgs))
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check packages: %w", err)
+	}
+	return strings.Fields(string(res.Stdout)), nil
+}
+
+// InstallPackages installs pkgs with the family's package manager, without prompting (with apt,
+// refreshing package lists older than a day first).
+func (f Family) InstallPackages(ctx context.Context, c *sshx.Client, pkgs []string) error {
+	if len(pkgs) == 0 {
+		return nil
+	}
+	res, err := c.Run(ctx, f.InstallPackagesCommand(pkgs))
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("install %s: %w", strings.Join(pkgs, " "), err)
+	}
+	return nil
 }

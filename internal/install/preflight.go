@@ -18,16 +18,6 @@ import (
 //go:embed preflight.sh
 var preflightScript string
 
-// FirewallMarker marks a host firewall as managed by kip. Install writes it and preflight looks
-// for it: with ufw, every rule kip adds carries the comment "kip-managed"
-// (ufw allow 6443/tcp comment kip-managed); with firewalld, kip's zone FirewalldZone has the
-// description "kip-managed". An active firewall without the marker is the operator's: kip
-// leaves it alone and says so.
-const FirewallMarker = "kip-managed"
-
-// FirewalldZone is the firewalld zone kip writes when it manages firewalld.
-const FirewalldZone = "kipper"
-
 // Minimums of the nano profile: "a server with 4 GB of RAM and 20 GiB of free disk space". A
 // 4 GB server shows about 3900 MiB of MemTotal, so the floor leaves room for what the kernel
 // and firmware keep.
@@ -119,7 +109,7 @@ func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Requ
 	if facts == nil {
 		return nil, errors.New("preflight: no host facts")
 	}
-	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight"))
+	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone))
 	if err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
@@ -413,12 +403,9 @@ func checkKubernetes(p *probe) Check {
 
 func checkFirewall(p *probe, ports []portRange, family host.Family, famErr error) Check {
 	c := Check{Name: "firewall", Status: StatusOK}
-	active, managed := "", false
-	switch {
-	case p.ufw.active:
-		active, managed = "ufw", p.ufw.managed
-	case p.firewalld.active:
-		active, managed = "firewalld", p.firewalld.managed
+	active := ""
+	if p.firewall.Active {
+		active = p.firewall.Tool
 	}
 	switch {
 	case active == "":
@@ -426,7 +413,7 @@ func checkFirewall(p *probe, ports []portRange, family host.Family, famErr error
 		if famErr == nil {
 			c.Detail += "; kip will manage " + family.Firewall
 		}
-	case managed:
+	case p.firewall.Managed:
 		c.Detail = active + " is active and managed by kip"
 	default:
 		c.Status = StatusWarn
@@ -457,11 +444,8 @@ type probe struct {
 	processes []string
 	paths     []string
 	cni       []string // files in /etc/cni/net.d
-	ufw       firewall
-	firewalld firewall
+	firewall  host.FirewallState
 }
-
-type firewall struct{ active, managed bool }
 
 // k3sSigns returns what shows an existing k3s.
 func (p *probe) k3sSigns() []string {
@@ -508,7 +492,7 @@ func (p *probe) foreign() []string {
 }
 
 // probeSections are the sections preflight.sh prints, each exactly once.
-var probeSections = []string{"ports", "processes", "paths", "cni", "ufw", "firewalld", "firewalld-zone"}
+var probeSections = []string{"ports", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone"}
 
 const probeMarker = "\n@@kip-preflight "
 
@@ -545,10 +529,9 @@ func parseProbe(out string) (*probe, error) {
 	p.processes = lines(sections["processes"])
 	p.paths = lines(sections["paths"])
 	p.cni = lines(sections["cni"])
-	if p.ufw, err = parseUFWStatus(sections["ufw"]); err != nil {
-		return nil, fmt.Errorf("ufw: %w", err)
+	if p.firewall, err = host.ParseFirewall(sections["ufw"], sections["ufw-added"], sections["firewalld"], sections["firewalld-zone"]); err != nil {
+		return nil, fmt.Errorf("firewall: %w", err)
 	}
-	p.firewalld = parseFirewalld(sections["firewalld"], sections["firewalld-zone"])
 	return p, nil
 }
 
@@ -600,39 +583,4 @@ func parseListeners(s string) ([]listener, error) {
 		ls = append(ls, l)
 	}
 	return ls, nil
-}
-
-// parseUFWStatus parses the output of ufw status: whether ufw is active, and whether any rule
-// carries kip's marker comment. Empty output means ufw is not installed.
-func parseUFWStatus(s string) (firewall, error) {
-	ls := lines(s)
-	if len(ls) == 0 {
-		return firewall{}, nil
-	}
-	state, ok := strings.CutPrefix(ls[0], "Status:")
-	if !ok {
-		return firewall{}, fmt.Errorf("unexpected first line %q", ls[0])
-	}
-	var fw firewall
-	switch strings.TrimSpace(state) {
-	case "active":
-		fw.active = true
-	case "inactive":
-	default:
-		return firewall{}, fmt.Errorf("unexpected status %q", ls[0])
-	}
-	for _, l := range ls[1:] {
-		if _, comment, ok := strings.Cut(l, " # "); ok && strings.TrimSpace(comment) == FirewallMarker {
-			fw.managed = true
-		}
-	}
-	return fw, nil
-}
-
-// parseFirewalld reads firewall-cmd --state and the description of kip's zone.
-func parseFirewalld(state, zoneDescription string) firewall {
-	return firewall{
-		active:  strings.TrimSpace(state) == "running",
-		managed: strings.TrimSpace(zoneDescription) == FirewallMarker,
-	}
 }

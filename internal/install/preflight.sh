@@ -1,7 +1,8 @@
 # Prints what preflight needs beyond sshx.Facts, in sections. Each section starts with a line
 # "@@kip-preflight NAME" preceded by a newline, so that a section whose output lacks a final
 # newline cannot swallow the next header. A missing tool leaves its section empty: preflight
-# reports what it cannot see rather than guessing.
+# reports what it cannot see rather than guessing. Usage: preflight.sh ZONE, the firewalld zone
+# kip writes.
 set -eu
 PATH=$PATH:/usr/sbin:/sbin
 
@@ -31,18 +32,25 @@ if [ -d /etc/cni/net.d ]; then
 	ls -A /etc/cni/net.d 2>/dev/null || true
 fi
 
+# The host firewall, read by host.ParseFirewall: whether ufw is active and kip's marker on its
+# rules, which ufw show added lists while ufw is inactive too; whether firewalld runs ("not
+# running" is on stderr); and the file of the firewalld zone kip writes, $1.
 section ufw
 if command -v ufw >/dev/null 2>&1; then
 	ufw status 2>/dev/null || true
 fi
 
-section firewalld
-if command -v firewall-cmd >/dev/null 2>&1; then
-	firewall-cmd --state 2>/dev/null || true
+section ufw-added
+if command -v ufw >/dev/null 2>&1; then
+	ufw show added 2>/dev/null || true
 fi
 
-# The description of the zone kip writes, when kip manages firewalld.
-section firewalld-zone
+section firewalld
 if command -v firewall-cmd >/dev/null 2>&1; then
-	firewall-cmd --permanent --zone=kipper --get-description 2>/dev/null || true
+	firewall-cmd --state 2>&1 || true
+fi
+
+section firewalld-zone
+if [ -f "/etc/firewalld/zones/$1.xml" ]; then
+	cat "/etc/firewalld/zones/$1.xml"
 fi

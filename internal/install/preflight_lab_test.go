@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/need"
@@ -58,7 +59,7 @@ func TestPreflightLab(t *testing.T) {
 		return r
 	}
 	// The raw output, for the parsers' seeds.
-	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight"))
+	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestPreflightLab(t *testing.T) {
 		}
 		out, _ := h.Run(ctx, "ufw status")
 		t.Logf("ufw status, unmanaged:\n%s", out)
-		run(sshx.Command("ufw", "allow", "6443/tcp", "comment", FirewallMarker))
+		run(sshx.Command("ufw", "allow", "6443/tcp", "comment", host.FirewallMarker))
 		out, _ = h.Run(ctx, "ufw status")
 		t.Logf("ufw status, managed:\n%s", out)
 		r = preflight(Request{})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -25,6 +26,8 @@ tcp LISTEN 0      128       [::]:22    [::]:* users:(("sshd",pid=42,fd=4))
 @@kip-preflight cni
 
 @@kip-preflight ufw
+
+@@kip-preflight ufw-added
 
 @@kip-preflight firewalld
 
@@ -51,6 +54,10 @@ To                         Action      From
 6443/tcp (v6)              ALLOW       Anywhere (v6)              # kip-managed
 
 `
+	// kipZone is the file of kip's firewalld zone, reduced to its marker.
+	kipZone = `<?xml version="1.0" encoding="utf-8"?>
+<zone><description>kip-managed</description></zone>
+`
 )
 
 func TestPreflightScriptSyntax(t *testing.T) {
@@ -66,7 +73,7 @@ func TestPreflightScriptSyntax(t *testing.T) {
 
 // TestPreflightScriptLocally runs the script on this machine, without SSH, and parses it.
 func TestPreflightScriptLocally(t *testing.T) {
-	out, err := exec.Command("sh", "-c", preflightScript, "kip-preflight").Output()
+	out, err := exec.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone).Output()
 	if err != nil {
 		t.Fatalf("preflight.sh: %v", err)
 	}
@@ -103,23 +110,22 @@ func TestParseProbe(t *testing.T) {
 		err       string
 	}{
 		{name: "lab host", out: labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "firewalld": false, "firewalld-zone": false},
+			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
 		}},
 		{name: "everything", out: probeWith(map[string]string{
 			"processes": "containerd\nk3s-server", "paths": "/etc/rancher/k3s\n/usr/local/bin/k3s\n/var/lib/kubelet",
-			"cni": "10-flannel.conflist", "ufw": ufwManaged, "firewalld": "not running", "firewalld-zone": "kip-managed",
+			"cni": "10-flannel.conflist", "ufw": ufwManaged, "firewalld": "not running", "firewalld-zone": kipZone,
 		}), want: &probe{
-			has:       map[string]bool{"ports": true, "processes": true, "paths": true, "cni": true, "ufw": true, "firewalld": true, "firewalld-zone": true},
+			has:       map[string]bool{"ports": true, "processes": true, "paths": true, "cni": true, "ufw": true, "ufw-added": false, "firewalld": true, "firewalld-zone": true},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
 			processes: []string{"containerd", "k3s-server"},
 			paths:     []string{"/etc/rancher/k3s", "/usr/local/bin/k3s", "/var/lib/kubelet"},
 			cni:       []string{"10-flannel.conflist"},
-			ufw:       firewall{active: true, managed: true},
-			firewalld: firewall{managed: true},
+			firewall:  host.FirewallState{Tool: "ufw", Active: true, Managed: true},
 		}},
 		{name: "banner before", out: "Welcome!\n" + labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "firewalld": false, "firewalld-zone": false},
+			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
 		}},
 		{name: "empty", out: "", err: "no sections"},
@@ -127,7 +133,8 @@ func TestParseProbe(t *testing.T) {
 		{name: "twice", out: labProbe + "\n@@kip-preflight cni\n", err: `section "cni" appears twice`},
 		{name: "unknown section", out: labProbe + "\n@@kip-preflight other\n", err: `unexpected section "other"`},
 		{name: "bad ports", out: probeWith(map[string]string{"ports": "nonsense"}), err: "ports:"},
-		{name: "bad ufw", out: probeWith(map[string]string{"ufw": "ERROR: You need to be root to run this script"}), err: "ufw:"},
+		{name: "bad ufw", out: probeWith(map[string]string{"ufw": "ERROR: You need to be root to run this script"}), err: "firewall: ufw:"},
+		{name: "bad zone", out: probeWith(map[string]string{"firewalld-zone": "<zone>"}), err: "firewall: firewalld:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseProbe(tc.out)
@@ -205,72 +212,6 @@ func FuzzParseListeners(f *testing.F) {
 			if l.Proto != "tcp" && l.Proto != "udp" {
 				t.Errorf("protocol %q", l.Proto)
 			}
-		}
-	})
-}
-
-func TestParseUFWStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     firewall
-		err      bool
-	}{
-		{name: "not installed", in: ""},
-		{name: "inactive", in: "Status: inactive\n"},
-		{name: "active", in: ufwUnmanaged, want: firewall{active: true}},
-		{name: "managed", in: ufwManaged, want: firewall{active: true, managed: true}},
-		{name: "other comment", in: "Status: active\n\n6443/tcp ALLOW Anywhere # kip-managed-not\n", want: firewall{active: true}},
-		{name: "not root", in: "ERROR: You need to be root to run this script\n", err: true},
-		{name: "odd status", in: "Status: sleeping\n", err: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseUFWStatus(tc.in)
-			if (err != nil) != tc.err {
-				t.Fatalf("error %v, want error %v", err, tc.err)
-			}
-			if got != tc.want {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-func FuzzParseUFWStatus(f *testing.F) {
-	for _, s := range []string{"", "Status: inactive\n", ufwUnmanaged, ufwManaged} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, in string) {
-		fw, err := parseUFWStatus(in)
-		if err == nil && fw.managed && !strings.Contains(in, FirewallMarker) {
-			t.Errorf("managed without the marker in %q", in)
-		}
-	})
-}
-
-func TestParseFirewalld(t *testing.T) {
-	for _, tc := range []struct {
-		state, zone string
-		want        firewall
-	}{
-		{"", "", firewall{}},
-		{"not running\n", "", firewall{}},
-		{"running\n", "", firewall{active: true}},
-		{"running\n", "kip-managed\n", firewall{active: true, managed: true}},
-		{"running\n", "my zone\n", firewall{active: true}},
-	} {
-		if got := parseFirewalld(tc.state, tc.zone); got != tc.want {
-			t.Errorf("parseFirewalld(%q, %q) = %+v, want %+v", tc.state, tc.zone, got, tc.want)
-		}
-	}
-}
-
-func FuzzParseFirewalld(f *testing.F) {
-	f.Add("running\n", "kip-managed\n")
-	f.Add("not running\n", "")
-	f.Fuzz(func(t *testing.T, state, zone string) {
-		fw := parseFirewalld(state, zone)
-		if fw.managed && !strings.Contains(zone, FirewallMarker) {
-			t.Errorf("managed without the marker in %q", zone)
 		}
 	})
 }
@@ -411,7 +352,7 @@ func TestPreflightChecks(t *testing.T) {
 		{name: "ufw managed", probe: map[string]string{"ufw": ufwManaged}, check: "firewall", st: StatusOK, has: "managed by kip"},
 		{name: "firewalld unmanaged", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), probe: map[string]string{"firewalld": "running"},
 			check: "firewall", st: StatusWarn, has: "firewalld is active and not managed by kip"},
-		{name: "firewalld managed", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), probe: map[string]string{"firewalld": "running", "firewalld-zone": "kip-managed"},
+		{name: "firewalld managed", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), probe: map[string]string{"firewalld": "running", "firewalld-zone": kipZone},
 			check: "firewall", st: StatusOK, has: "firewalld is active and managed by kip"},
 		{name: "firewalld stopped", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), probe: map[string]string{"firewalld": "not running"},
 			check: "firewall", st: StatusOK, has: "kip will manage firewalld"},

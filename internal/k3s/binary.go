@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,25 @@ func ChecksumFor(sums []byte, name string) (string, error) {
 		return "", err
 	}
 	return "", errors.New("it lists no checksum for " + name)
+}
+
+// releaseBase is where k3s's releases publish their assets.
+const releaseBase = "https://github.com/k3s-io/k3s/releases/download/"
+
+// Release is where a k3s release publishes its binary for one architecture, and the checksum
+// file that vouches for it.
+type Release struct {
+	Binary       string // the binary's asset name, as the checksum file lists it
+	BinaryURL    string
+	ChecksumsURL string
+}
+
+// ReleaseFor returns the assets of k3s version for arch (`uname -m`).
+func ReleaseFor(version, arch string) (Release, error) {
+	r, err := assets(arch)
+	if err != nil {
+		return Release{}, err
+	}
+	base := releaseBase + url.PathEscape(version) + "/"
+	return Release{Binary: r.binary, BinaryURL: base + r.binary, ChecksumsURL: base + r.checksums}, nil
 }

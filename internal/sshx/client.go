@@ -88,6 +88,9 @@ func newClient(cfg Config) (*Client, error) {
 // String returns user@host:port.
 func (c *Client) String() string { return c.label }
 
+// Port returns the SSH port the client connects to.
+func (c *Client) Port() int { return c.cfg.Port }
+
 // Host returns the host the client reaches: the address or name after ~/.ssh/config's
 // HostName was applied.
 func (c *Client) Host() string { return c.cfg.Host }

@@ -95,23 +95,33 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 			return nil, fmt.Errorf("make %s: %v\n%s", target, err, out)
 		}
 	}
-	if s.Bundle, err = standinBundle(filepath.Join(root, "bin", "k3s-standin")); err != nil {
+	if s.Bundle, err = StandinBundle(filepath.Join(root, "bin", "k3s-standin")); err != nil {
 		return nil, err
 	}
-	resolved, err := filepath.EvalSymlinks(bins)
+	bind, err := StandinBind(bins)
 	if err != nil {
 		return nil, err
 	}
-	opts.ReadOnly = append(opts.ReadOnly, lab.Bind{Source: resolved, Target: StandinBinDir})
+	opts.ReadOnly = append(opts.ReadOnly, bind)
 	if s.Lab, err = lab.Up(ctx, n, opts); err != nil {
 		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
 	}
 	return s, nil
 }
 
-// standinBundle lays the stand-in out as an x86_64 k3s release's airgap assets, with the
-// checksum file that make k3s-standin wrote beside it.
-func standinBundle(bin string) (string, error) {
+// StandinBind binds the test control plane's binaries (bins, usually bin/testenv) into lab hosts
+// at StandinBinDir, where the k3s stand-in finds them.
+func StandinBind(bins string) (lab.Bind, error) {
+	resolved, err := filepath.EvalSymlinks(bins)
+	if err != nil {
+		return lab.Bind{}, err
+	}
+	return lab.Bind{Source: resolved, Target: StandinBinDir}, nil
+}
+
+// StandinBundle lays the stand-in out as an x86_64 k3s release's airgap assets in a new
+// temporary directory, with the checksum file that make k3s-standin wrote beside it.
+func StandinBundle(bin string) (string, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return "", err
@@ -199,6 +209,19 @@ func (s *Suite) Start(t testing.TB, home string, args ...string) *Process {
 func (s *Suite) Kip(t testing.TB, home string, args ...string) Result {
 	t.Helper()
 	return s.Start(t, home, args...).Wait(t, 30*time.Minute)
+}
+
+// Stderr returns what kip has written to stderr so far.
+func (p *Process) Stderr() string { return p.stderr.String() }
+
+// Exited reports whether kip has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Kill kills kip outright, as a lost laptop would.

@@ -11,6 +11,7 @@ import (
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/testenv"
 )
 
 // InstallStandin installs the k3s stand-in on h the way k3s's installer lays k3s out: the binary,
@@ -82,4 +83,30 @@ func (s *Suite) Kubeconfig(ctx context.Context, t testing.TB, server *lab.Host) 
 		t.Fatal(err)
 	}
 	return path
+}
+
+// LonghornChartFixture is what the Longhorn chart would create that kip relies on, for the k3s
+// stand-in's helm-controller to apply when kip installs the longhorn HelmChart (see
+// docs/k3s-standin.md): Longhorn's CRDs, and its stock longhorn StorageClass, which the chart
+// marks as the default class.
+func LonghornChartFixture() ([]byte, error) {
+	crds, err := testenv.LonghornCRDs()
+	if err != nil {
+		return nil, err
+	}
+	const class = `---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: longhorn
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: driver.longhorn.io
+allowVolumeExpansion: true
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+parameters:
+  numberOfReplicas: "3"
+`
+	return append(crds, class...), nil
 }

@@ -47,6 +47,7 @@ type Host struct {
 	KeyPath   string     // the root login's private key
 	MemoryMiB int        // MemTotal it shows; 0: this machine's
 	CPUs      int        // the count nproc prints; 0: this machine's
+	Modules   []string   // kernel modules modprobe pretends to load (HostOptions.Modules)
 
 	lab    *Lab
 	mu     sync.Mutex
@@ -61,6 +62,7 @@ func (l *Lab) newHost(hs hostState) *Host {
 		KeyPath:   filepath.Join(stateDir, hs.Name, "id_ed25519"),
 		MemoryMiB: hs.MemoryMiB,
 		CPUs:      hs.CPUs,
+		Modules:   hs.Modules,
 		lab:       l,
 	}
 }
@@ -157,7 +159,38 @@ func (h *Host) files(all []hostState, m mirrors, key ssh.PublicKey) ([]file, err
 		// ask the kernel (sched_getaffinity) still see this machine's.
 		files = append(files, file{"usr/local/bin/nproc", fmt.Sprintf("#!/bin/sh\n# kip lab: this host has %d CPUs.\necho %d\n", h.CPUs, h.CPUs), 0o755})
 	}
+	if len(h.Modules) > 0 {
+		files = append(files, file{"usr/local/sbin/modprobe", modprobeShim(h.Modules), 0o755})
+	}
 	return files, nil
+}
+
+// modprobeShim returns a modprobe that succeeds, loading nothing, for `modprobe [-n] [-q] [-v] M`
+// with M one of mods (dashes and underscores alike, as modprobe takes them), and runs the real
+// modprobe for anything else. It comes first on root's PATH (/usr/local/sbin), over SSH and sudo.
+func modprobeShim(mods []string) string {
+	return `#!/bin/sh
+# kip lab: this machine's kernel loads no modules; this host pretends it can load these.
+set -eu
+pretend=" ` + strings.ReplaceAll(strings.Join(mods, " "), "-", "_") + ` "
+name=
+for a in "$@"; do
+	case $a in
+	-n | -q | -v | -nq | -qn | --dry-run | --quiet | --verbose) ;;
+	-*) exec /usr/sbin/modprobe "$@" ;;
+	*)
+		if [ -n "$name" ]; then
+			exec /usr/sbin/modprobe "$@"
+		fi
+		name=$(printf '%s' "$a" | tr - _)
+		;;
+	esac
+done
+case $pretend in
+*" $name "*) exit 0 ;;
+esac
+exec /usr/sbin/modprobe "$@"
+`
 }
 
 // meminfo returns this machine's /proc/meminfo with MemTotal set to mib MiB and MemFree and

@@ -30,6 +30,8 @@ const (
 var (
 	statePath = filepath.Join(stateDir, "lab.json")
 	hostName  = regexp.MustCompile(`^lab[0-9]+$`)
+	// moduleName is what HostOptions.Modules takes: the shim is written with these names.
+	moduleName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
 
 // Options shape a lab.
@@ -50,6 +52,11 @@ type Options struct {
 type HostOptions struct {
 	MemoryMiB int
 	CPUs      int
+	// Modules are kernel modules the host pretends it can load (this machine's kernel loads
+	// none): a modprobe first on root's PATH answers `modprobe M` and `modprobe -n -q M` with
+	// success for them, and runs the real modprobe for anything else. Nothing loads and
+	// /sys/module does not change, so kip's facts report such a module loadable, never loaded.
+	Modules []string
 }
 
 // Bind is a path of this machine bound into the hosts at Target (Source when empty).
@@ -78,10 +85,11 @@ type state struct {
 }
 
 type hostState struct {
-	Name      string `json:"name"`
-	Index     int    `json:"index"` // from 1
-	MemoryMiB int    `json:"memoryMiB,omitempty"`
-	CPUs      int    `json:"cpus,omitempty"`
+	Name      string   `json:"name"`
+	Index     int      `json:"index"` // from 1
+	MemoryMiB int      `json:"memoryMiB,omitempty"`
+	CPUs      int      `json:"cpus,omitempty"`
+	Modules   []string `json:"modules,omitempty"`
 }
 
 // Up brings up a lab of n hosts, lab1 to labN, and returns once each accepts SSH and systemd has
@@ -103,6 +111,13 @@ func Up(ctx context.Context, n int, opts Options) (*Lab, error) {
 			return nil, fmt.Errorf("bind %s:%s: paths must be absolute", b.Source, b.Target)
 		}
 	}
+	for _, h := range opts.Hosts {
+		for _, m := range h.Modules {
+			if !moduleName.MatchString(m) {
+				return nil, fmt.Errorf("%q is not a kernel module name", m)
+			}
+		}
+	}
 	lock := flock.New(lockPath)
 	unlock, st, err := acquire(ctx, lock, logf)
 	if err != nil {
@@ -117,7 +132,7 @@ func Up(ctx context.Context, n int, opts Options) (*Lab, error) {
 	for i := range n {
 		hs := hostState{Name: fmt.Sprintf("lab%d", i+1), Index: i + 1}
 		if i < len(opts.Hosts) {
-			hs.MemoryMiB, hs.CPUs = opts.Hosts[i].MemoryMiB, opts.Hosts[i].CPUs
+			hs.MemoryMiB, hs.CPUs, hs.Modules = opts.Hosts[i].MemoryMiB, opts.Hosts[i].CPUs, opts.Hosts[i].Modules
 		}
 		l.st.Hosts = append(l.st.Hosts, hs)
 	}

@@ -3,6 +3,7 @@ package lab
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -161,6 +162,51 @@ func TestScripts(t *testing.T) {
 			if out, err := exec.Command("shellcheck", "-s", "sh", name).CombinedOutput(); err != nil {
 				t.Errorf("shellcheck %s: %s", name, out)
 			}
+		}
+	}
+}
+
+// TestModprobeShim runs the modprobe a host with Modules gets, with a stand-in for the real
+// modprobe that exits 3: the shim answers for its modules and hands anything else over.
+func TestModprobeShim(t *testing.T) {
+	dir := t.TempDir()
+	standIn := filepath.Join(dir, "real-modprobe")
+	must(t, os.WriteFile(standIn, []byte("#!/bin/sh\nexit 3\n"), 0o755))
+	shim := filepath.Join(dir, "modprobe")
+	script := modprobeShim([]string{"wireguard", "iscsi_tcp"})
+	if strings.Count(script, "/usr/sbin/modprobe") != 3 {
+		t.Fatalf("the shim does not hand over to /usr/sbin/modprobe:\n%s", script)
+	}
+	must(t, os.WriteFile(shim, []byte(strings.ReplaceAll(script, "/usr/sbin/modprobe", standIn)), 0o755))
+	if out, err := exec.Command("sh", "-n", shim).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v: %s", err, out)
+	}
+	if _, err := exec.LookPath("shellcheck"); err == nil {
+		if out, err := exec.Command("shellcheck", shim).CombinedOutput(); err != nil {
+			t.Errorf("shellcheck: %s", out)
+		}
+	}
+	for _, tc := range []struct {
+		args string
+		exit int // 3: handed to the real modprobe
+	}{
+		{"-n -q wireguard", 0},
+		{"wireguard", 0},
+		{"-q iscsi-tcp", 0},
+		{"-n -q nosuchmodule", 3},
+		{"-n -q wireguard iscsi_tcp", 3}, // two names
+		{"--show-depends wireguard", 3},  // any other option
+		{"-n", 3},
+	} {
+		err := exec.Command(shim, strings.Fields(tc.args)...).Run()
+		exit := 0
+		if e, ok := err.(*exec.ExitError); ok {
+			exit = e.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if exit != tc.exit {
+			t.Errorf("modprobe %s: exit %d, want %d", tc.args, exit, tc.exit)
 		}
 	}
 }

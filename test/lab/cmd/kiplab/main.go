@@ -1,7 +1,8 @@
 // Command kiplab manages kip's lab hosts for people (the tests use package lab directly):
 //
 //	kiplab image                     build the base image, or reuse the cached one
-//	kiplab up [-memory MiB] [-cpus N] N   bring up N hosts that stay up after kiplab exits
+//	kiplab up [-memory MiB] [-cpus N] [-modules M,...] N
+//	                                 bring up N hosts that stay up after kiplab exits
 //	kiplab status                    list the hosts of the lab that is up
 //	kiplab down [-routes]            remove the lab (-routes: the unreachable routes too)
 //
@@ -16,13 +17,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 
 	"kipper.run/kip/test/lab"
 )
 
-const usage = `usage: kiplab image | up [-memory MiB] [-cpus N] N | status | down [-routes]`
+const usage = `usage: kiplab image | up [-memory MiB] [-cpus N] [-modules M,...] N | status | down [-routes]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -54,6 +56,7 @@ func run(ctx context.Context, args []string) error {
 	case "up":
 		memory := fs.Int("memory", 0, "MemTotal of every host in MiB (0: this machine's)")
 		cpus := fs.Int("cpus", 0, "CPU count of every host (0: this machine's)")
+		modules := fs.String("modules", "", "comma-separated kernel modules every host pretends it can load, e.g. br_netfilter,wireguard")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -66,7 +69,11 @@ func run(ctx context.Context, args []string) error {
 		}
 		opts := lab.Options{Persistent: true, Logf: logf}
 		for range n {
-			opts.Hosts = append(opts.Hosts, lab.HostOptions{MemoryMiB: *memory, CPUs: *cpus})
+			h := lab.HostOptions{MemoryMiB: *memory, CPUs: *cpus}
+			if *modules != "" {
+				h.Modules = strings.Split(*modules, ",")
+			}
+			opts.Hosts = append(opts.Hosts, h)
 		}
 		l, err := lab.Up(ctx, n, opts)
 		if err != nil {

@@ -1,0 +1,31 @@
+# Makes firewalld enforce kip's zone: firewalld.sh ZONE ZONE-FILE-CONTENT. Writes the zone's file,
+# makes it the default zone, and reloads a running firewalld or starts a stopped one (the zone
+# opens SSH before either). Then restarts k3s if it runs: a reload drops the rules k3s added.
+set -eu
+PATH=$PATH:/usr/sbin:/sbin
+umask 022
+zone=$1
+file=/etc/firewalld/zones/$zone.xml
+
+mkdir -p /etc/firewalld/zones
+printf '%s' "$2" >"$file.kip-tmp"
+mv -f "$file.kip-tmp" "$file"
+
+if [ "$(firewall-cmd --state 2>&1 || true)" = running ]; then
+	firewall-cmd --reload >/dev/null
+	if [ "$(firewall-cmd --get-default-zone)" != "$zone" ]; then
+		firewall-cmd --set-default-zone="$zone" >/dev/null
+	fi
+	systemctl enable --quiet firewalld
+else
+	if [ "$(firewall-offline-cmd --get-default-zone)" != "$zone" ]; then
+		firewall-offline-cmd --set-default-zone="$zone" >/dev/null
+	fi
+	systemctl enable --quiet --now firewalld
+fi
+
+for unit in k3s k3s-agent; do
+	if systemctl is-active --quiet "$unit"; then
+		systemctl restart "$unit"
+	fi
+done

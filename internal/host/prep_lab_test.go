@@ -1,0 +1,355 @@
+package host
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/need"
+)
+
+// TestHostPrepLab prepares two real Debian hosts as kip install does, each step checked before
+// and after: on lab1 Longhorn's packages, kernel modules (through the lab's modprobe shim),
+// sysctls, service hardening and a kip-managed ufw, which ApplyFirewall installs; on lab2 a
+// kip-managed firewalld (Debian packages firewalld 1.3, as RHEL 9 does), driven as the RHEL
+// family drives it. Both firewalls are checked from outside: 80/tcp answers, 8888/tcp does not.
+func TestHostPrepLab(t *testing.T) {
+	need.Lab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel) // the parallel subtests run after this function returns
+	mods := Modules(true, true)
+	l, err := lab.Up(ctx, 2, lab.Options{Hosts: []lab.HostOptions{{Modules: mods}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	lab1, lab2 := l.Hosts[0], l.Hosts[1]
+
+	t.Run("lab1", func(t *testing.T) {
+		t.Parallel()
+		c := dialLab(ctx, t, lab1)
+		t.Run("packages", func(t *testing.T) { testPackages(ctx, t, c, lab1) })
+		t.Run("modules", func(t *testing.T) { testModules(ctx, t, c, lab1, mods) })
+		t.Run("sysctls", func(t *testing.T) { testSysctls(ctx, t, c, lab1) })
+		t.Run("hardening", func(t *testing.T) { testHardening(ctx, t, c, lab1) })
+		t.Run("ufw", func(t *testing.T) { testUFW(ctx, t, c, lab1, lab2) })
+		if out, err := lab1.Run(ctx, "systemctl is-system-running"); err != nil {
+			t.Errorf("lab1 is %s after its preparation: %v", strings.TrimSpace(out), err)
+		}
+	})
+	t.Run("lab2", func(t *testing.T) {
+		t.Parallel()
+		t.Run("firewalld", func(t *testing.T) { testFirewalld(ctx, t, dialLab(ctx, t, lab2), lab2) })
+	})
+}
+
+func dialLab(ctx context.Context, t *testing.T, h *lab.Host) *sshx.Client {
+	t.Helper()
+	c, err := sshx.Dial(ctx, h.SSHConfig(h.PublicIP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func run(ctx context.Context, t *testing.T, h *lab.Host, cmd string) string {
+	t.Helper()
+	out, err := h.Run(ctx, cmd)
+	if err != nil {
+		t.Fatalf("%s: %v: %s", cmd, err, out)
+	}
+	return out
+}
+
+// timed runs f and logs how long it took.
+func timed(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	start := time.Now()
+	err := f()
+	t.Logf("measured: %s in %s", what, time.Since(start).Round(time.Millisecond))
+	return err
+}
+
+func testPackages(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+	pkgs := Debian.LonghornPackages
+	missing, err := Debian.MissingPackages(ctx, c, pkgs)
+	if err != nil || !slices.Equal(missing, pkgs) {
+		t.Fatalf("missing before: %q, %v", missing, err)
+	}
+	if err := timed(t, "InstallPackages "+strings.Join(pkgs, " "), func() error { return Debian.InstallPackages(ctx, c, pkgs) }); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := Debian.MissingPackages(ctx, c, pkgs); err != nil || len(missing) != 0 {
+		t.Fatalf("missing after: %q, %v", missing, err)
+	}
+	if err := Debian.InstallPackages(ctx, c, []string{"no-such-package-kip"}); err == nil ||
+		!strings.Contains(err.Error(), "install no-such-package-kip: ") || !strings.Contains(err.Error(), "Unable to locate package") {
+		t.Errorf("installing a package that does not exist: %v", err)
+	}
+	// A package whose service cannot start in a container would leave the host degraded.
+	if out, err := h.Run(ctx, "systemctl is-system-running"); err != nil {
+		t.Errorf("lab1 is %s after the install: %v", strings.TrimSpace(out), err)
+	}
+}
+
+func testModules(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host, mods []string) {
+	facts, err := c.Facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"wireguard", "iscsi_tcp", "nfs"} {
+		if facts.Modules[m] != sshx.ModuleLoadable {
+			t.Errorf("facts: %s is %s, want loadable through the lab's shim", m, facts.Modules[m])
+		}
+	}
+	if ok, err := ModulesInPlace(ctx, c, mods); err != nil || ok {
+		t.Fatalf("in place before: %v, %v", ok, err)
+	}
+	if err := timed(t, "LoadModules", func() error { return LoadModules(ctx, c, mods) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := ModulesInPlace(ctx, c, mods); err != nil || !ok {
+		t.Fatalf("in place after: %v, %v", ok, err)
+	}
+	if got := run(ctx, t, h, "grep -v '^#' "+modulesFile); got != strings.Join(mods, "\n")+"\n" {
+		t.Errorf("%s lists %q", modulesFile, got)
+	}
+	// A module the host cannot load: named with modprobe's words and the fix; the file stays.
+	err = LoadModules(ctx, c, append(slices.Clone(mods), "dm_crypt"))
+	t.Logf("error: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "1 cannot load: dm_crypt (modprobe: FATAL: Module dm_crypt not found") ||
+		!strings.Contains(err.Error(), "fix: boot a kernel that has the dm_crypt module") {
+		t.Errorf("loading dm_crypt: %v", err)
+	}
+	if ok, err := ModulesInPlace(ctx, c, mods); err != nil || !ok {
+		t.Errorf("a failed load changed the file: %v, %v", ok, err)
+	}
+}
+
+func testSysctls(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+	if ok, err := SysctlsInPlace(ctx, c); err != nil || ok {
+		t.Fatalf("in place before: %v, %v", ok, err)
+	}
+	if err := timed(t, "ApplySysctls", func() error { return ApplySysctls(ctx, c) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := SysctlsInPlace(ctx, c); err != nil || !ok {
+		t.Fatalf("in place after: %v, %v", ok, err)
+	}
+	got := run(ctx, t, h, "sysctl -n net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables fs.inotify.max_user_instances")
+	// fs.inotify is this machine's kernel's, read-only in a container: kip leaves it.
+	t.Logf("ip_forward, bridge-nf-call-iptables, max_user_instances: %q", got)
+	if !strings.HasPrefix(got, "1\n1\n") {
+		t.Errorf("sysctls: %q", got)
+	}
+}
+
+func testHardening(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+	if ok, err := HardeningInPlace(ctx, c, true); err != nil || ok {
+		t.Fatalf("in place before: %v, %v", ok, err)
+	}
+	if err := timed(t, "ApplyHardening", func() error { return ApplyHardening(ctx, c, true) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, longhorn := range []bool{true, false} {
+		if ok, err := HardeningInPlace(ctx, c, longhorn); err != nil || !ok {
+			t.Fatalf("in place after (longhorn %v): %v, %v", longhorn, ok, err)
+		}
+	}
+	// journald runs, restarted, with the cap among its settings.
+	out := run(ctx, t, h, "systemctl is-active systemd-journald && systemd-analyze cat-config systemd/journald.conf | grep -x SystemMaxUse=1G && "+
+		"journalctl -u systemd-journald -b --no-pager -o cat | tail -n 2")
+	t.Logf("journald:\n%s", out)
+}
+
+// listen makes the host answer on ports 80 and 8888 (systemd alone: each connection gets "kip").
+func listen(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+	t.Helper()
+	if err := c.Upload(ctx, "/etc/systemd/system/kip-listen.socket", []byte("[Socket]\nListenStream=80\nListenStream=8888\nAccept=yes\n"), 0o644, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Upload(ctx, "/etc/systemd/system/kip-listen@.service", []byte("[Service]\nExecStart=/bin/echo kip\nStandardOutput=socket\n"), 0o644, ""); err != nil {
+		t.Fatal(err)
+	}
+	run(ctx, t, h, "systemctl daemon-reload && systemctl start kip-listen.socket")
+}
+
+// connects reports whether this machine reaches port on addr.
+func connects(addr netip.Addr, port uint16) bool {
+	c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, port).String(), 2*time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// checkEnforced checks, from outside, that the firewall lets in 80/tcp and not 8888/tcp, and
+// that SSH works on the connection kip used and on a new one.
+func checkEnforced(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host, open80 bool) {
+	t.Helper()
+	if connects(h.PublicIP, 80) != open80 {
+		t.Errorf("80/tcp reachable: %v, want %v", !open80, open80)
+	}
+	if connects(h.PublicIP, 8888) {
+		t.Error("8888/tcp reachable through the firewall")
+	}
+	if res, err := c.Run(ctx, "true"); err != nil || res.Err() != nil {
+		t.Errorf("kip's SSH connection: %v %v", err, res.Err())
+	}
+	c2, err := sshx.Dial(ctx, h.SSHConfig(h.PublicIP))
+	if err != nil {
+		t.Fatalf("a new SSH connection: %v", err)
+	}
+	c2.Close()
+}
+
+func testUFW(ctx context.Context, t *testing.T, c *sshx.Client, lab1, lab2 *lab.Host) {
+	listen(ctx, t, c, lab1)
+	if !connects(lab1.PublicIP, 8888) {
+		t.Fatal("8888/tcp unreachable before any firewall")
+	}
+	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{}) {
+		t.Fatalf("before: %+v, %v", st, err)
+	}
+	rules := ServerRules(22)
+	if ok, err := Debian.FirewallInPlace(ctx, c, rules); err != nil || ok {
+		t.Fatalf("in place before: %v, %v", ok, err)
+	}
+	// ufw is missing: ApplyFirewall installs it.
+	if err := timed(t, "ApplyFirewall (install ufw)", func() error { return Debian.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "ufw", Active: true, Managed: true}) {
+		t.Fatalf("after: %+v, %v", st, err)
+	}
+	if ok, err := Debian.FirewallInPlace(ctx, c, rules); err != nil || !ok {
+		t.Fatalf("in place after: %v, %v", ok, err)
+	}
+	status := run(ctx, t, lab1, "ufw status")
+	t.Logf("ufw status:\n%s", status)
+	for _, want := range []string{`22/tcp +ALLOW +Anywhere +# kip-managed`, `80/tcp +ALLOW +Anywhere +# kip-managed`, `443/tcp +ALLOW +Anywhere +# kip-managed`,
+		`6443/tcp +ALLOW +Anywhere +# kip-managed`, `Anywhere +ALLOW +10\.42\.0\.0/16 +# kip-managed`, `Anywhere +ALLOW +10\.43\.0\.0/16 +# kip-managed`,
+		`22/tcp \(v6\) +ALLOW +Anywhere \(v6\) +# kip-managed`} {
+		if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(status) {
+			t.Errorf("ufw status lacks %s", want)
+		}
+	}
+	checkEnforced(ctx, t, c, lab1, true)
+
+	before := run(ctx, t, lab1, "ufw status verbose; ufw show added")
+	if err := timed(t, "ApplyFirewall (ufw in place)", func() error { return Debian.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	if after := run(ctx, t, lab1, "ufw status verbose; ufw show added"); after != before {
+		t.Errorf("re-applying changed ufw:\n%s\nto\n%s", before, after)
+	}
+
+	// Other rules: 80/tcp goes, WireGuard from lab2 comes; an operator's rule stays.
+	run(ctx, t, lab1, "ufw allow 8080/tcp")
+	peer := Rule{Port: 51820, Proto: "udp", Sources: []netip.Prefix{netip.PrefixFrom(lab2.PrivateIP, 32)}, Why: "WireGuard from lab2"}
+	rules2 := append(slices.Clone(rules[:1]), append(slices.Clone(rules[2:]), peer)...)
+	if err := timed(t, "ApplyFirewall (ufw, changed rules)", func() error { return Debian.ApplyFirewall(ctx, c, rules2) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Debian.FirewallInPlace(ctx, c, rules2); err != nil || !ok {
+		t.Errorf("in place with the new rules: %v, %v", ok, err)
+	}
+	added := run(ctx, t, lab1, "ufw show added")
+	if !strings.Contains(added, "ufw allow from "+lab2.PrivateIP.String()+" to any port 51820 proto udp comment 'kip-managed'") ||
+		strings.Contains(added, "ufw allow 80/tcp") || !strings.Contains(added, "ufw allow 8080/tcp\n") {
+		t.Errorf("ufw show added:\n%s", added)
+	}
+	checkEnforced(ctx, t, c, lab1, false)
+
+	// An operator's ufw: kip refuses and names the fix.
+	run(ctx, t, lab1, "ufw --force reset >/dev/null && ufw allow 22/tcp >/dev/null && ufw --force enable")
+	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "ufw", Active: true}) {
+		t.Fatalf("operator's ufw: %+v, %v", st, err)
+	}
+	err := Debian.ApplyFirewall(ctx, c, rules)
+	t.Logf("refusal: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "ufw on "+lab1.PublicIP.String()+" is active and not managed by kip") ||
+		!strings.Contains(err.Error(), "turn it off (ufw disable)") {
+		t.Errorf("ApplyFirewall on an operator's ufw: %v", err)
+	}
+	if ok, err := Debian.FirewallInPlace(ctx, c, rules); err != nil || ok {
+		t.Errorf("in place on an operator's ufw: %v, %v", ok, err)
+	}
+}
+
+func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+	f := Debian
+	f.Firewall, f.firewall = "firewalld", firewalld{}
+	listen(ctx, t, c, h)
+	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{}) {
+		t.Fatalf("before: %+v, %v", st, err)
+	}
+	rules := ServerRules(22)
+	// firewalld is missing: ApplyFirewall installs it (Debian starts it with its public zone).
+	if err := timed(t, "ApplyFirewall (install firewalld)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	inPlace := func(want bool) {
+		t.Helper()
+		if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "firewalld", Active: want, Managed: true}) {
+			t.Fatalf("firewall: %+v, %v", st, err)
+		}
+		if ok, err := f.FirewallInPlace(ctx, c, rules); err != nil || ok != want {
+			t.Fatalf("in place: %v, %v; want %v", ok, err, want)
+		}
+	}
+	inPlace(true)
+	info := run(ctx, t, h, "firewall-cmd --check-config && firewall-cmd --get-default-zone && firewall-cmd --info-zone=kipper")
+	t.Logf("firewalld:\n%s", info)
+	for _, want := range []string{"success\nkipper\n", "ports: 22/tcp 80/tcp 443/tcp 6443/tcp\n", "forward: yes\n",
+		`rule family="ipv4" source address="10.42.0.0/16" accept`, `rule family="ipv4" source address="10.43.0.0/16" accept`} {
+		if !strings.Contains(info, want) {
+			t.Errorf("firewalld lacks %q", want)
+		}
+	}
+	checkEnforced(ctx, t, c, h, true)
+
+	// In place: nothing is written, nothing reloaded.
+	stat := "stat -c '%i %Y' /etc/firewalld/zones/kipper.xml"
+	before := run(ctx, t, h, stat)
+	if err := timed(t, "ApplyFirewall (firewalld in place)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	if after := run(ctx, t, h, stat); after != before {
+		t.Errorf("re-applying rewrote the zone: %s then %s", before, after)
+	}
+
+	// A stopped firewalld that kip manages starts again with kip's zone.
+	run(ctx, t, h, "systemctl stop firewalld")
+	inPlace(false)
+	if err := timed(t, "ApplyFirewall (firewalld stopped)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	inPlace(true)
+	checkEnforced(ctx, t, c, h, true)
+
+	// An operator's firewalld: kip refuses and names the fix.
+	run(ctx, t, h, "firewall-cmd --set-default-zone=public >/dev/null && rm /etc/firewalld/zones/kipper.xml && firewall-cmd --reload >/dev/null")
+	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "firewalld", Active: true}) {
+		t.Fatalf("operator's firewalld: %+v, %v", st, err)
+	}
+	err := f.ApplyFirewall(ctx, c, rules)
+	t.Logf("refusal: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "firewalld on "+h.PublicIP.String()+" is active and not managed by kip") ||
+		!strings.Contains(err.Error(), "(systemctl disable --now firewalld)") {
+		t.Errorf("ApplyFirewall on an operator's firewalld: %v", err)
+	}
+}

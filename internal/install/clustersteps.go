@@ -1,0 +1,481 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+)
+
+// Timeouts of the cluster steps.
+const (
+	nodeReadyTimeout = 5 * time.Minute
+	componentTimeout = 10 * time.Minute
+	verifyTimeout    = 5 * time.Minute
+	pollInterval     = 2 * time.Second
+)
+
+// clusterIntent is what the cluster workflow decided, kept in its progress record so that a
+// resumed run verifies with the same run ID.
+type clusterIntent struct {
+	VerifyID string `json:"verifyID"`
+}
+
+// runHost runs the host workflow: it keeps no record (there may be no cluster yet) and resumes
+// by its checks alone.
+func (in *installer) runHost(ctx context.Context) error {
+	steps, err := in.hostSteps()
+	if err != nil {
+		return err
+	}
+	r := &workflow.Runner{Report: in.p, KipVersion: buildinfo.Version, DryRun: in.o.DryRun}
+	return r.Run(ctx, &workflow.Workflow{Name: "install-host", Steps: steps})
+}
+
+// runCluster runs the cluster workflow under the cluster lock, recording its progress.
+func (in *installer) runCluster(ctx context.Context) error {
+	steps, intent, err := in.clusterSteps(ctx)
+	if err != nil {
+		return err
+	}
+	r := &workflow.Runner{
+		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}),
+		Holder: kube.HolderText("kip install"), KipVersion: buildinfo.Version, Report: in.p,
+	}
+	return r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps})
+}
+
+// plan is a dry run: the host steps say what they would change, and so do the cluster steps
+// when the cluster exists; on a fresh host they are listed as they would run.
+func (in *installer) plan(ctx context.Context) error {
+	steps, err := in.hostSteps()
+	if err != nil {
+		return err
+	}
+	if in.clients != nil {
+		cs, _, err := in.clusterSteps(ctx)
+		if err != nil {
+			return err
+		}
+		steps = append(steps, cs...)
+	} else {
+		for _, name := range in.componentNames() {
+			steps = append(steps, workflow.Step{Name: "component-" + name, Title: "Install " + name,
+				Check: func(context.Context) (bool, error) { return false, nil }, Apply: func(context.Context) error { return nil }})
+		}
+	}
+	r := &workflow.Runner{Report: in.p, DryRun: true}
+	if in.clients != nil {
+		r.Dynamic = in.clients.Dynamic
+	}
+	return r.Run(ctx, &workflow.Workflow{Name: "install", Steps: steps})
+}
+
+// componentOptions renders the components for this cluster.
+func (in *installer) componentOptions(ctx context.Context) (ComponentOptions, error) {
+	mon := Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring}
+	if in.rerun {
+		mon = in.record.Monitoring
+	}
+	o := ComponentOptions{
+		Sizing: in.sizing, Monitoring: mon, AdminEmail: in.o.AdminEmail, ServerAddress: in.o.Host,
+		Backups: in.o.Backups, Pinned: in.pinned, KipVersion: buildinfo.Version,
+	}
+	if in.clients != nil {
+		dex, err := ReadDexConfig(ctx, in.clients)
+		if err != nil {
+			return o, err
+		}
+		o.ExistingDexConfig = dex
+	}
+	return o, nil
+}
+
+// componentNames lists the components a fresh install would install, for a dry run on a bare host.
+func (in *installer) componentNames() []string {
+	o, err := in.componentOptions(context.Background())
+	if err != nil {
+		return nil
+	}
+	comps, err := Components(o)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, len(comps))
+	for i, c := range comps {
+		names[i] = c.Name
+	}
+	return names
+}
+
+// clusterSteps are the steps on the cluster: the server's node Ready, each component, the
+// cluster record, and the verification pods.
+func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *clusterIntent, error) {
+	o, err := in.componentOptions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	comps, err := Components(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	intent := &clusterIntent{VerifyID: rand.String(5)}
+	steps := []workflow.Step{{
+		Name: "node-ready", Title: "Wait for the server's node to be Ready",
+		Done: "The server's node is Ready", Already: "The server's node is Ready",
+		Check: func(ctx context.Context) (bool, error) {
+			pending, err := in.serverNodePending(ctx)
+			return pending == "", err
+		},
+		Apply: func(ctx context.Context) error {
+			return poll(ctx, nodeReadyTimeout, "the server's node to be Ready", in.serverNodePending)
+		},
+	}}
+	for _, c := range comps {
+		steps = append(steps, componentStep(in.clients, c))
+	}
+	rec := in.intendedRecord(o, comps)
+	steps = append(steps, workflow.Step{
+		Name: "cluster-record", Title: "Record the cluster",
+		Done: "Recorded the cluster (" + kube.RecordPrefix + ClusterRecordName + ")", Already: "The cluster's record is up to date",
+		Check: func(ctx context.Context) (bool, error) {
+			have, found, err := ReadClusterRecord(ctx, in.clients.Dynamic)
+			return found && sameRecord(have, rec), err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateClusterRecord(ctx, in.clients.Dynamic, func(r *ClusterRecord, found bool) error {
+				installed := r.InstalledAt
+				*r = rec
+				if found && !installed.IsZero() {
+					r.InstalledAt = installed
+				}
+				return nil
+			})
+			return err
+		},
+	}, in.verifyStep(intent))
+	return steps, intent, nil
+}
+
+// intendedRecord is the cluster record this run writes.
+func (in *installer) intendedRecord(o ComponentOptions, comps []Component) ClusterRecord {
+	versions := map[string]string{}
+	for _, c := range in.pinned.Components {
+		versions[c.Name] = c.Version
+	}
+	versions["k3s"] = in.move.To
+	for _, c := range comps {
+		if c.Version != "" {
+			versions[c.Name] = c.Version
+		}
+	}
+	backups := ""
+	switch {
+	case o.Backups != nil:
+		backups = "external"
+	case in.sizing.Storage == StorageLonghorn:
+		backups = "in-cluster"
+	}
+	if in.rerun && o.Backups == nil && in.record.Backups == "external" {
+		backups = "external" // credentials are kept in the cluster; a re-run without the flags keeps them
+	}
+	return ClusterRecord{
+		Profile: in.sizing.Profile.Name, Storage: in.sizing.Storage, Network: in.network, Server: in.o.Host,
+		KipVersion: buildinfo.Version, Versions: versions, Monitoring: o.Monitoring, Backups: backups,
+		InstalledAt: time.Now().UTC(),
+	}
+}
+
+// sameRecord compares the fields a run decides, not its timestamps.
+func sameRecord(a, b ClusterRecord) bool {
+	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
+		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups
+}
+
+// serverNodePending says why the server's node (the one with the server's address) is not
+// Ready yet, or "" when it is.
+func (in *installer) serverNodePending(ctx context.Context) (string, error) {
+	nodes, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool { return a.Address == in.nodeIP }) {
+			continue
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return "", nil
+			}
+		}
+		return "node " + n.Name + " is not Ready", nil
+	}
+	return "no node with address " + in.nodeIP + " has registered", nil
+}
+
+// poll calls pending until it reports nothing pending, or fails after timeout naming what is.
+func poll(ctx context.Context, timeout time.Duration, what string, pending func(context.Context) (string, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		p, err := pending(ctx)
+		if err != nil {
+			return err
+		}
+		if p == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, p)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%s): %w", what, p, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// componentStep installs one component: its objects applied, objects it only creates present,
+// rolled out, and the objects that follow it applied.
+func componentStep(cl *kube.Clients, c Component) workflow.Step {
+	title := c.Name
+	if c.Version != "" {
+		title += " " + c.Version
+	}
+	drift := func(ctx context.Context) ([]string, error) {
+		d, err := kube.Drift(ctx, cl, c.Objects, "")
+		if err != nil {
+			return nil, err
+		}
+		missing, err := missingObjects(ctx, cl, c.CreateOnly)
+		return append(d, missing...), err
+	}
+	return workflow.Step{
+		Name: "component-" + c.Name, Title: "Install " + title,
+		Done: "Installed " + title, Already: title + " already installed",
+		Check: func(ctx context.Context) (bool, error) {
+			d, err := drift(ctx)
+			if err != nil || len(d) > 0 {
+				return false, err
+			}
+			ready, _, err := c.Status(ctx, cl)
+			return ready, err
+		},
+		Plan: func(ctx context.Context) ([]string, error) {
+			d, err := drift(ctx)
+			if err == nil && len(d) == 0 {
+				d = []string{"wait for it to roll out"}
+			}
+			return d, err
+		},
+		Apply: func(ctx context.Context) error {
+			// kip owns its components' fields: a field someone else changed is taken back.
+			if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
+				return err
+			}
+			if err := createMissing(ctx, cl, c.CreateOnly); err != nil {
+				return err
+			}
+			return poll(ctx, componentTimeout, c.Name+" to roll out", func(ctx context.Context) (string, error) {
+				if len(c.After) > 0 {
+					if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
+						if !notYet(err) {
+							return "", err
+						}
+						return "waiting for " + c.Name + "'s own objects: " + err.Error(), nil
+					}
+				}
+				ready, pending, err := c.Status(ctx, cl)
+				if err != nil || ready {
+					return "", err
+				}
+				return pending, nil
+			})
+		},
+	}
+}
+
+// notYet reports whether applying failed only because what the objects need does not exist
+// yet: their kind (a chart's CRD) or their namespace.
+func notYet(err error) bool {
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind")
+}
+
+// missingObjects names the objects that do not exist.
+func missingObjects(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]string, error) {
+	var out []string
+	for _, o := range objs {
+		ri, o, err := kube.ResourceFor(ctx, cl, o)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			out = append(out, o.GetKind()+" "+o.GetName()+": missing")
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// createMissing creates the objects that do not exist, and leaves existing ones as they are.
+func createMissing(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		ri, o, err := kube.ResourceFor(ctx, cl, o)
+		if err != nil {
+			return err
+		}
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "kip"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// verifyStep runs a verification Job on every node: cluster DNS resolves and a ClusterIP
+// (the API's Service) answers from that node's pod network.
+func (in *installer) verifyStep(intent *clusterIntent) workflow.Step {
+	return workflow.Step{
+		Name: "verify-nodes", Title: "Verify DNS and Service routing from every node",
+		Done: "DNS and Service routing work on every node", Already: "Every node already verified",
+		Check: func(ctx context.Context) (bool, error) {
+			pending, err := in.verifyPending(ctx, intent.VerifyID)
+			return pending == "", err
+		},
+		Apply: func(ctx context.Context) error {
+			nodes, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return fmt.Errorf("list nodes: %w", err)
+			}
+			for _, n := range nodes.Items {
+				job := verifyJob(intent.VerifyID, n.Name)
+				_, err := in.clients.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "kip"})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("create verification job on %s: %w", n.Name, err)
+				}
+			}
+			return poll(ctx, verifyTimeout, "the verification pods", func(ctx context.Context) (string, error) {
+				return in.verifyPending(ctx, intent.VerifyID)
+			})
+		},
+	}
+}
+
+const (
+	verifyNamespace = "kube-system"
+	verifyLabel     = "kipper.run/verify"
+	// verifyImage is k3s's own mirror of busybox, which k3s's local-path provisioner uses, so
+	// that an airgapped server has it.
+	verifyImage = "rancher/mirrored-library-busybox:1.37.0"
+	// verifyScript resolves the API's Service name through cluster DNS and opens a TLS
+	// connection to its ClusterIP: any HTTP answer, even 401, proves the route.
+	verifyScript = `set -e
+nslookup kubernetes.default.svc.cluster.local
+out=$(wget -T 10 -O- --no-check-certificate "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/livez" 2>&1 || true)
+echo "$out"
+echo "$out" | grep -q -e '^ok' -e '401' -e 'Unauthorized'`
+)
+
+func verifyJob(id, node string) *batchv1.Job {
+	name := "kip-verify-" + id + "-" + node
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	name = strings.TrimRight(name, "-.")
+	labels := map[string]string{verifyLabel: id, "app.kubernetes.io/managed-by": "kip"}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: verifyNamespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](2),
+			TTLSecondsAfterFinished: ptr.To[int32](3600),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeName:      node,
+					RestartPolicy: corev1.RestartPolicyNever,
+					Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name: "verify", Image: verifyImage, Command: []string{"sh", "-c", verifyScript},
+						SecurityContext: &corev1.SecurityContext{
+							RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
+							AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// verifyPending says which nodes' verification has not passed yet, or "" when every node's has.
+// A failed verification is an error with the pod's last words.
+func (in *installer) verifyPending(ctx context.Context, id string) (string, error) {
+	nodes, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list nodes: %w", err)
+	}
+	jobs, err := in.clients.Kube.BatchV1().Jobs(verifyNamespace).List(ctx, metav1.ListOptions{LabelSelector: verifyLabel + "=" + id})
+	if err != nil {
+		return "", fmt.Errorf("list verification jobs: %w", err)
+	}
+	byNode := map[string]*batchv1.Job{}
+	for i := range jobs.Items {
+		byNode[jobs.Items[i].Spec.Template.Spec.NodeName] = &jobs.Items[i]
+	}
+	var pending []string
+	for _, n := range nodes.Items {
+		j := byNode[n.Name]
+		switch {
+		case j == nil:
+			pending = append(pending, n.Name+" (not started)")
+		case jobCondition(j, batchv1.JobComplete):
+		case jobCondition(j, batchv1.JobFailed):
+			return "", fmt.Errorf("verification on node %s failed: %s", n.Name, in.podWords(ctx, j))
+		default:
+			pending = append(pending, n.Name)
+		}
+	}
+	return strings.Join(pending, ", "), nil
+}
+
+func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {
+	return slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool {
+		return c.Type == t && c.Status == corev1.ConditionTrue
+	})
+}
+
+// podWords returns the last lines a job's pod printed, or how it ended.
+func (in *installer) podWords(ctx context.Context, j *batchv1.Job) string {
+	pods, err := in.clients.Kube.CoreV1().Pods(j.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
+	if err != nil || len(pods.Items) == 0 {
+		return "its pod is gone; run kip install again to verify again"
+	}
+	pod := pods.Items[len(pods.Items)-1]
+	tail := int64(10)
+	logs, err := in.clients.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+	if err == nil && len(strings.TrimSpace(string(logs))) > 0 {
+		return strings.TrimSpace(string(logs))
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if t := s.State.Terminated; t != nil {
+			return fmt.Sprintf("exit code %d (%s)", t.ExitCode, t.Reason)
+		}
+	}
+	return "pod " + pod.Name + " is " + string(pod.Status.Phase)
+}

@@ -1,0 +1,15 @@
+# kip install: what is already on the host, in one round trip.
+set -u
+section() { printf '\n@@kip-state %s\n' "$1"; }
+
+section k3s-version
+if [ -x /usr/local/bin/k3s ]; then
+	/usr/local/bin/k3s --version 2>/dev/null | head -n 1 || true
+fi
+
+section server-data
+if [ -d /var/lib/rancher/k3s/server/tls ]; then echo yes; fi
+
+section unit
+systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix 2>/dev/null || true
+

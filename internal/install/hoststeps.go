@@ -1,0 +1,562 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"kipper.run/kip/internal/config"
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
+)
+
+//go:embed hoststate.sh
+var hostStateScript string
+
+// hostState is what is already on the host.
+type hostState struct {
+	k3sVersion string // the installed k3s release, "" when none
+	serverData bool   // k3s has run as a server here: it has a cluster
+	firewall   host.FirewallState
+}
+
+const stateMarker = "\n@@kip-state "
+
+func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
+	res, err := c.Run(ctx, sshx.Command("sh", "-c", hostStateScript, "kip-host-state"))
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("examine k3s on the host: %w", err)
+	}
+	sections := map[string]string{}
+	for _, part := range strings.Split("\n"+string(res.Stdout), stateMarker)[1:] {
+		name, body, _ := strings.Cut(part, "\n")
+		sections[name] = strings.TrimSpace(body)
+	}
+	st := &hostState{serverData: sections["server-data"] == "yes"}
+	if f := strings.Fields(sections["k3s-version"]); len(f) >= 3 && f[0] == "k3s" && f[1] == "version" {
+		st.k3sVersion = f[2]
+	}
+	if st.firewall, err = host.ReadFirewall(ctx, c); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// unitState is what systemd says of k3s's unit.
+type unitState struct {
+	active, enabled bool
+	since           time.Time // when it last became active
+}
+
+func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
+	res, err := in.c.Run(ctx, "systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix")
+	if err != nil {
+		return unitState{}, err
+	}
+	if err := res.Err(); err != nil {
+		return unitState{}, fmt.Errorf("systemctl show k3s: %w", err)
+	}
+	var u unitState
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "ActiveState":
+			u.active = v == "active"
+		case "UnitFileState":
+			u.enabled = v == "enabled"
+		case "ActiveEnterTimestamp":
+			if secs, err := strconv.ParseInt(strings.TrimPrefix(v, "@"), 10, 64); err == nil && secs > 0 {
+				u.since = time.Unix(secs, 0)
+			}
+		}
+	}
+	return u, nil
+}
+
+// fileSums returns the SHA-256 of each path that exists on the host, in one round trip.
+func (in *installer) fileSums(ctx context.Context, paths ...string) (map[string]string, error) {
+	cmd := "for f in"
+	for _, p := range paths {
+		cmd += " " + sshx.Quote(p)
+	}
+	cmd += `; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`
+	res, err := in.c.Run(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read checksums: %w", err)
+	}
+	sums := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		if sum, path, ok := strings.Cut(line, "  "); ok {
+			sums[path] = sum
+		}
+	}
+	return sums, nil
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// run runs cmd on the host and fails with its output when it fails.
+func (in *installer) run(ctx context.Context, what, cmd string) error {
+	res, err := in.c.Run(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// hostFile is a file kip writes on the server.
+type hostFile struct {
+	path string
+	data []byte
+	mode os.FileMode
+}
+
+// k3sFiles are the files of the k3s configuration step.
+func (in *installer) k3sFiles() ([]hostFile, error) {
+	cfg := k3s.ServerConfig{
+		NodeIP:                   in.nodeIP,
+		TLSSANs:                  []string{in.o.Host},
+		FlannelBackend:           in.network,
+		Disable:                  []string{"traefik"},
+		AuthenticationConfigPath: AuthenticationConfigPath,
+	}
+	body, err := cfg.Render()
+	if err != nil {
+		return nil, err
+	}
+	authn, err := authenticationConfig(in.o.Host)
+	if err != nil {
+		return nil, err
+	}
+	return []hostFile{
+		{k3s.AuditPolicyPath, k3s.AuditPolicy(), 0o600},
+		{AuthenticationConfigPath, authn, 0o600},
+		{k3s.ConfigPath, body, 0o600},
+	}, nil
+}
+
+// hostSteps are the steps on the server's host, up to a running k3s and a saved kubeconfig.
+func (in *installer) hostSteps() ([]workflow.Step, error) {
+	longhorn := in.sizing.Storage == StorageLonghorn
+	var steps []workflow.Step
+	if longhorn {
+		pkgs := in.family.LonghornPackages
+		steps = append(steps, workflow.Step{
+			Name: "host-packages", Title: "Install Longhorn's host packages (" + strings.Join(pkgs, ", ") + ")",
+			Done: "Installed Longhorn's host packages", Already: "Longhorn's host packages already installed",
+			Check: func(ctx context.Context) (bool, error) {
+				missing, err := in.family.MissingPackages(ctx, in.c, pkgs)
+				return len(missing) == 0, err
+			},
+			Plan: func(ctx context.Context) ([]string, error) {
+				missing, err := in.family.MissingPackages(ctx, in.c, pkgs)
+				return []string{"install " + strings.Join(missing, ", ") + " with " + in.family.Packages}, err
+			},
+			Apply: func(ctx context.Context) error { return in.family.InstallPackages(ctx, in.c, pkgs) },
+		})
+	}
+	mods := host.Modules(longhorn, in.network == NetworkWireGuard)
+	steps = append(steps, workflow.Step{
+		Name: "host-modules", Title: "Load kernel modules (" + strings.Join(mods, ", ") + ")",
+		Done: "Loaded kernel modules", Already: "Kernel modules already set up",
+		Check: func(ctx context.Context) (bool, error) { return host.ModulesInPlace(ctx, in.c, mods) },
+		Apply: func(ctx context.Context) error { return host.LoadModules(ctx, in.c, mods) },
+	})
+	if !in.state.serverData {
+		// Kernel settings are set on a fresh install only: an operator may have tuned them since.
+		steps = append(steps, workflow.Step{
+			Name: "host-sysctls", Title: "Set kernel parameters",
+			Done: "Set kernel parameters", Already: "Kernel parameters already set",
+			Check: func(ctx context.Context) (bool, error) { return host.SysctlsInPlace(ctx, in.c) },
+			Apply: func(ctx context.Context) error { return host.ApplySysctls(ctx, in.c) },
+		})
+	}
+	if in.fw {
+		rules := host.ServerRules(in.sshPort())
+		steps = append(steps, workflow.Step{
+			Name: "host-firewall", Title: "Set up the host firewall (" + in.family.Firewall + ", managed by kip)",
+			Done: "Host firewall set up", Already: "Host firewall already set up",
+			Check: func(ctx context.Context) (bool, error) { return in.family.FirewallInPlace(ctx, in.c, rules) },
+			Plan: func(context.Context) ([]string, error) {
+				var s []string
+				for _, r := range rules {
+					s = append(s, fmt.Sprintf("allow %s (%s)", r, r.Why))
+				}
+				return append(s, "deny other inbound traffic"), nil
+			},
+			Apply: func(ctx context.Context) error { return in.family.ApplyFirewall(ctx, in.c, rules) },
+		})
+	}
+	steps = append(steps, workflow.Step{
+		Name: "host-hardening", Title: "Apply service hardening",
+		Done: "Applied service hardening", Already: "Service hardening already applied",
+		Check: func(ctx context.Context) (bool, error) { return host.HardeningInPlace(ctx, in.c, longhorn) },
+		Apply: func(ctx context.Context) error { return host.ApplyHardening(ctx, in.c, longhorn) },
+	})
+	steps = append(steps, in.k3sSteps()...)
+	return steps, nil
+}
+
+// sshPort is the port kip reached the host on, which the firewall keeps open.
+func (in *installer) sshPort() int {
+	if p := in.c.Port(); p != 0 {
+		return p
+	}
+	return 22
+}
+
+// k3sSteps install k3s's binary, configuration and unit, start it and save the kubeconfig.
+func (in *installer) k3sSteps() []workflow.Step {
+	files, filesErr := in.k3sFiles()
+	unitName, unitFile, unitErr := k3s.Unit("server")
+	var configChanged bool
+	return []workflow.Step{
+		{
+			Name: "k3s-binary", Title: "Install k3s " + in.move.To,
+			Done: "Installed k3s " + in.move.To, Already: "k3s " + in.move.To + " already installed",
+			Check: func(ctx context.Context) (bool, error) {
+				st, err := readHostState(ctx, in.c)
+				if err != nil || st.k3sVersion != in.move.To {
+					return false, err
+				}
+				if in.bundle == nil {
+					return true, nil
+				}
+				sums, err := in.fileSums(ctx, k3s.BinaryPath)
+				return sums[k3s.BinaryPath] == in.bundle.SHA256, err
+			},
+			Plan: func(context.Context) ([]string, error) {
+				if in.o.AirgapBundle != "" {
+					return []string{"upload " + k3s.BinaryPath + " from " + in.o.AirgapBundle + ", verified against the bundle's checksum file"}, nil
+				}
+				return []string{"download k3s " + in.move.To + " and its release checksum file on the host, verify, install at " + k3s.BinaryPath}, nil
+			},
+			Apply: func(ctx context.Context) error {
+				if in.bundle == nil {
+					return in.downloadK3s(ctx)
+				}
+				return in.installBinary(ctx, func(ctx context.Context, tmp string) error {
+					return in.c.Upload(ctx, tmp, in.bundle.Data, 0o755, "")
+				})
+			},
+		},
+		{
+			Name: "k3s-config", Title: "Write k3s's configuration",
+			Done: "Wrote k3s's configuration (previous one kept at " + k3s.ConfigBackupPath + ")", Already: "k3s's configuration already as kip writes it",
+			Check: func(ctx context.Context) (bool, error) {
+				if filesErr != nil {
+					return false, filesErr
+				}
+				return in.filesInPlace(ctx, files)
+			},
+			Plan: func(context.Context) ([]string, error) {
+				var s []string
+				for _, f := range files {
+					s = append(s, "write "+f.path)
+				}
+				return s, filesErr
+			},
+			Apply: func(ctx context.Context) error {
+				if err := in.run(ctx, "back up k3s's configuration", "if [ -f "+sshx.Quote(k3s.ConfigPath)+" ]; then "+
+					sshx.Command("cp", "-p", k3s.ConfigPath, k3s.ConfigBackupPath)+"; fi"); err != nil {
+					return err
+				}
+				for _, f := range files {
+					if err := in.c.Upload(ctx, f.path, f.data, f.mode, ""); err != nil {
+						return err
+					}
+				}
+				configChanged = true
+				return nil
+			},
+		},
+		{
+			Name: "k3s-unit", Title: "Install the k3s service",
+			Done: "Installed the k3s service", Already: "k3s service already installed",
+			Check: func(ctx context.Context) (bool, error) {
+				if unitErr != nil {
+					return false, unitErr
+				}
+				ok, err := in.filesInPlace(ctx, []hostFile{{k3s.UnitPath(unitName), unitFile, 0o644}})
+				if !ok || err != nil {
+					return false, err
+				}
+				u, err := in.k3sUnit(ctx)
+				return u.enabled, err
+			},
+			Apply: func(ctx context.Context) error {
+				if err := in.c.Upload(ctx, k3s.UnitPath(unitName), unitFile, 0o644, ""); err != nil {
+					return err
+				}
+				return in.run(ctx, "enable k3s", "systemctl daemon-reload && "+sshx.Command("systemctl", "enable", unitName))
+			},
+		},
+		{
+			Name: "k3s-start", Title: in.startTitle(),
+			Done: "k3s runs and its API answers", Already: "k3s already runs on kip's configuration",
+			Check: func(ctx context.Context) (bool, error) {
+				u, err := in.k3sUnit(ctx)
+				if err != nil || !u.active {
+					return false, err
+				}
+				// A re-run restarts k3s once so that it loads the configuration kip wrote.
+				return !in.state.serverData || !u.since.Before(in.started.Truncate(time.Second)), nil
+			},
+			Apply: func(ctx context.Context) error { return in.startK3s(ctx, unitName, configChanged) },
+		},
+		{
+			Name: "kubeconfig", Title: "Save the kubeconfig",
+			Done: "Saved the kubeconfig at " + in.kubePath, Already: "Kubeconfig already saved at " + in.kubePath,
+			Check: func(ctx context.Context) (bool, error) {
+				want, err := in.kubeconfig(ctx)
+				if err != nil {
+					return false, err
+				}
+				have, err := os.ReadFile(in.kubePath)
+				return err == nil && bytes.Equal(have, want), nil
+			},
+			Apply: func(ctx context.Context) error {
+				data, err := in.kubeconfig(ctx)
+				if err != nil {
+					return err
+				}
+				return config.WriteFileAtomic(in.kubePath, data, 0o600)
+			},
+		},
+	}
+}
+
+func (in *installer) startTitle() string {
+	if in.state.serverData {
+		return "Restart k3s on kip's configuration"
+	}
+	return "Start k3s"
+}
+
+// installBinary puts a verified k3s binary in place: fetch writes it to a temporary path next to
+// k3s.BinaryPath, kip checks that it is the release this install moves to, and only then
+// renames it into place, so a wrong binary never replaces the running one.
+func (in *installer) installBinary(ctx context.Context, fetch func(ctx context.Context, tmp string) error) error {
+	tmp := k3s.BinaryPath + ".kip-new"
+	if err := fetch(ctx, tmp); err != nil {
+		return err
+	}
+	res, err := in.c.Run(ctx, sshx.Command(tmp, "--version"))
+	if err != nil {
+		return err
+	}
+	got := ""
+	if f := strings.Fields(string(res.Stdout)); len(f) >= 3 && res.ExitStatus == 0 {
+		got = f[2]
+	}
+	if got != in.move.To {
+		_ = in.run(ctx, "remove the rejected binary", sshx.Command("rm", "-f", tmp))
+		return fmt.Errorf("the k3s binary reports version %q, but this install needs %s: use the airgap bundle of k3s %s", got, in.move.To, in.move.To)
+	}
+	return in.run(ctx, "install k3s", sshx.Command("mv", "-f", tmp, k3s.BinaryPath))
+}
+
+// filesInPlace reports whether each file is on the host with the content kip would write.
+func (in *installer) filesInPlace(ctx context.Context, files []hostFile) (bool, error) {
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
+	}
+	sums, err := in.fileSums(ctx, paths...)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		if sums[f.path] != sha256Hex(f.data) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// k3sReadyTimeout bounds the wait for k3s's API after a start or restart.
+const k3sReadyTimeout = 5 * time.Minute
+
+// startK3s starts or restarts k3s and waits for its API. When a restart on a configuration this
+// run changed does not bring the API back, kip restores the previous file and restarts k3s on
+// it; a restart that changed no configuration restores nothing (the backup may predate the
+// operator's own edits) and names the file instead.
+func (in *installer) startK3s(ctx context.Context, unit string, configChanged bool) error {
+	verb := "start"
+	if in.state.serverData {
+		verb = "restart"
+	}
+	if err := in.run(ctx, verb+" k3s", sshx.Command("systemctl", verb, unit)); err != nil {
+		return in.recoverStart(ctx, unit, configChanged, err)
+	}
+	clients, err := in.connectAPI(ctx, k3sReadyTimeout)
+	if err != nil {
+		return in.recoverStart(ctx, unit, configChanged, err)
+	}
+	in.clients = clients
+	return nil
+}
+
+func (in *installer) recoverStart(ctx context.Context, unit string, configChanged bool, cause error) error {
+	if !in.state.serverData || !configChanged {
+		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u k3s' on the server; kip's configuration is %s, the previous one %s)", cause, k3s.ConfigPath, k3s.ConfigBackupPath)
+	}
+	in.p.Warn("k3s did not come back on the new configuration: restoring " + k3s.ConfigBackupPath + " and restarting k3s on it")
+	restore := sshx.Command("cp", "-p", k3s.ConfigBackupPath, k3s.ConfigPath) + " && " + sshx.Command("systemctl", "restart", unit)
+	if err := in.run(ctx, "restore k3s's previous configuration", restore); err != nil {
+		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", cause, err, k3s.ConfigBackupPath)
+	}
+	if _, err := in.connectAPI(ctx, k3sReadyTimeout); err != nil {
+		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", cause, err)
+	}
+	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; the configuration kip wrote is replaced, see 'journalctl -u k3s' for why it failed", cause)
+}
+
+// kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,
+// naming its cluster, user and context after the cluster.
+func (in *installer) kubeconfig(ctx context.Context) ([]byte, error) {
+	res, err := in.c.Run(ctx, sshx.Command("cat", k3s.KubeconfigPath))
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read %s on the server: %w", k3s.KubeconfigPath, err)
+	}
+	cfg, err := clientcmd.Load(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s from the server: %w", k3s.KubeconfigPath, err)
+	}
+	ctxName := cfg.CurrentContext
+	kc, ok := cfg.Contexts[ctxName]
+	if !ok {
+		return nil, fmt.Errorf("%s on the server has no current context", k3s.KubeconfigPath)
+	}
+	cluster, user := cfg.Clusters[kc.Cluster], cfg.AuthInfos[kc.AuthInfo]
+	if cluster == nil || user == nil {
+		return nil, fmt.Errorf("%s on the server lacks its cluster or user", k3s.KubeconfigPath)
+	}
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(cluster.Server, "https://"))
+	if err != nil {
+		port = "6443"
+	}
+	cluster.Server = "https://" + net.JoinHostPort(in.o.Host, port)
+	out := clientcmdapi.NewConfig()
+	out.Clusters[in.name] = cluster
+	out.AuthInfos[in.name] = user
+	out.Contexts[in.name] = &clientcmdapi.Context{Cluster: in.name, AuthInfo: in.name}
+	out.CurrentContext = in.name
+	return clientcmd.Write(*out)
+}
+
+// connectAPI builds API clients from the server's kubeconfig and waits until the API answers
+// /readyz, for at most timeout.
+func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*kube.Clients, error) {
+	data, err := in.kubeconfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, err
+	}
+	clients, err := kube.NewClients(rc)
+	if err != nil {
+		return nil, err
+	}
+	return clients, waitReady(ctx, clients, rc.Host, timeout)
+}
+
+// waitReady polls the API server's /readyz until it answers ok.
+func waitReady(ctx context.Context, c *kube.Clients, apiHost string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		reqCtx, reqCancel := context.WithTimeout(ctx, 10*time.Second)
+		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(reqCtx)
+		reqCancel()
+		if err == nil && strings.TrimSpace(string(body)) == "ok" {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("the API at %s did not answer ready within %s: %w", apiHost, timeout, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// downloadK3s has the host download the release's checksum file and binary: kip reads the
+// checksum the release lists for the binary (and refuses one that differs from a pinned
+// checksum), and the host verifies the binary against it before it is installed.
+func (in *installer) downloadK3s(ctx context.Context) error {
+	rel, err := k3s.ReleaseFor(in.move.To, in.facts.Arch)
+	if err != nil {
+		return err
+	}
+	res, err := in.c.Run(ctx, sshx.Command("curl", "-fsSL", "--retry", "3", rel.ChecksumsURL))
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return fmt.Errorf("download %s on the host: %w (the host needs curl and access to github.com; or pass --airgap-bundle)", rel.ChecksumsURL, err)
+	}
+	want, err := k3s.ChecksumFor(res.Stdout, rel.Binary)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel.ChecksumsURL, err)
+	}
+	if err := in.checkPinnedSum(want); err != nil {
+		return err
+	}
+	return in.installBinary(ctx, func(ctx context.Context, tmp string) error {
+		verify := fmt.Sprintf("printf '%%s  %%s\\n' %s %s | sha256sum -c --status", sshx.Quote(want), sshx.Quote(tmp))
+		cmd := sshx.Command("curl", "-fsSL", "--retry", "3", "-o", tmp, rel.BinaryURL) + " && " + verify +
+			" || { rc=$?; " + sshx.Command("rm", "-f", tmp) + "; exit $rc; }"
+		return in.run(ctx, "download k3s "+in.move.To+" and verify it against the release's checksum", cmd)
+	})
+}
+
+// checkPinnedSum refuses a k3s binary whose checksum differs from the one versions.yaml pins,
+// when it pins one.
+func (in *installer) checkPinnedSum(sum string) error {
+	pin, err := in.pinned.Component("k3s")
+	if err != nil {
+		return err
+	}
+	if pin.SHA256 != "" && pin.Version == in.move.To && !strings.EqualFold(pin.SHA256, sum) {
+		return fmt.Errorf("the k3s %s binary has SHA-256 %s, but this kip pins %s: refusing it", in.move.To, sum, pin.SHA256)
+	}
+	return nil
+}

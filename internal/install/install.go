@@ -1,0 +1,460 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/mail"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/config"
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/manifests"
+)
+
+// Options is what kip install was asked to do.
+type Options struct {
+	Host       string // --host
+	AdminEmail string // --admin-email
+	Profile    string // --profile; "" picks by the server's size
+	Storage    string // --storage; "" picks by the profile
+	// Backups is external backup storage (--backup-storage-bucket and its flags); nil for none.
+	Backups *BackupStorage
+	// AirgapBundle is a directory with the k3s release's binary and checksum file; "" downloads
+	// them on the host.
+	AirgapBundle string
+	SSHPort      int  // --ssh-port; 0 for the saved port, ~/.ssh/config or 22
+	Firewall     bool // --firewall: kip manages the host firewall unless an operator runs one
+	DryRun       bool // --dry-run
+}
+
+// Validate checks the options before anything connects anywhere.
+func (o *Options) Validate() error {
+	if o.Host == "" {
+		return cli.Usagef("--host is required: the server's address, e.g. kip install --host 203.0.113.10")
+	}
+	if strings.ContainsAny(o.Host, " /@") {
+		return cli.Usagef("--host %q: give the server's address or name only; set the user with --ssh-user and the port with --ssh-port", o.Host)
+	}
+	if o.AdminEmail != "" {
+		if a, err := mail.ParseAddress(o.AdminEmail); err != nil || a.Address != o.AdminEmail {
+			return cli.Usagef("--admin-email %q is not an email address", o.AdminEmail)
+		}
+	}
+	if o.Profile != "" {
+		if _, err := ProfileNamed(o.Profile); err != nil {
+			return &cli.UsageError{Err: fmt.Errorf("--profile: %w", err)}
+		}
+	}
+	switch o.Storage {
+	case "", StorageLocal, StorageLonghorn:
+	default:
+		return cli.Usagef("--storage %q: choose local or longhorn", o.Storage)
+	}
+	if o.SSHPort < 0 || o.SSHPort > 65535 {
+		return cli.Usagef("--ssh-port %d: give a port from 1 to 65535", o.SSHPort)
+	}
+	if o.Backups != nil {
+		if err := o.Backups.validate(); err != nil {
+			return &cli.UsageError{Err: err}
+		}
+	}
+	if o.AirgapBundle != "" {
+		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
+			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
+		}
+	}
+	return nil
+}
+
+func (b *BackupStorage) validate() error {
+	var missing []string
+	if b.Bucket == "" {
+		missing = append(missing, "--backup-storage-bucket")
+	}
+	if b.AccessKeyID == "" {
+		missing = append(missing, "--backup-storage-access-key-id")
+	}
+	if b.SecretAccessKey == "" {
+		missing = append(missing, "--backup-storage-secret-access-key-file (or KIP_BACKUP_SECRET_ACCESS_KEY)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("external backup storage needs %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// installer is one run of kip install.
+type installer struct {
+	f       *cli.Factory
+	p       *cli.Printer
+	o       Options
+	pinned  *manifests.Versions
+	started time.Time
+
+	name     string          // the cluster's name in ~/.kip/config.yaml
+	saved    *config.Cluster // what config.yaml holds for it, nil when nothing yet
+	kubePath string          // where its kubeconfig is saved
+
+	c      *sshx.Client
+	facts  *sshx.Facts
+	family host.Family
+	state  *hostState
+
+	// Decisions, made before anything changes.
+	rerun   bool          // the cluster exists and has kip's record
+	record  ClusterRecord // the existing record, on a re-run
+	sizing  Sizing
+	network string
+	move    k3s.Move
+	bundle  *k3s.Binary // the k3s binary from --airgap-bundle, verified
+	nodeIP  string
+	fw      bool // kip manages the host firewall
+
+	clients *kube.Clients // the cluster, once its API answers
+}
+
+// Run installs Kipper on o.Host, or continues or re-runs an install there.
+func Run(ctx context.Context, f *cli.Factory, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		// Refuse before connecting when the confirmation could not be answered.
+		if err := f.Prompter().CanConfirm(); err != nil {
+			return err
+		}
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return err
+	}
+	in := &installer{f: f, p: f.Printer(), o: o, pinned: pinned, started: time.Now()}
+	if err := in.resolveCluster(); err != nil {
+		return err
+	}
+	if err := in.examine(ctx); err != nil {
+		return err
+	}
+	if err := in.decide(ctx); err != nil {
+		return err
+	}
+	if o.DryRun {
+		return in.plan(ctx)
+	}
+	if err := in.confirm(); err != nil {
+		return err
+	}
+	if err := in.saveCluster(); err != nil {
+		return err
+	}
+	if err := in.runHost(ctx); err != nil {
+		return err
+	}
+	if err := in.runCluster(ctx); err != nil {
+		return err
+	}
+	in.summary()
+	return nil
+}
+
+// resolveCluster finds the cluster's name and what is saved for it: --cluster (or KIP_CLUSTER),
+// else a saved cluster with this host, else the host itself names a new one.
+func (in *installer) resolveCluster() error {
+	store, err := in.f.ConfigStore()
+	if err != nil {
+		return err
+	}
+	cfg, err := store.Load()
+	if err != nil {
+		return err
+	}
+	in.name = in.f.ClusterName()
+	for i := range cfg.Clusters {
+		c := &cfg.Clusters[i]
+		if (in.name != "" && c.Name == in.name) || (in.name == "" && c.Host == in.o.Host) {
+			in.saved = c
+			break
+		}
+	}
+	if in.saved != nil && in.saved.Host != in.o.Host {
+		return cli.Usagef("cluster %s is saved with host %s, not %s: pass --cluster with another name for a new cluster", in.saved.Name, in.saved.Host, in.o.Host)
+	}
+	if in.name == "" {
+		in.name = in.o.Host
+		if in.saved != nil {
+			in.name = in.saved.Name
+		}
+	}
+	if in.saved != nil && in.saved.Kubeconfig != "" {
+		in.kubePath = in.saved.Kubeconfig
+	} else {
+		in.kubePath = filepath.Join(store.Dir, "kubeconfigs", safeFileName(in.name)+".yaml")
+	}
+	return nil
+}
+
+// safeFileName turns a cluster name into a file name.
+func safeFileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+			return r
+		}
+		return '_'
+	}, name)
+}
+
+// examine connects, gathers the host's facts and runs the preflight checks.
+func (in *installer) examine(ctx context.Context) error {
+	cfg, err := in.f.SSHConfig(in.o.Host, in.saved)
+	if err != nil {
+		return err
+	}
+	if in.o.SSHPort != 0 {
+		cfg.Port = in.o.SSHPort
+	}
+	in.p.Info(fmt.Sprintf("Connecting to %s", in.o.Host))
+	if in.c, err = in.f.SSH(ctx, cfg); err != nil {
+		return err
+	}
+	if in.facts, err = in.c.Facts(ctx, DiskPaths...); err != nil {
+		return err
+	}
+	rep, err := Preflight(ctx, in.c, in.facts, Request{Profile: in.o.Profile, Storage: in.o.Storage})
+	if err != nil {
+		return err
+	}
+	in.printPreflight(rep)
+	if err := rep.Err(); err != nil {
+		return err
+	}
+	in.sizing = rep.Sizing
+	if in.family, err = host.Identify(in.facts.OS); err != nil {
+		return err
+	}
+	in.state, err = readHostState(ctx, in.c)
+	return err
+}
+
+func (in *installer) printPreflight(rep *Report) {
+	ok := 0
+	for _, c := range rep.Checks {
+		switch c.Status {
+		case StatusOK:
+			ok++
+			in.f.Debugf("preflight %s: %s", c.Name, c.Detail)
+		case StatusWarn:
+			in.p.Warn(withFix(c.Name+": "+c.Detail, c.Fix))
+		case StatusFail:
+			in.p.Fail(withFix(c.Name+": "+c.Detail, c.Fix))
+		}
+	}
+	in.p.Success(fmt.Sprintf("Preflight on %s: %d of %d checks passed", rep.Host, ok, len(rep.Checks)))
+}
+
+func withFix(msg, fix string) string {
+	if fix == "" {
+		return msg
+	}
+	return msg + " (" + fix + ")"
+}
+
+// decide settles, before anything changes, what this run does: fresh install or re-run, the
+// sizing, the pod network, the k3s move and the node address.
+func (in *installer) decide(ctx context.Context) error {
+	if err := in.readExisting(ctx); err != nil {
+		return err
+	}
+	if in.rerun {
+		if err := in.keepRecorded(); err != nil {
+			return err
+		}
+	} else {
+		in.network = NetworkVXLAN
+		if wireGuardUsable(in.facts.Modules["wireguard"]) {
+			in.network = NetworkWireGuard
+		}
+	}
+	k3sPin, err := in.pinned.Component("k3s")
+	if err != nil {
+		return err
+	}
+	if in.move, err = k3s.PlanMove(in.state.k3sVersion, k3sPin.Version); err != nil {
+		return err
+	}
+	if in.nodeIP, err = nodeIP(in.facts, in.o.Host); err != nil {
+		return err
+	}
+	if in.o.AirgapBundle != "" {
+		// A damaged or wrong bundle is refused before anything changes.
+		if in.bundle, err = k3s.LoadBundle(in.o.AirgapBundle, in.facts.Arch); err != nil {
+			return err
+		}
+		if err := in.checkPinnedSum(in.bundle.SHA256); err != nil {
+			return err
+		}
+	}
+	in.fw = in.o.Firewall
+	if in.fw && in.state.firewall.Active && !in.state.firewall.Managed {
+		in.fw = false
+		in.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone; allow 22/tcp, 80/tcp, 443/tcp and 6443/tcp in it yourself", in.state.firewall.Tool, in.o.Host))
+	}
+
+	in.p.Info(fmt.Sprintf("Profile: %s (%s)", in.sizing.Profile.Name, in.sizing.ProfileReason))
+	in.p.Info(fmt.Sprintf("Storage: %s (%s)", in.sizing.Storage, in.sizing.StorageReason))
+	in.p.Info("Pod network: " + networkWords(in.network))
+	switch in.move.Kind {
+	case k3s.Install:
+		in.p.Info("k3s: install " + in.move.To)
+	case k3s.Keep:
+		in.p.Info("k3s: " + in.move.To + ", as pinned")
+	case k3s.Upgrade:
+		in.p.Info(fmt.Sprintf("k3s: upgrade %s to %s", in.move.From, in.move.To))
+	case k3s.KeepBehind:
+		in.p.Warn(in.move.Warning)
+	}
+	return nil
+}
+
+func networkWords(n string) string {
+	if n == NetworkWireGuard {
+		return "WireGuard (flannel wireguard-native)"
+	}
+	return "VXLAN (the wireguard module cannot load here; kip node add will need it)"
+}
+
+// readExisting reads the cluster's record when k3s already runs on the host: a re-run keeps
+// what the record says. A k3s that has run but whose API does not answer is refused, because
+// kip could not tell what the cluster is.
+func (in *installer) readExisting(ctx context.Context) error {
+	if !in.state.serverData {
+		return nil
+	}
+	clients, err := in.connectAPI(ctx, 20*time.Second)
+	if err != nil {
+		return fmt.Errorf("k3s is installed on %s but its API does not answer, so kip cannot tell what the cluster is (%w): start it with 'systemctl start k3s' on the server, check 'journalctl -u k3s', then run kip install again", in.o.Host, err)
+	}
+	rec, found, err := ReadClusterRecord(ctx, clients.Dynamic)
+	if err != nil {
+		return err
+	}
+	in.clients = clients
+	if found {
+		in.rerun, in.record = true, rec
+		in.p.Info(fmt.Sprintf("%s already runs a Kipper cluster (installed by kip %s): re-running install", in.o.Host, rec.KipVersion))
+	}
+	return nil
+}
+
+// keepRecorded applies the re-run rules: the storage mode and the profile stay as recorded.
+func (in *installer) keepRecorded() error {
+	rec := in.record
+	switch {
+	case in.o.Storage != "" && in.o.Storage != rec.Storage && rec.Storage == StorageLocal:
+		return fmt.Errorf("this cluster uses local storage and kip install never switches the storage mode of an existing cluster: switch it with 'kip cluster storage longhorn', or omit --storage")
+	case in.o.Storage != "" && in.o.Storage != rec.Storage:
+		return fmt.Errorf("this cluster uses Longhorn, and a Longhorn cluster stays on Longhorn: omit --storage")
+	case in.o.Profile != "" && in.o.Profile != rec.Profile:
+		return fmt.Errorf("this cluster uses the %s profile and kip install keeps it: change it with 'kip platform profile set %s', or omit --profile", rec.Profile, in.o.Profile)
+	}
+	p, err := ProfileNamed(rec.Profile)
+	if err != nil {
+		return fmt.Errorf("the cluster record names profile %q: %w", rec.Profile, err)
+	}
+	in.sizing = Sizing{Profile: p, Storage: rec.Storage,
+		ProfileReason: "recorded on the cluster", StorageReason: "recorded on the cluster; kip install never switches it"}
+	in.network = rec.Network
+	if rec.Storage == StorageLonghorn {
+		if err := host.CheckLonghorn(in.facts.OS, in.facts.Kernel); err != nil {
+			in.p.Warn(err.Error())
+		}
+	}
+	return nil
+}
+
+// nodeIP picks the address k3s registers the server with: --host when it is one of the host's
+// IPv4 addresses, else the source address of the default route, as k3s would.
+func nodeIP(f *sshx.Facts, want string) (string, error) {
+	for _, a := range f.Addrs {
+		if a.CIDR.Addr().Is4() && a.CIDR.Addr().String() == want {
+			return want, nil
+		}
+	}
+	for _, r := range f.Routes {
+		if r.IsDefault() && r.Src.IsValid() && r.Src.Is4() {
+			return r.Src.String(), nil
+		}
+	}
+	for _, a := range f.Addrs {
+		if ip := a.CIDR.Addr(); ip.Is4() && ip.IsGlobalUnicast() {
+			return ip.String(), nil
+		}
+	}
+	return "", errors.New("the host has no IPv4 address for k3s")
+}
+
+func (in *installer) confirm() error {
+	q := fmt.Sprintf("Install Kipper on %s (%s profile, %s storage)?", in.o.Host, in.sizing.Profile.Name, in.sizing.Storage)
+	if in.state.serverData {
+		q = fmt.Sprintf("Re-run install on %s? k3s restarts to load kip's configuration: the API pauses for 10 to 30 seconds, running workloads keep running.", in.o.Host)
+	}
+	ok, err := in.f.Prompter().Confirm(q)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("install cancelled: nothing was changed")
+	}
+	return nil
+}
+
+// saveCluster saves the cluster in ~/.kip/config.yaml before anything changes on the host, so
+// that an interrupted install can be found and continued.
+func (in *installer) saveCluster() error {
+	store, err := in.f.ConfigStore()
+	if err != nil {
+		return err
+	}
+	return store.Update(func(cfg *config.Config) error {
+		c := config.Cluster{Name: in.name, Host: in.o.Host, Kubeconfig: in.kubePath}
+		if in.saved != nil {
+			c = *in.saved
+		}
+		c.Kubeconfig = in.kubePath
+		if in.f.Global.SSHUserSet {
+			c.SSHUser = in.f.Global.SSHUser
+		}
+		if in.o.SSHPort != 0 {
+			c.SSHPort = in.o.SSHPort
+		}
+		if in.f.Global.SSHKey != "" {
+			c.SSHKey = in.f.Global.SSHKey
+		}
+		cfg.Put(c)
+		if cfg.Current == "" {
+			cfg.Current = c.Name
+		}
+		return nil
+	})
+}
+
+// summary ends the install with what was installed, where the kubeconfig is, and what next.
+func (in *installer) summary() {
+	in.p.Success(fmt.Sprintf("Kipper is installed on %s: %s profile, %s storage, k3s %s", in.o.Host, in.sizing.Profile.Name, in.sizing.Storage, in.move.To))
+	in.p.Info("Kubeconfig: " + in.kubePath + " (saved for cluster " + in.name + ")")
+	in.p.Info("Next:")
+	in.p.Info("  kip status                      the cluster's nodes, storage and components")
+	in.p.Info("  kip doctor                      check the cluster and its host")
+	in.p.Info("  export KUBECONFIG=" + in.kubePath)
+	if in.sizing.Profile.Name == "nano" && !in.record.Monitoring.Prometheus {
+		in.p.Info("  kip platform enable prometheus  turn monitoring on when the server has room")
+	}
+}

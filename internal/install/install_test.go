@@ -1,0 +1,104 @@
+package install
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/sshx"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	full := &BackupStorage{Bucket: "b", AccessKeyID: "id", SecretAccessKey: "s3cr3t"}
+	tests := []struct {
+		name string
+		o    Options
+		want string // "" for valid
+	}{
+		{"minimal", Options{Host: "203.0.113.10"}, ""},
+		{"everything", Options{Host: "srv.example.com", AdminEmail: "a@example.com", Profile: "small", Storage: "longhorn", Backups: full, AirgapBundle: dir, SSHPort: 2222}, ""},
+		{"no host", Options{}, "--host is required"},
+		{"user in host", Options{Host: "root@203.0.113.10"}, "--ssh-user"},
+		{"bad email", Options{Host: "h", AdminEmail: "admin"}, "is not an email address"},
+		{"named email", Options{Host: "h", AdminEmail: "Admin <a@example.com>"}, "is not an email address"},
+		{"bad profile", Options{Host: "h", Profile: "huge"}, `unknown profile "huge"`},
+		{"bad storage", Options{Host: "h", Storage: "nfs"}, "choose local or longhorn"},
+		{"bad port", Options{Host: "h", SSHPort: 70000}, "--ssh-port"},
+		{"bucket only", Options{Host: "h", Backups: &BackupStorage{Bucket: "b"}}, "--backup-storage-access-key-id, --backup-storage-secret-access-key-file"},
+		{"bundle is a file", Options{Host: "h", AirgapBundle: file}, "not a directory"},
+		{"bundle missing", Options{Host: "h", AirgapBundle: filepath.Join(dir, "none")}, "not a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.o.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			case err != nil && cli.ExitCode(err) != cli.ExitUsage:
+				t.Fatalf("exit code %d, want usage", cli.ExitCode(err))
+			case err != nil && strings.Contains(err.Error(), "s3cr3t"):
+				t.Fatal("the error shows the secret key")
+			}
+		})
+	}
+}
+
+func TestNodeIP(t *testing.T) {
+	addr := func(s string) sshx.Addr { return sshx.Addr{Iface: "eth0", CIDR: netip.MustParsePrefix(s)} }
+	facts := &sshx.Facts{
+		Addrs: []sshx.Addr{addr("10.77.0.15/24"), addr("198.51.100.15/24")},
+		Routes: []sshx.Route{
+			{Dst: netip.MustParsePrefix("10.77.0.0/24"), Dev: "eth1", Src: netip.MustParseAddr("10.77.0.15")},
+			{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("198.51.100.1"), Dev: "eth0", Src: netip.MustParseAddr("198.51.100.15")},
+		},
+	}
+	for host, want := range map[string]string{
+		"10.77.0.15":      "10.77.0.15",    // one of the host's addresses
+		"198.51.100.15":   "198.51.100.15", // also one
+		"srv.example.com": "198.51.100.15", // a name: the default route's source
+		"203.0.113.10":    "198.51.100.15", // NAT: the address is not on the host
+	} {
+		if got, err := nodeIP(facts, host); err != nil || got != want {
+			t.Errorf("nodeIP(%s) = %s, %v; want %s", host, got, err, want)
+		}
+	}
+	if _, err := nodeIP(&sshx.Facts{}, "h"); err == nil {
+		t.Error("no addresses: want an error")
+	}
+}
+
+func TestPublicHostAndIssuer(t *testing.T) {
+	if got := DexIssuer("203.0.113.10"); got != "https://dex.203.0.113.10.sslip.io" {
+		t.Errorf("DexIssuer(ip) = %s", got)
+	}
+	if got := DexIssuer("k.example.com"); got != "https://dex.k.example.com" {
+		t.Errorf("DexIssuer(name) = %s", got)
+	}
+	cfg, err := authenticationConfig("203.0.113.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: AuthenticationConfiguration", "apiVersion: apiserver.config.k8s.io/v1", "url: https://dex.203.0.113.10.sslip.io", "claim: email", "prefix: 'oidc:'"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("authentication config lacks %q:\n%s", want, cfg)
+		}
+	}
+}
+
+func TestSafeFileName(t *testing.T) {
+	for in, want := range map[string]string{"203.0.113.10": "203.0.113.10", "a/b c": "a_b_c", "::1": "__1"} {
+		if got := safeFileName(in); got != want {
+			t.Errorf("safeFileName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

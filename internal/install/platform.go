@@ -1,0 +1,328 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+)
+
+// Optional platform components that kip platform enable and disable turn on and off.
+const (
+	PlatformPrometheus = "prometheus"
+	PlatformLoki       = "loki"
+)
+
+// monitoringNeeds is the memory a monitoring component asks of the server, checked before it is
+// turned on: Prometheus with Grafana and the node exporter, and Loki with its gateway.
+var monitoringNeeds = map[string]resource.Quantity{
+	PlatformPrometheus: resource.MustParse("1200Mi"),
+	PlatformLoki:       resource.MustParse("600Mi"),
+}
+
+// platform is what the kip platform commands act on: the cluster, its record and components.
+type platform struct {
+	f      *cli.Factory
+	p      *cli.Printer
+	cl     *kube.Clients
+	rec    ClusterRecord
+	pinned *manifests.Versions
+}
+
+func loadPlatform(ctx context.Context, f *cli.Factory) (*platform, error) {
+	cl, err := f.Kube()
+	if err != nil {
+		return nil, err
+	}
+	rec, found, err := ReadClusterRecord(ctx, cl.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, errors.New("this cluster has no Kipper record (kipper.run/cluster): install it with 'kip install --host HOST' first")
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return nil, err
+	}
+	return &platform{f: f, p: f.Printer(), cl: cl, rec: rec, pinned: pinned}, nil
+}
+
+// components renders the cluster's components as its record describes them, with monitoring mon.
+func (pl *platform) components(ctx context.Context, profile Profile, mon Monitoring) ([]Component, error) {
+	dex, err := ReadDexConfig(ctx, pl.cl)
+	if err != nil {
+		return nil, err
+	}
+	return Components(ComponentOptions{
+		Sizing: Sizing{Profile: profile, Storage: pl.rec.Storage}, Monitoring: mon, ServerAddress: pl.rec.Server,
+		Pinned: pl.pinned, KipVersion: buildinfo.Version, ExistingDexConfig: dex,
+	})
+}
+
+// run runs steps as one workflow under the cluster lock, then updates the record with mutate.
+func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step, mutate func(*ClusterRecord)) error {
+	steps = append(steps, workflow.Step{
+		Name: "cluster-record", Title: "Record the change", Done: "Recorded the change", Already: "The record is up to date",
+		Check: func(ctx context.Context) (bool, error) {
+			rec, _, err := ReadClusterRecord(ctx, pl.cl.Dynamic)
+			want := rec
+			mutate(&want)
+			return err == nil && sameRecord(rec, want) && rec.Profile == want.Profile, err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateClusterRecord(ctx, pl.cl.Dynamic, func(r *ClusterRecord, _ bool) error { mutate(r); return nil })
+			return err
+		},
+	})
+	r := &workflow.Runner{
+		Dynamic: pl.cl.Dynamic, Lock: workflow.ClusterLock(pl.cl.Kube, kube.LockOptions{}),
+		Holder: kube.HolderText("kip platform"), KipVersion: buildinfo.Version, Report: pl.p,
+	}
+	return r.Run(ctx, &workflow.Workflow{Name: name, Steps: steps})
+}
+
+// SetMonitoring turns Prometheus (with Grafana) or Loki on or off.
+func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on bool) error {
+	if _, ok := monitoringNeeds[component]; !ok {
+		return cli.Usagef("unknown platform component %q: choose prometheus or loki", component)
+	}
+	if !on {
+		// Turning off asks first: refuse before connecting when nobody could answer.
+		if err := f.Prompter().CanConfirm(); err != nil {
+			return err
+		}
+	}
+	pl, err := loadPlatform(ctx, f)
+	if err != nil {
+		return err
+	}
+	mon := pl.rec.Monitoring
+	flag := &mon.Prometheus
+	if component == PlatformLoki {
+		flag = &mon.Loki
+	}
+	if *flag == on {
+		pl.p.Success(fmt.Sprintf("%s is already %s", component, onOff(on)))
+		return nil
+	}
+	*flag = on
+	mutate := func(r *ClusterRecord) { r.Monitoring = mon }
+	profile, err := ProfileNamed(pl.rec.Profile)
+	if err != nil {
+		return err
+	}
+	if !on {
+		objs, err := pl.componentObjects(ctx, profile, component)
+		if err != nil {
+			return err
+		}
+		ok, err := f.Prompter().Confirm(fmt.Sprintf("Turn %s off? Its data (metrics or logs) is deleted with it.", component))
+		if err != nil || !ok {
+			return errors.Join(err, errCancelled(ok))
+		}
+		return pl.run(ctx, "platform-"+component, []workflow.Step{removeStep(pl.cl, component, objs)}, mutate)
+	}
+	if err := pl.checkRoom(ctx, component); err != nil {
+		return err
+	}
+	comps, err := pl.components(ctx, profile, mon)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(comps, func(c Component) bool { return c.Name == component })
+	if i < 0 {
+		return fmt.Errorf("kip renders no %s component for this cluster", component)
+	}
+	return pl.run(ctx, "platform-"+component, []workflow.Step{componentStep(pl.cl, comps[i])}, mutate)
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+func errCancelled(ok bool) error {
+	if ok {
+		return nil
+	}
+	return errors.New("cancelled: nothing was changed")
+}
+
+// componentObjects returns the objects component has while it is on, to delete them.
+func (pl *platform) componentObjects(ctx context.Context, profile Profile, component string) ([]*unstructured.Unstructured, error) {
+	all := Monitoring{Prometheus: true, Loki: true}
+	comps, err := pl.components(ctx, profile, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range comps {
+		if c.Name == component {
+			return c.Objects, nil
+		}
+	}
+	return nil, fmt.Errorf("kip renders no %s component", component)
+}
+
+// removeStep deletes a component's objects; deleting its HelmChart has k3s's helm-controller
+// uninstall the chart.
+func removeStep(cl *kube.Clients, component string, objs []*unstructured.Unstructured) workflow.Step {
+	return workflow.Step{
+		Name: "remove-" + component, Title: "Remove " + component, Done: "Removed " + component, Already: component + " is not installed",
+		Check: func(ctx context.Context) (bool, error) {
+			missing, err := missingObjects(ctx, cl, objs)
+			return len(missing) == len(objs), err
+		},
+		Apply: func(ctx context.Context) error {
+			for _, o := range objs {
+				ri, o, err := kube.ResourceFor(ctx, cl, o)
+				if err != nil {
+					return err
+				}
+				if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete %s %s: %w", o.GetKind(), o.GetName(), err)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// checkRoom refuses to turn component on when the server's allocatable memory, less what its
+// pods request, cannot take what the component asks.
+func (pl *platform) checkRoom(ctx context.Context, component string) error {
+	node, err := pl.serverNode(ctx)
+	if err != nil {
+		return err
+	}
+	pods, err := pl.cl.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	if err != nil {
+		return fmt.Errorf("list the server's pods: %w", err)
+	}
+	free := node.Status.Allocatable.Memory().DeepCopy()
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			free.Sub(*c.Resources.Requests.Memory())
+		}
+	}
+	need := monitoringNeeds[component]
+	if free.Cmp(need) < 0 {
+		return fmt.Errorf("%s needs about %s of memory and the server %s has %s left after its pods' requests: resize the server, then run this again",
+			component, need.String(), node.Name, mib(free))
+	}
+	return nil
+}
+
+func mib(q resource.Quantity) string { return fmt.Sprintf("%dMi", q.Value()/(1<<20)) }
+
+// serverNode is the cluster's control-plane node.
+func (pl *platform) serverNode(ctx context.Context) (*corev1.Node, error) {
+	nodes, err := pl.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane=true"})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	if len(nodes.Items) == 0 {
+		return nil, errors.New("the cluster has no control-plane node")
+	}
+	return &nodes.Items[0], nil
+}
+
+// ProfileView is the documented shape of 'kip platform profile show -o json'.
+type ProfileView struct {
+	Profile   Profile    `json:"profile"`
+	Storage   string     `json:"storage"`
+	Monitored Monitoring `json:"monitoring"`
+	// ServerMemoryMiB and ServerCPUs are the server node's capacity.
+	ServerMemoryMiB int64 `json:"serverMemoryMiB"`
+	ServerCPUs      int64 `json:"serverCPUs"`
+}
+
+// ShowProfile prints the cluster's profile, what it sizes and the server's size.
+func ShowProfile(ctx context.Context, f *cli.Factory) error {
+	pl, err := loadPlatform(ctx, f)
+	if err != nil {
+		return err
+	}
+	p, err := ProfileNamed(pl.rec.Profile)
+	if err != nil {
+		return err
+	}
+	node, err := pl.serverNode(ctx)
+	if err != nil {
+		return err
+	}
+	v := ProfileView{Profile: p, Storage: pl.rec.Storage, Monitored: pl.rec.Monitoring,
+		ServerMemoryMiB: node.Status.Capacity.Memory().Value() >> 20, ServerCPUs: node.Status.Capacity.Cpu().Value()}
+	w := f.IO.Out
+	if f.Global.Output == cli.OutputJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	fmt.Fprintf(w, "Profile:     %s\n", p.Name)
+	fmt.Fprintf(w, "Storage:     %s\n", v.Storage)
+	fmt.Fprintf(w, "Server:      %d MiB, %d CPUs\n", v.ServerMemoryMiB, v.ServerCPUs)
+	fmt.Fprintf(w, "Monitoring:  Prometheus %s, Loki %s\n", onOff(v.Monitored.Prometheus), onOff(v.Monitored.Loki))
+	fmt.Fprintf(w, "Registry:    %s\n", p.RegistrySize)
+	fmt.Fprintf(w, "console-api: %s memory\n", p.ConsoleAPIMemory)
+	if p.PrometheusRetention != "" {
+		fmt.Fprintf(w, "Retention:   metrics %s, logs %s\n", p.PrometheusRetention, p.LokiRetention)
+	}
+	return nil
+}
+
+// SetProfile changes the cluster's sizing profile, refusing one the server cannot carry, and
+// re-applies the components the profile sizes. Monitoring stays as it is.
+func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
+	if _, err := ProfileNamed(name); err != nil {
+		return &cli.UsageError{Err: err}
+	}
+	pl, err := loadPlatform(ctx, f)
+	if err != nil {
+		return err
+	}
+	if pl.rec.Profile == name {
+		pl.p.Success("The cluster already uses the " + name + " profile")
+		return nil
+	}
+	node, err := pl.serverNode(ctx)
+	if err != nil {
+		return err
+	}
+	sizing, err := Choose(int(node.Status.Capacity.Memory().Value()>>20), int(node.Status.Capacity.Cpu().Value()), name, pl.rec.Storage)
+	if err != nil {
+		return err
+	}
+	comps, err := pl.components(ctx, sizing.Profile, pl.rec.Monitoring)
+	if err != nil {
+		return err
+	}
+	var steps []workflow.Step
+	for _, c := range comps {
+		switch c.Name {
+		case "velero", "minio":
+			// Backup storage is not sized by the profile and its credentials are not at hand.
+			continue
+		}
+		steps = append(steps, componentStep(pl.cl, c))
+	}
+	return pl.run(ctx, "platform-profile", steps, func(r *ClusterRecord) { r.Profile = name })
+}

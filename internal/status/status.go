@@ -1,0 +1,778 @@
+// Package status is kip status, a report of the cluster's nodes, storage, components and
+// unfinished operations, and kip doctor, a list of checks each with its fix. Both read the
+// cluster through the API with a bounded number of requests (no request per namespace), and read
+// the hosts over SSH when they can; without SSH they report what the API gives and say what they
+// skipped. docs/status.md describes both and their JSON.
+package status
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+)
+
+// DialFunc connects to a host over SSH with the cluster's settings.
+type DialFunc func(ctx context.Context, host string) (*sshx.Client, error)
+
+// Options configure Status and Doctor. cmd/kip binds APIOnly to --api-only and wires the rest.
+type Options struct {
+	// APIOnly skips every host check: nothing connects over SSH.
+	APIOnly bool
+	// JSON writes the report as JSON (-o json) rather than text.
+	JSON bool
+	// Out receives the report.
+	Out io.Writer
+	// Kube returns the cluster's API clients.
+	Kube func() (*kube.Clients, error)
+	// Server is the server's SSH address as saved for the cluster; "" falls back to the address
+	// the cluster record names.
+	Server string
+	// Dial connects to a host over SSH; nil skips the host checks.
+	Dial DialFunc
+	// KipVersion is this kip's version.
+	KipVersion string
+}
+
+// sshFix says how to let kip reach the hosts.
+const sshFix = "pass --ssh-key with the key that logs in to the server and every worker (or set KIP_SSH_KEY), " +
+	"or --cluster with a cluster saved by kip install, whose key and user kip uses"
+
+// MoveWorkflowPrefix starts the progress record name of a service's move onto Longhorn
+// (kip service storage longhorn): Status lists those under "Moves to Longhorn not finished".
+const MoveWorkflowPrefix = "service-storage-longhorn-"
+
+// OutOfServiceTaint is the taint kip node fence puts on a fenced node.
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+// LonghornLowBytes: status warns when a node's roomiest eligible Longhorn disk has less than this
+// available for scheduling.
+const LonghornLowBytes = 5 << 30
+
+// MaxVolumes is how many of a node's largest volumes Status lists.
+const MaxVolumes = 5
+
+// Node states.
+const (
+	NodeReady        = "Ready"
+	NodeNotReady     = "NotReady"
+	NodeUnknown      = "Unknown"
+	NodeOutOfService = "OutOfService"
+)
+
+// Report is the documented shape of 'kip status -o json' (docs/status.md).
+type Report struct {
+	Cluster    ClusterInfo       `json:"cluster"`
+	Nodes      []Node            `json:"nodes"`
+	Components []ComponentHealth `json:"components"`
+	// Operations are the kip operations recorded as unfinished, oldest first; moves to
+	// Longhorn have kind "move-to-longhorn".
+	Operations []Operation `json:"operations"`
+	// Warnings are what needs attention, each in one sentence.
+	Warnings []string `json:"warnings"`
+	// Skipped says what status could not look at, and why.
+	Skipped []string `json:"skipped"`
+}
+
+// ClusterInfo is what the cluster record says (kipper.run/cluster, docs/records.md).
+type ClusterInfo struct {
+	// Recorded is false on a cluster kip did not install: the other fields are then empty.
+	Recorded   bool                `json:"recorded"`
+	Storage    string              `json:"storage,omitempty"`
+	Profile    string              `json:"profile,omitempty"`
+	Network    string              `json:"network,omitempty"`
+	Monitoring *install.Monitoring `json:"monitoring,omitempty"`
+	Backups    string              `json:"backups,omitempty"`
+	Server     string              `json:"server,omitempty"`
+	// KipVersion is the kip that installed the cluster or last re-ran install.
+	KipVersion string `json:"kipVersion,omitempty"`
+}
+
+// Node is one Kubernetes node.
+type Node struct {
+	Name string `json:"name"`
+	// Role is server (the control plane) or worker.
+	Role string `json:"role"`
+	// Status is Ready, NotReady, Unknown or OutOfService (fenced: tainted
+	// node.kubernetes.io/out-of-service; a fenced node never counts as Ready).
+	Status string `json:"status"`
+	// Unschedulable is a cordoned node.
+	Unschedulable bool   `json:"unschedulable,omitempty"`
+	K3sVersion    string `json:"k3sVersion"`
+	InternalIP    string `json:"internalIP,omitempty"`
+	ExternalIP    string `json:"externalIP,omitempty"`
+	// Storage is the node's disks and largest volumes; nil when nothing is known.
+	Storage *NodeStorage `json:"storage,omitempty"`
+}
+
+// NodeStorage is a node's free disk and its largest volumes.
+type NodeStorage struct {
+	// Disks are the Longhorn disks of the node, or the file system holding the local volumes.
+	Disks []Disk `json:"disks"`
+	// Volumes are the largest volumes on the node, largest first, at most MaxVolumes.
+	Volumes []Volume `json:"volumes"`
+	// VolumeCount is how many volumes the node holds in all.
+	VolumeCount int `json:"volumeCount"`
+	// Low says the disk runs low; Warning says how.
+	Low     bool   `json:"low"`
+	Warning string `json:"warning,omitempty"`
+}
+
+// Disk is a Longhorn disk, or the file system holding local volumes.
+type Disk struct {
+	// Name is the Longhorn disk's name; "" for the local file system.
+	Name       string `json:"name,omitempty"`
+	Path       string `json:"path"`
+	TotalBytes int64  `json:"totalBytes"`
+	FreeBytes  int64  `json:"freeBytes"`
+	// SchedulableBytes is what Longhorn can still schedule onto the disk (Longhorn only).
+	SchedulableBytes *int64 `json:"schedulableBytes,omitempty"`
+	// Eligible says Longhorn may schedule onto the disk: the node and the disk allow scheduling,
+	// neither is being evicted, and the disk is Ready (Longhorn only).
+	Eligible *bool `json:"eligible,omitempty"`
+}
+
+// Volume is a volume on a node.
+type Volume struct {
+	// Name is the PersistentVolume's name, or the Longhorn volume's when it has none.
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Claim     string `json:"claim,omitempty"`
+	// Storage is local or longhorn.
+	Storage string `json:"storage"`
+	// UsedBytes is the space the volume uses on the disk; nil when unknown (a local volume
+	// without SSH).
+	UsedBytes *int64 `json:"usedBytes,omitempty"`
+	// SizeBytes is the declared size; 0 when none is known.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Orphaned is a local volume directory that no PersistentVolume uses: a copy kept after a
+	// move to Longhorn, or a leftover.
+	Orphaned bool `json:"orphaned,omitempty"`
+}
+
+// ComponentHealth is one installed component's state.
+type ComponentHealth struct {
+	Name  string `json:"name"`
+	Ready bool   `json:"ready"`
+	// Pending says what the component waits for.
+	Pending string `json:"pending,omitempty"`
+	// Error says why its state could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// Operation kinds.
+const (
+	KindOperation      = "operation"
+	KindMoveToLonghorn = "move-to-longhorn"
+)
+
+// Operation is an unfinished kip operation, from its progress record.
+type Operation struct {
+	Workflow  string    `json:"workflow"`
+	Kind      string    `json:"kind"`
+	Status    string    `json:"status"`
+	Step      string    `json:"step,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	StartedBy string    `json:"startedBy"`
+	StartedAt time.Time `json:"startedAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Resume is the command that continues it: the same command run again.
+	Resume string `json:"resume,omitempty"`
+}
+
+// Run reports the cluster's status to o.Out.
+func Run(ctx context.Context, o *Options) error {
+	r, err := Collect(ctx, o)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return writeJSON(o.Out, r)
+	}
+	return r.WriteText(o.Out)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// view is what the API showed, read once for Status and Doctor.
+type view struct {
+	c        *kube.Clients
+	rec      install.ClusterRecord
+	recorded bool
+	nodes    []corev1.Node
+}
+
+// readRecord reads the cluster record into v; an error is reported, not fatal.
+func (v *view) readRecord(ctx context.Context) error {
+	var err error
+	v.rec, v.recorded, err = install.ReadClusterRecord(ctx, v.c.Dynamic)
+	return err
+}
+
+func (v *view) readNodes(ctx context.Context) error {
+	list, err := v.c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	v.nodes = list.Items
+	slices.SortFunc(v.nodes, func(a, b corev1.Node) int {
+		return cmp.Or(cmp.Compare(roleOrder(nodeRole(&a)), roleOrder(nodeRole(&b))), cmp.Compare(a.Name, b.Name))
+	})
+	return nil
+}
+
+// Collect gathers the report: the API first, then, on a local-storage cluster, the server's
+// disk and volumes over SSH.
+func Collect(ctx context.Context, o *Options) (*Report, error) {
+	c, err := o.Kube()
+	if err != nil {
+		return nil, err
+	}
+	v := &view{c: c}
+	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, Warnings: []string{}, Skipped: []string{}}
+	if err := v.readRecord(ctx); err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	if err := v.readNodes(ctx); err != nil {
+		return nil, fmt.Errorf("read cluster status: %w", err)
+	}
+	r.Cluster = clusterInfo(v)
+	for i := range v.nodes {
+		n := nodeInfo(&v.nodes[i])
+		r.Nodes = append(r.Nodes, n)
+		if n.Status != NodeReady {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s is %s", n.Name, n.Status))
+		}
+	}
+	if err := collectStorage(ctx, o, v, r); err != nil {
+		return nil, err
+	}
+	r.Components = componentHealth(ctx, v, r)
+	ops, err := workflow.ListUnfinished(ctx, c.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	for _, p := range ops {
+		r.Operations = append(r.Operations, operation(p))
+	}
+	return r, nil
+}
+
+func clusterInfo(v *view) ClusterInfo {
+	if !v.recorded {
+		return ClusterInfo{}
+	}
+	m := v.rec.Monitoring
+	return ClusterInfo{
+		Recorded: true, Storage: v.rec.Storage, Profile: v.rec.Profile, Network: v.rec.Network,
+		Monitoring: &m, Backups: v.rec.Backups, Server: v.rec.Server, KipVersion: v.rec.KipVersion,
+	}
+}
+
+// Node roles.
+const (
+	RoleServer = "server"
+	RoleWorker = "worker"
+)
+
+func nodeRole(n *corev1.Node) string {
+	for _, l := range []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
+		if _, ok := n.Labels[l]; ok {
+			return RoleServer
+		}
+	}
+	return RoleWorker
+}
+
+func roleOrder(role string) int {
+	if role == RoleServer {
+		return 0
+	}
+	return 1
+}
+
+// nodeStatus is Ready, NotReady, Unknown or OutOfService.
+func nodeStatus(n *corev1.Node) string {
+	if hasTaint(n, OutOfServiceTaint) {
+		return NodeOutOfService
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		switch c.Status {
+		case corev1.ConditionTrue:
+			return NodeReady
+		case corev1.ConditionFalse:
+			return NodeNotReady
+		}
+		return NodeUnknown
+	}
+	return NodeUnknown
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}
+
+func nodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == typ {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+func nodeInfo(n *corev1.Node) Node {
+	return Node{
+		Name:          n.Name,
+		Role:          nodeRole(n),
+		Status:        nodeStatus(n),
+		Unschedulable: n.Spec.Unschedulable,
+		K3sVersion:    n.Status.NodeInfo.KubeletVersion,
+		InternalIP:    nodeAddress(n, corev1.NodeInternalIP),
+		ExternalIP:    nodeAddress(n, corev1.NodeExternalIP),
+	}
+}
+
+func operation(p workflow.Progress) Operation {
+	op := Operation{
+		Workflow: p.Workflow, Kind: KindOperation, Status: string(p.Status), Step: p.Step, Error: p.Error,
+		StartedBy: p.StartedBy, StartedAt: p.StartedAt, UpdatedAt: p.UpdatedAt,
+	}
+	if strings.HasPrefix(p.Workflow, MoveWorkflowPrefix) {
+		op.Kind = KindMoveToLonghorn
+	}
+	// StartedBy is the holder text: "kip node add 203.0.113.11 by alice@laptop, pid 4242".
+	if i := strings.LastIndex(p.StartedBy, " by "); i > 0 && strings.HasPrefix(p.StartedBy, "kip ") {
+		op.Resume = p.StartedBy[:i]
+	}
+	return op
+}
+
+// servers returns the server nodes.
+func (v *view) servers() []*corev1.Node {
+	var s []*corev1.Node
+	for i := range v.nodes {
+		if nodeRole(&v.nodes[i]) == RoleServer {
+			s = append(s, &v.nodes[i])
+		}
+	}
+	return s
+}
+
+// serverAddr is where to reach the server over SSH: the saved cluster's host, else the
+// record's.
+func (v *view) serverAddr(o *Options) string {
+	if o.Server != "" {
+		return o.Server
+	}
+	return v.rec.Server
+}
+
+// collectStorage fills each node's storage: Longhorn's disks and volumes from the API; local
+// volumes from the PersistentVolumes and, over SSH, the server's disk and the space each
+// volume's directory uses.
+func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
+	pvs, err := v.c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list persistent volumes: %w", err)
+	}
+	byNode := map[string]*NodeStorage{}
+	storage := func(node string) *NodeStorage {
+		s := byNode[node]
+		if s == nil {
+			s = &NodeStorage{Disks: []Disk{}, Volumes: []Volume{}}
+			byNode[node] = s
+		}
+		return s
+	}
+	// Local volumes, by their node affinity.
+	localByPath := map[string]*corev1.PersistentVolume{}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		path, node := localVolume(pv)
+		if path == "" {
+			continue
+		}
+		localByPath[path] = pv
+		if node != "" {
+			s := storage(node)
+			s.Volumes = append(s.Volumes, pvVolume(pv, nil))
+		}
+	}
+	if v.rec.Storage == install.StorageLonghorn {
+		if err := longhornStorage(ctx, v, storage, r); err != nil {
+			r.Warnings = append(r.Warnings, err.Error())
+		}
+	} else if v.recorded {
+		localStorage(ctx, o, v, storage, localByPath, r)
+	}
+	for i := range r.Nodes {
+		s := byNode[r.Nodes[i].Name]
+		if s == nil {
+			continue
+		}
+		slices.SortStableFunc(s.Volumes, func(a, b Volume) int { return cmp.Compare(volumeBytes(b), volumeBytes(a)) })
+		s.VolumeCount = len(s.Volumes)
+		s.Volumes = s.Volumes[:min(len(s.Volumes), MaxVolumes)]
+		if s.Low {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s: %s", r.Nodes[i].Name, s.Warning))
+		}
+		r.Nodes[i].Storage = s
+	}
+	return nil
+}
+
+// volumeBytes orders volumes: by the space used where known, else by the declared size.
+func volumeBytes(v Volume) int64 {
+	if v.UsedBytes != nil {
+		return *v.UsedBytes
+	}
+	return v.SizeBytes
+}
+
+// localVolume returns the directory of a local-path volume and the node holding it ("" when it
+// is not a local volume).
+func localVolume(pv *corev1.PersistentVolume) (path, node string) {
+	switch {
+	case pv.Spec.HostPath != nil:
+		path = pv.Spec.HostPath.Path
+	case pv.Spec.Local != nil:
+		path = pv.Spec.Local.Path
+	default:
+		return "", ""
+	}
+	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
+		for _, term := range a.Required.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+					node = e.Values[0]
+				}
+			}
+		}
+	}
+	return strings.TrimSuffix(path, "/"), node
+}
+
+func pvVolume(pv *corev1.PersistentVolume, used *int64) Volume {
+	vol := Volume{Name: pv.Name, Storage: install.StorageLocal, UsedBytes: used}
+	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		vol.SizeBytes = q.Value()
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		vol.Namespace, vol.Claim = ref.Namespace, ref.Name
+	}
+	return vol
+}
+
+// localStorage reads the server's local volumes over SSH: the free space of the file system
+// holding them, and the space each directory uses.
+func localStorage(ctx context.Context, o *Options, v *view, storage func(string) *NodeStorage, byPath map[string]*corev1.PersistentVolume, r *Report) {
+	servers := v.servers()
+	addr := v.serverAddr(o)
+	what := "the server's free disk and the space its local volumes use"
+	switch {
+	case o.APIOnly:
+		r.Skipped = append(r.Skipped, what+": --api-only")
+		return
+	case o.Dial == nil:
+		r.Skipped = append(r.Skipped, what+": SSH is not set up; "+sshFix)
+		return
+	case addr == "":
+		r.Skipped = append(r.Skipped, what+": no SSH address for the server is known (no saved cluster, and the cluster record names none); "+sshFix)
+		return
+	case len(servers) != 1:
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: the cluster has %d server nodes", what, len(servers)))
+		return
+	}
+	node := servers[0].Name
+	t := target{node: node, addr: addr, server: true}
+	dir := k3sPaths.storage
+	in := inspectHost(ctx, o.Dial, t, hostRequest{
+		facts: []string{dir},
+		probe: func(target) []string { return []string{"volumes=" + dir} },
+	})
+	if in.dialErr != nil {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: cannot reach %s over SSH: %v; %s", what, t.label(), in.dialErr, sshFix))
+		return
+	}
+	s := storage(node)
+	if in.factsErr != nil {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("free disk on %s: %v", node, in.factsErr))
+	} else if d, ok := in.facts.Disks[dir]; ok {
+		s.Disks = append(s.Disks, Disk{Path: d.Mount, TotalBytes: int64(d.TotalBytes), FreeBytes: int64(d.FreeBytes)})
+		if level := diskLevel(d.TotalBytes, d.FreeBytes); level != StatusOK {
+			s.Low = true
+			s.Warning = fmt.Sprintf("disk runs low: %s free of %s on %s, which holds the local volumes; below %d%% free the kubelet evicts pods",
+				bytesText(int64(d.FreeBytes)), bytesText(int64(d.TotalBytes)), d.Mount, DiskFullPercent)
+		}
+	}
+	if in.probeErr != nil {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("the space local volumes use on %s: %v", node, in.probeErr))
+		return
+	}
+	// A directory gives its volume the space it uses; one that no PersistentVolume names is
+	// listed as orphaned.
+	used := map[string]*int64{}
+	for _, u := range in.probe.volumes {
+		b := u.bytes
+		if pv, ok := byPath[u.path]; ok {
+			used[pv.Name] = &b
+			continue
+		}
+		pv, ns, claim := volumeDir(u.path)
+		s.Volumes = append(s.Volumes, Volume{Name: pv, Namespace: ns, Claim: claim, Storage: install.StorageLocal, UsedBytes: &b, Orphaned: true})
+	}
+	for i := range s.Volumes {
+		if b, ok := used[s.Volumes[i].Name]; ok && s.Volumes[i].Storage == install.StorageLocal {
+			s.Volumes[i].UsedBytes = b
+		}
+	}
+}
+
+// Longhorn's namespace and the settings that decide how much a disk can take.
+const (
+	LonghornNamespace          = "longhorn-system"
+	settingMinimalAvailable    = "storage-minimal-available-percentage"
+	settingOverProvisioning    = "storage-over-provisioning-percentage"
+	defaultMinimalAvailable    = 25
+	defaultOverProvisioningPct = 100
+)
+
+// longhornSettings are the scheduling settings, read with one request each.
+type longhornSettings struct{ minimalAvailable, overProvisioning int64 }
+
+func readLonghornSettings(ctx context.Context, c *kube.Clients) (longhornSettings, error) {
+	s := longhornSettings{minimalAvailable: defaultMinimalAvailable, overProvisioning: defaultOverProvisioningPct}
+	for name, dst := range map[string]*int64{settingMinimalAvailable: &s.minimalAvailable, settingOverProvisioning: &s.overProvisioning} {
+		st, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return s, fmt.Errorf("read longhorn setting %s: %w", name, err)
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
+			*dst = n
+		}
+	}
+	return s, nil
+}
+
+// schedulable is what Longhorn can still schedule onto a disk, by the two rules of its replica
+// scheduler: the replicas scheduled stay within (maximum − reserved) × over-provisioning%, and
+// the space available stays above minimal-available% of the maximum.
+func schedulable(spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus, s longhornSettings) int64 {
+	if st == nil || st.StorageMaximum <= 0 {
+		return 0
+	}
+	byScheduling := (st.StorageMaximum-spec.StorageReserved)*s.overProvisioning/100 - st.StorageScheduled
+	byAvailable := st.StorageAvailable - st.StorageMaximum*s.minimalAvailable/100
+	return max(0, min(byScheduling, byAvailable))
+}
+
+// diskEligible says Longhorn may schedule onto the disk.
+func diskEligible(n *longhornv1beta2.Node, spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus) bool {
+	if !n.Spec.AllowScheduling || n.Spec.EvictionRequested || !spec.AllowScheduling || spec.EvictionRequested || st == nil {
+		return false
+	}
+	for _, c := range st.Conditions {
+		if c.Type == longhornv1beta2.DiskConditionTypeReady {
+			return c.Status == longhornv1beta2.ConditionStatusTrue
+		}
+	}
+	return false
+}
+
+// longhornDisks describes a Longhorn node's disks, and the schedulable room of its roomiest
+// eligible disk (-1 when none is eligible).
+func longhornDisks(n *longhornv1beta2.Node, s longhornSettings) ([]Disk, int64) {
+	names := make([]string, 0, len(n.Spec.Disks))
+	for name := range n.Spec.Disks {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	disks := make([]Disk, 0, len(names))
+	roomiest := int64(-1)
+	for _, name := range names {
+		spec, st := n.Spec.Disks[name], n.Status.DiskStatus[name]
+		d := Disk{Name: name, Path: spec.Path}
+		room := schedulable(spec, st, s)
+		eligible := diskEligible(n, spec, st)
+		d.SchedulableBytes, d.Eligible = &room, &eligible
+		if st != nil {
+			d.TotalBytes, d.FreeBytes = st.StorageMaximum, st.StorageAvailable
+		}
+		if eligible {
+			roomiest = max(roomiest, room)
+		}
+		disks = append(disks, d)
+	}
+	return disks, roomiest
+}
+
+// longhornLow judges a node's roomiest eligible disk: the warning, or "".
+func longhornLow(roomiest int64) string {
+	switch {
+	case roomiest < 0:
+		return "no Longhorn disk is eligible for scheduling: new volumes cannot get a copy here"
+	case roomiest < LonghornLowBytes:
+		return fmt.Sprintf("disk runs low: the roomiest eligible Longhorn disk has %s available for scheduling, less than %s",
+			bytesText(roomiest), bytesText(LonghornLowBytes))
+	}
+	return ""
+}
+
+// longhornStorage reads Longhorn's nodes, settings, volumes and replicas: five requests,
+// whatever the number of volumes.
+func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeStorage, r *Report) error {
+	lh := v.c.Longhorn.LonghornV1beta2()
+	nodes, err := lh.Nodes(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list longhorn nodes: %w", err)
+	}
+	settings, err := readLonghornSettings(ctx, v.c)
+	if err != nil {
+		return err
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		s := storage(n.Name)
+		var roomiest int64
+		s.Disks, roomiest = longhornDisks(n, settings)
+		if w := longhornLow(roomiest); w != "" {
+			s.Low, s.Warning = true, w
+		}
+	}
+	vols, err := lh.Volumes(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list longhorn volumes: %w", err)
+	}
+	replicas, err := lh.Replicas(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list longhorn replicas: %w", err)
+	}
+	byName := map[string]*longhornv1beta2.Volume{}
+	for i := range vols.Items {
+		byName[vols.Items[i].Name] = &vols.Items[i]
+	}
+	seen := map[[2]string]bool{}
+	for _, rep := range replicas.Items {
+		vol, node := byName[rep.Spec.VolumeName], rep.Spec.NodeID
+		key := [2]string{node, rep.Spec.VolumeName}
+		if vol == nil || node == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		used := vol.Status.ActualSize
+		ks := vol.Status.KubernetesStatus
+		out := Volume{Name: cmp.Or(ks.PVName, vol.Name), Namespace: ks.Namespace, Claim: ks.PVCName,
+			Storage: install.StorageLonghorn, UsedBytes: &used, SizeBytes: vol.Spec.Size}
+		s := storage(node)
+		s.Volumes = append(s.Volumes, out)
+	}
+	return nil
+}
+
+// componentHealth asks each component the cluster record implies for its state.
+func componentHealth(ctx context.Context, v *view, r *Report) []ComponentHealth {
+	out := []ComponentHealth{}
+	if !v.recorded {
+		r.Skipped = append(r.Skipped, "component health: the cluster has no kip cluster record (kip did not install it)")
+		return out
+	}
+	comps, err := recordComponents(v.rec)
+	if err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+		return out
+	}
+	// Each component reads a few objects of its own: ask them all at once.
+	out = make([]ComponentHealth, len(comps))
+	var wg sync.WaitGroup
+	for i, comp := range comps {
+		wg.Go(func() {
+			ready, pending, err := comp.Status(ctx, v.c)
+			out[i] = ComponentHealth{Name: comp.Name, Ready: ready && err == nil, Pending: pending}
+			if err != nil {
+				out[i].Error = err.Error()
+			}
+		})
+	}
+	wg.Wait()
+	for _, h := range out {
+		if !h.Ready {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("component %s is not ready: %s", h.Name, cmp.Or(h.Error, h.Pending, "not ready")))
+		}
+	}
+	return out
+}
+
+// recordComponents returns the components install would have installed for the record.
+func recordComponents(rec install.ClusterRecord) ([]install.Component, error) {
+	profile, err := install.ProfileNamed(rec.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster record: %w", err)
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return nil, err
+	}
+	o := install.ComponentOptions{
+		Sizing:        install.Sizing{Profile: profile, Storage: rec.Storage},
+		Monitoring:    rec.Monitoring,
+		ServerAddress: rec.Server,
+		Pinned:        pinned,
+		KipVersion:    rec.KipVersion,
+	}
+	if rec.Backups == "external" {
+		// The components then include Velero on that storage. Its health is its chart's Job and
+		// workloads: the bucket and keys, which only the operator has, play no part.
+		o.Backups = &install.BackupStorage{Bucket: "recorded", AccessKeyID: "unused", SecretAccessKey: "unused"}
+	}
+	comps, err := install.Components(o)
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's components: %w", err)
+	}
+	return comps, nil
+}
+
+// bytesText formats a byte count the way people read disk sizes: 512 MiB, 3.2 GiB, 1.5 TiB.
+func bytesText(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	v, i := float64(b)/unit, 0
+	for v >= unit && i < len(units)-1 {
+		v /= unit
+		i++
+	}
+	if v >= 100 {
+		return fmt.Sprintf("%.0f %s", v, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}

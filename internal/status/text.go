@@ -1,0 +1,211 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/install"
+)
+
+// WriteText writes the report as people read it.
+func (r *Report) WriteText(w io.Writer) error {
+	b := &strings.Builder{}
+	r.writeCluster(b)
+	r.writeNodes(b)
+	r.writeStorage(b)
+	r.writeComponents(b)
+	r.writeOperations(b)
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(b, "\nWarnings")
+		for _, s := range r.Warnings {
+			fmt.Fprintf(b, "  %s %s\n", cli.GlyphWarn, s)
+		}
+	}
+	if len(r.Skipped) > 0 {
+		fmt.Fprintln(b, "\nNot looked at")
+		for _, s := range r.Skipped {
+			fmt.Fprintf(b, "  %s %s\n", glyphSkipped, s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) writeCluster(b *strings.Builder) {
+	c := r.Cluster
+	if !c.Recorded {
+		fmt.Fprintln(b, "Cluster: no kip cluster record (kip did not install this cluster, or its record kipper.run/cluster is gone)")
+		return
+	}
+	monitoring := "off"
+	if m := c.Monitoring; m != nil {
+		var on []string
+		if m.Prometheus {
+			on = append(on, "Prometheus")
+		}
+		if m.Loki {
+			on = append(on, "Loki")
+		}
+		if len(on) > 0 {
+			monitoring = strings.Join(on, " and ")
+		}
+	}
+	backups := c.Backups
+	if backups == "" {
+		backups = "none"
+	}
+	fmt.Fprintf(b, "Cluster: %s storage, %s profile, monitoring %s, backups %s\n", c.Storage, c.Profile, monitoring, backups)
+	fmt.Fprintf(b, "  server %s, pod network %s, installed by kip %s\n", orDash(c.Server), orDash(c.Network), orDash(c.KipVersion))
+}
+
+func (r *Report) writeNodes(b *strings.Builder) {
+	fmt.Fprintln(b, "\nNodes")
+	if len(r.Nodes) == 0 {
+		fmt.Fprintln(b, "  none")
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tROLE\tSTATUS\tK3S\tINTERNAL-IP\tEXTERNAL-IP")
+	for _, n := range r.Nodes {
+		st := n.Status
+		if n.Unschedulable {
+			st += ",SchedulingDisabled"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, st, orDash(n.K3sVersion), orDash(n.InternalIP), orDash(n.ExternalIP))
+	}
+	tw.Flush()
+}
+
+func (r *Report) writeStorage(b *strings.Builder) {
+	fmt.Fprintln(b, "\nStorage")
+	shown := false
+	for _, n := range r.Nodes {
+		s := n.Storage
+		if s == nil {
+			continue
+		}
+		shown = true
+		fmt.Fprintf(b, "  %s\n", n.Name)
+		for _, d := range s.Disks {
+			fmt.Fprintf(b, "    %s\n", diskText(d))
+		}
+		if len(s.Volumes) > 0 {
+			tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+			title := "LARGEST VOLUMES"
+			if s.VolumeCount > len(s.Volumes) {
+				title = fmt.Sprintf("LARGEST %d OF %d VOLUMES", len(s.Volumes), s.VolumeCount)
+			}
+			fmt.Fprintf(tw, "    %s\tCLAIM\tSTORAGE\tUSED\tSIZE\n", title)
+			for _, v := range s.Volumes {
+				claim := "-"
+				if v.Claim != "" {
+					claim = v.Namespace + "/" + v.Claim
+				}
+				if v.Orphaned {
+					claim += " (no PersistentVolume: a kept copy or a leftover)"
+				}
+				used, size := "-", "-"
+				if v.UsedBytes != nil {
+					used = bytesText(*v.UsedBytes)
+				}
+				if v.SizeBytes > 0 {
+					size = bytesText(v.SizeBytes)
+				}
+				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", v.Name, claim, v.Storage, used, size)
+			}
+			tw.Flush()
+		} else {
+			fmt.Fprintln(b, "    no volumes")
+		}
+		if s.Low {
+			fmt.Fprintf(b, "    %s %s\n", cli.GlyphWarn, s.Warning)
+		}
+	}
+	if !shown {
+		fmt.Fprint(b, "  nothing known")
+		if len(r.Skipped) > 0 {
+			fmt.Fprint(b, " (see Not looked at)")
+		}
+		fmt.Fprintln(b)
+	}
+}
+
+func diskText(d Disk) string {
+	if d.Name == "" {
+		return fmt.Sprintf("%s free of %s on %s", bytesText(d.FreeBytes), bytesText(d.TotalBytes), d.Path)
+	}
+	s := fmt.Sprintf("Longhorn disk %s (%s): %s available of %s", d.Name, d.Path, bytesText(d.FreeBytes), bytesText(d.TotalBytes))
+	if d.SchedulableBytes != nil {
+		s += fmt.Sprintf(", %s schedulable", bytesText(*d.SchedulableBytes))
+	}
+	if d.Eligible != nil && !*d.Eligible {
+		s += ", not eligible for scheduling"
+	}
+	return s
+}
+
+func (r *Report) writeComponents(b *strings.Builder) {
+	fmt.Fprintln(b, "\nComponents")
+	if len(r.Components) == 0 {
+		fmt.Fprintln(b, "  none known")
+		return
+	}
+	for _, c := range r.Components {
+		switch {
+		case c.Ready:
+			fmt.Fprintf(b, "  %s %s\n", cli.GlyphOK, c.Name)
+		case c.Error != "":
+			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, c.Name, c.Error)
+		default:
+			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, c.Name, orDash(c.Pending))
+		}
+	}
+}
+
+func (r *Report) writeOperations(b *strings.Builder) {
+	var moves, ops []Operation
+	for _, op := range r.Operations {
+		if op.Kind == KindMoveToLonghorn {
+			moves = append(moves, op)
+		} else {
+			ops = append(ops, op)
+		}
+	}
+	fmt.Fprintln(b, "\nUnfinished kip operations")
+	writeOps(b, ops)
+	if r.Cluster.Storage == install.StorageLonghorn || len(moves) > 0 {
+		fmt.Fprintln(b, "\nMoves to Longhorn not finished")
+		writeOps(b, moves)
+	}
+}
+
+func writeOps(b *strings.Builder, ops []Operation) {
+	if len(ops) == 0 {
+		fmt.Fprintln(b, "  none")
+		return
+	}
+	for _, op := range ops {
+		fmt.Fprintf(b, "  %s %s: %s", cli.GlyphWarn, op.Workflow, op.Status)
+		if op.Step != "" {
+			fmt.Fprintf(b, " at step %s", op.Step)
+		}
+		fmt.Fprintf(b, ", started %s by %s\n", op.StartedAt.Local().Format(time.DateTime), op.StartedBy)
+		if op.Error != "" {
+			fmt.Fprintf(b, "    error: %s\n", op.Error)
+		}
+		if op.Resume != "" {
+			fmt.Fprintf(b, "    continue it: %s\n", op.Resume)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,326 @@
+package e2e_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
+)
+
+// The install tests' hosts: a 4 GiB server (nano) and an 8 GiB one that can carry Longhorn.
+const (
+	nanoHost     = 4 // index in Lab.Hosts: lab5
+	longhornHost = 5 // lab6
+)
+
+// installArgs are the flags every install test passes: the host, lab's root key, the stand-in's
+// airgap bundle, and --yes (kip runs without a terminal).
+func installArgs(s *e2e.Suite, h *lab.Host, bundle string, extra ...string) []string {
+	args := []string{"install", "--host", h.PublicIP.String(), "--ssh-key", h.KeyPath, "--airgap-bundle", bundle, "--yes",
+		"--admin-email", "admin@example.com"}
+	return append(args, extra...)
+}
+
+// untouched fails the test when kip left k3s, its configuration or a kip-managed firewall on h.
+func untouched(ctx context.Context, t *testing.T, h *lab.Host) {
+	t.Helper()
+	out, err := h.Run(ctx, "ls /usr/local/bin/k3s /etc/rancher /etc/systemd/system/k3s.service /etc/modules-load.d/kipper.conf 2>/dev/null; ufw status | head -1; true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "Status: inactive" {
+		t.Fatalf("the host was changed:\n%s", out)
+	}
+}
+
+func clientsFor(t *testing.T, kubeconfig string) *kube.Clients {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewClients(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// plannedTitles are the step titles a dry run lists ("~ Title").
+func plannedTitles(stderr string) []string {
+	var titles []string
+	for _, line := range strings.Split(stderr, "\n") {
+		if t, ok := strings.CutPrefix(line, "~ "); ok {
+			titles = append(titles, strings.TrimSpace(t))
+		}
+	}
+	return titles
+}
+
+// TestInstallNano is the nano path end to end on a 4 GiB host: refusals that change nothing
+// (a damaged bundle, --storage longhorn, --dry-run), an install killed at each step and run
+// again until it completes, status and doctor, a re-run that keeps the storage mode, and
+// doctor failing on a broken host.
+func TestInstallNano(t *testing.T) {
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	h := s.Lab.Hosts[nanoHost]
+	home := s.Home(t)
+
+	// A bundle whose binary does not match its checksum file is refused before anything changes.
+	bad := t.TempDir()
+	bin, err := os.ReadFile(filepath.Join(s.Bundle, "k3s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin[len(bin)/2] ^= 0xff
+	sums, err := os.ReadFile(filepath.Join(s.Bundle, "sha256sum-amd64.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "k3s"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "sha256sum-amd64.txt"), sums, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, installArgs(s, h, bad)...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "the bundle is damaged or was altered") {
+		t.Fatalf("a damaged bundle: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	untouched(ctx, t, h)
+
+	// --storage longhorn on 4 GiB is refused before anything changes.
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "--storage", "longhorn")...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "--storage longhorn needs at least 6000 MiB of RAM") {
+		t.Fatalf("--storage longhorn on 4 GiB: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	untouched(ctx, t, h)
+
+	// A dry run plans and changes nothing.
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "--dry-run")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Nothing was changed") {
+		t.Fatalf("--dry-run: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	for _, want := range []string{"Profile: nano", "Storage: local", "Pod network: VXLAN"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("--dry-run does not say %q", want)
+		}
+	}
+	titles := plannedTitles(r.Stderr)
+	if len(titles) < 8 {
+		t.Fatalf("--dry-run planned %d steps: %q", len(titles), titles)
+	}
+	untouched(ctx, t, h)
+
+	// Killed as each step starts, the same command continues; then it completes.
+	for i, title := range titles {
+		p := s.Start(t, home, installArgs(s, h, s.Bundle)...)
+		started := regexp.MustCompile(`(?m)^… ` + regexp.QuoteMeta(title))
+		deadline := time.Now().Add(10 * time.Minute)
+		for !started.MatchString(p.Stderr()) && !p.Exited() && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if p.Exited() {
+			t.Fatalf("kill %d: install ended before step %q started:\n%s", i, title, p.Stderr())
+		}
+		if err := p.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		p.Wait(t, time.Minute)
+		t.Logf("killed install as %q started", title)
+	}
+	start := time.Now()
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("install after the kills: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	t.Logf("the completing run took %s", time.Since(start).Round(time.Second))
+	for _, want := range []string{"Kipper is installed on " + h.PublicIP.String() + ": nano profile, local storage", "Kubeconfig: "} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("install's end does not say %q", want)
+		}
+	}
+
+	kubeconfig := filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml")
+	st, err := os.Stat(kubeconfig)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig %s: %v, mode %v; want 0600", kubeconfig, err, st)
+	}
+	c := clientsFor(t, kubeconfig)
+	rec, found, err := install.ReadClusterRecord(ctx, c.Dynamic)
+	if err != nil || !found || rec.Profile != "nano" || rec.Storage != install.StorageLocal || rec.Network != install.NetworkVXLAN || rec.Monitoring.Prometheus {
+		t.Fatalf("cluster record %+v, found %v, %v", rec, found, err)
+	}
+	sc, err := c.Kube.StorageV1().StorageClasses().Get(ctx, "local-path", metav1.GetOptions{})
+	if err != nil || sc.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" {
+		t.Fatalf("local-path class: %v %v", sc.Annotations, err)
+	}
+	if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, "longhorn-system", metav1.GetOptions{}); err == nil {
+		t.Error("a nano cluster on local storage got longhorn-system")
+	}
+	helmCharts := schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
+	charts, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range charts.Items {
+		switch ch.GetName() {
+		case "longhorn", "prometheus", "loki", "velero", "minio":
+			t.Errorf("nano on local storage without backup storage got the %s chart", ch.GetName())
+		}
+	}
+	ufw, err := h.Run(ctx, "ufw status verbose")
+	if err != nil || !strings.Contains(ufw, "Status: active") || !strings.Contains(ufw, "6443/tcp") {
+		t.Errorf("ufw after install: %v\n%s", err, ufw)
+	}
+	audit, err := h.Run(ctx, "test -s /var/lib/rancher/k3s/server/logs/audit.log && stat -c %a /etc/rancher/k3s/config.yaml")
+	if err != nil || strings.TrimSpace(audit) != "600" {
+		t.Errorf("audit log or config mode: %q %v", audit, err)
+	}
+
+	// status and doctor report the installed cluster.
+	r = s.Kip(t, home, "status")
+	if r.ExitCode != 0 || !strings.Contains(r.Stdout, "nano") || !strings.Contains(r.Stdout, "local") {
+		t.Fatalf("kip status: exit %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	r = s.Kip(t, home, "doctor")
+	if r.ExitCode != 0 {
+		t.Fatalf("kip doctor on a healthy cluster: exit %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+
+	// A re-run keeps the storage mode and refuses to switch it.
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "--storage", "longhorn")...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "never switches the storage mode") {
+		t.Fatalf("re-run with --storage longhorn: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	before, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "re-running install") {
+		t.Fatalf("re-run: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	after, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
+	if err != nil || after == before {
+		t.Errorf("the re-run did not restart k3s (%q, %v)", after, err)
+	}
+	if rec2, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || rec2.Storage != install.StorageLocal || !rec2.InstalledAt.Equal(rec.InstalledAt) {
+		t.Errorf("record after re-run %+v, %v", rec2, err)
+	}
+
+	// Doctor fails, with SSH, on a host whose k3s is down.
+	if _, err := h.Run(ctx, "systemctl stop k3s"); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, "doctor")
+	if r.ExitCode != 1 {
+		t.Errorf("kip doctor with k3s stopped: exit %d, want 1\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if _, err := h.Run(ctx, "systemctl start k3s"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInstallLonghorn installs on an 8 GiB host: the small profile with Longhorn, its host
+// packages really installed, Longhorn's pinned settings and a non-default longhorn class.
+func TestInstallLonghorn(t *testing.T) {
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	h := s.Lab.Hosts[longhornHost]
+	home := s.Home(t)
+
+	// What the Longhorn chart would create, for the stand-in's helm-controller: Longhorn's CRDs
+	// and its stock longhorn class, which the chart marks default.
+	fixture, err := e2e.LonghornChartFixture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e2e.Upload(ctx, h, map[string]e2e.File{
+		"/var/lib/rancher/k3s/server/standin-charts/longhorn/longhorn.yaml": {Data: fixture, Mode: 0o644},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	t.Logf("install with Longhorn took %s", time.Since(start).Round(time.Second))
+	for _, want := range []string{"Profile: small", "Storage: longhorn", "Installed Longhorn's host packages"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("install does not say %q", want)
+		}
+	}
+	if out, err := h.Run(ctx, "dpkg-query -W -f='${db:Status-Status}\\n' open-iscsi nfs-common"); err != nil || out != "installed\ninstalled\n" {
+		t.Errorf("Longhorn's packages: %q %v", out, err)
+	}
+	c := clientsFor(t, filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml"))
+	rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic)
+	if err != nil || rec.Storage != install.StorageLonghorn || rec.Profile != "small" || rec.Backups != "in-cluster" {
+		t.Fatalf("cluster record %+v, %v", rec, err)
+	}
+	settings := schema.GroupVersionResource{Group: "longhorn.io", Version: "v1beta2", Resource: "settings"}
+	for name, want := range map[string]string{
+		"upgrade-checker": "false", "fast-replica-rebuild-enabled": "false", "default-data-locality": "disabled",
+		"replica-auto-balance": "disabled", "allow-volume-creation-with-degraded-availability": "true",
+	} {
+		st, err := c.Dynamic.Resource(settings).Namespace("longhorn-system").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("Longhorn setting %s: %v", name, err)
+			continue
+		}
+		if v, _ := st.Object["value"].(string); v != want {
+			t.Errorf("Longhorn setting %s = %q, want %q", name, v, want)
+		}
+	}
+	classes, err := c.Kube.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defaults []string
+	for _, sc := range classes.Items {
+		if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			defaults = append(defaults, sc.Name)
+		}
+	}
+	if len(defaults) != 1 || defaults[0] != "local-path" {
+		t.Errorf("default classes %q, want only local-path", defaults)
+	}
+	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 || nodes.Items[0].Status.NodeInfo.KubeletVersion != "v1.37.2+k3s1" {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	if !nodeReady(&nodes.Items[0]) {
+		t.Error("the server's node is not Ready")
+	}
+	r = s.Kip(t, home, "status", "-o", "json")
+	if r.ExitCode != 0 || !strings.Contains(r.Stdout, `"longhorn"`) {
+		t.Errorf("kip status -o json: exit %d\n%s", r.ExitCode, r.Stdout)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
