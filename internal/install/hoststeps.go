@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -283,7 +285,11 @@ func (in *installer) k3sSteps() []workflow.Step {
 				return s, filesErr
 			},
 			Apply: func(ctx context.Context) error {
-				if err := in.run(ctx, "back up k3s's configuration", "if [ -f "+sshx.Quote(k3s.ConfigPath)+" ]; then "+
+				dirs := []string{"-p", "-m", "0700"}
+				for _, f := range files {
+					dirs = append(dirs, path.Dir(f.path))
+				}
+				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && if [ -f "+sshx.Quote(k3s.ConfigPath)+" ]; then "+
 					sshx.Command("cp", "-p", k3s.ConfigPath, k3s.ConfigBackupPath)+"; fi"); err != nil {
 					return err
 				}
@@ -335,6 +341,9 @@ func (in *installer) k3sSteps() []workflow.Step {
 			Done: "Saved the kubeconfig at " + in.kubePath, Already: "Kubeconfig already saved at " + in.kubePath,
 			Check: func(ctx context.Context) (bool, error) {
 				want, err := in.kubeconfig(ctx)
+				if errors.Is(err, errNoKubeconfig) {
+					return false, nil // k3s has not written it yet
+				}
 				if err != nil {
 					return false, err
 				}
@@ -441,9 +450,13 @@ func (in *installer) recoverStart(ctx context.Context, unit string, configChange
 // kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,
 // naming its cluster, user and context after the cluster.
 func (in *installer) kubeconfig(ctx context.Context) ([]byte, error) {
-	res, err := in.c.Run(ctx, sshx.Command("cat", k3s.KubeconfigPath))
+	const absent = 3
+	res, err := in.c.Run(ctx, fmt.Sprintf("if [ -f %[1]s ]; then cat %[1]s; else exit %d; fi", sshx.Quote(k3s.KubeconfigPath), absent))
 	if err != nil {
 		return nil, err
+	}
+	if res.ExitStatus == absent {
+		return nil, errNoKubeconfig
 	}
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("read %s on the server: %w", k3s.KubeconfigPath, err)
@@ -473,6 +486,9 @@ func (in *installer) kubeconfig(ctx context.Context) ([]byte, error) {
 	out.CurrentContext = in.name
 	return clientcmd.Write(*out)
 }
+
+// errNoKubeconfig is kubeconfig's answer before k3s has written one.
+var errNoKubeconfig = errors.New(k3s.KubeconfigPath + " does not exist yet: k3s has not started on the server")
 
 // connectAPI builds API clients from the server's kubeconfig and waits until the API answers
 // /readyz, for at most timeout.

@@ -359,7 +359,7 @@ func checkPorts(p *probe, ports []portRange) Check {
 			if l.Proto != r.proto || l.Port < r.from || l.Port > r.to {
 				continue
 			}
-			if p.existingK3s() && slices.Contains(k3sProcesses, l.Process) {
+			if p.existingK3s() && (slices.Contains(k3sProcesses, l.Process) || slices.Contains(p.k3sPIDs, l.PID)) {
 				continue // the existing k3s's own: the re-run path replaces it
 			}
 			by := "an unknown process"
@@ -441,6 +441,7 @@ func gib(b uint64) string {
 type probe struct {
 	has       map[string]bool // sections with any output
 	listeners []listener
+	k3sPIDs   []int // processes of k3s's units
 	processes []string
 	paths     []string
 	cni       []string // files in /etc/cni/net.d
@@ -492,7 +493,7 @@ func (p *probe) foreign() []string {
 }
 
 // probeSections are the sections preflight.sh prints, each exactly once.
-var probeSections = []string{"ports", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone"}
+var probeSections = []string{"ports", "k3s-pids", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone"}
 
 const probeMarker = "\n@@kip-preflight "
 
@@ -526,6 +527,13 @@ func parseProbe(out string) (*probe, error) {
 	if p.listeners, err = parseListeners(sections["ports"]); err != nil {
 		return nil, fmt.Errorf("ports: %w", err)
 	}
+	for _, l := range lines(sections["k3s-pids"]) {
+		pid, err := strconv.Atoi(l)
+		if err != nil {
+			return nil, fmt.Errorf("k3s-pids: %q is not a process ID", l)
+		}
+		p.k3sPIDs = append(p.k3sPIDs, pid)
+	}
 	p.processes = lines(sections["processes"])
 	p.paths = lines(sections["paths"])
 	p.cni = lines(sections["cni"])
@@ -551,9 +559,13 @@ type listener struct {
 	Addr    string // as ss prints it, e.g. 0.0.0.0, [::], 127.0.0.53%lo, *
 	Port    uint16
 	Process string // the first process holding it; "" when ss did not say
+	PID     int    // its process ID; 0 when ss did not say
 }
 
-var ssProcess = regexp.MustCompile(`users:\(\("((?:[^"\\]|\\.)*)"`)
+var (
+	ssProcess = regexp.MustCompile(`users:\(\("((?:[^"\\]|\\.)*)"`)
+	ssPID     = regexp.MustCompile(`,pid=(\d+),`)
+)
 
 // parseListeners parses the output of ss -Hltnup: netid, state, receive and send queues, local
 // address:port, peer address:port and, as root, the processes holding the socket.
@@ -577,8 +589,12 @@ func parseListeners(s string) ([]listener, error) {
 			return nil, fmt.Errorf("bad port in %q", line)
 		}
 		l := listener{Proto: proto, Addr: f[4][:i], Port: uint16(port)}
-		if m := ssProcess.FindStringSubmatch(strings.Join(f[6:], " ")); m != nil {
+		users := strings.Join(f[6:], " ")
+		if m := ssProcess.FindStringSubmatch(users); m != nil {
 			l.Process = m[1]
+		}
+		if m := ssPID.FindStringSubmatch(users); m != nil {
+			l.PID, _ = strconv.Atoi(m[1])
 		}
 		ls = append(ls, l)
 	}

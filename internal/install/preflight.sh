@@ -14,6 +14,17 @@ if command -v ss >/dev/null 2>&1; then
 	ss -Hltnup 2>/dev/null || true
 fi
 
+# Processes of k3s's own units (k3s runs its components as its own children): their listening
+# ports belong to the existing k3s.
+section k3s-pids
+for u in k3s k3s-agent; do
+	for f in /sys/fs/cgroup/system.slice/$u.service/cgroup.procs /sys/fs/cgroup/systemd/system.slice/$u.service/cgroup.procs; do
+		if [ -r "$f" ]; then
+			cat "$f"
+		fi
+	done
+done
+
 # Processes of a Kubernetes or container runtime, by name.
 section processes
 cat /proc/[0-9]*/comm 2>/dev/null | grep -xE 'k3s|k3s-server|k3s-agent|kubelet|kube-apiserver|containerd|dockerd|crio' | sort -u || true

@@ -19,6 +19,8 @@ const (
 tcp LISTEN 0      128    0.0.0.0:22 0.0.0.0:* users:(("sshd",pid=42,fd=3))
 tcp LISTEN 0      128       [::]:22    [::]:* users:(("sshd",pid=42,fd=4))
 
+@@kip-preflight k3s-pids
+
 @@kip-preflight processes
 
 @@kip-preflight paths
@@ -110,23 +112,23 @@ func TestParseProbe(t *testing.T) {
 		err       string
 	}{
 		{name: "lab host", out: labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
-			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
+			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 		}},
 		{name: "everything", out: probeWith(map[string]string{
 			"processes": "containerd\nk3s-server", "paths": "/etc/rancher/k3s\n/usr/local/bin/k3s\n/var/lib/kubelet",
 			"cni": "10-flannel.conflist", "ufw": ufwManaged, "firewalld": "not running", "firewalld-zone": kipZone,
 		}), want: &probe{
-			has:       map[string]bool{"ports": true, "processes": true, "paths": true, "cni": true, "ufw": true, "ufw-added": false, "firewalld": true, "firewalld-zone": true},
-			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": true, "paths": true, "cni": true, "ufw": true, "ufw-added": false, "firewalld": true, "firewalld-zone": true},
+			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 			processes: []string{"containerd", "k3s-server"},
 			paths:     []string{"/etc/rancher/k3s", "/usr/local/bin/k3s", "/var/lib/kubelet"},
 			cni:       []string{"10-flannel.conflist"},
 			firewall:  host.FirewallState{Tool: "ufw", Active: true, Managed: true},
 		}},
 		{name: "banner before", out: "Welcome!\n" + labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
-			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd"}, {"tcp", "[::]", 22, "sshd"}},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
+			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 		}},
 		{name: "empty", out: "", err: "no sections"},
 		{name: "missing section", out: strings.Replace(labProbe, "\n@@kip-preflight cni\n", "\n", 1), err: `section "cni" is missing`},
@@ -175,12 +177,12 @@ func TestParseListeners(t *testing.T) {
 		err      bool
 	}{
 		{name: "empty", in: ""},
-		{name: "build machine", in: localPorts, want: []listener{{"tcp", "198.51.100.1", 3142, "apt-cacher-ng"}, {"tcp", "0.0.0.0", 2024, ""}}},
+		{name: "build machine", in: localPorts, want: []listener{{"tcp", "198.51.100.1", 3142, "apt-cacher-ng", 24553}, {"tcp", "0.0.0.0", 2024, "", 0}}},
 		{name: "udp and scoped", in: `udp UNCONN 0 0 127.0.0.53%lo:53 0.0.0.0:* users:(("systemd-resolve",pid=300,fd=13))
 udp UNCONN 0 0 0.0.0.0:8472 0.0.0.0:*
 tcp LISTEN 0 4096 *:6443 *:* users:(("systemd",pid=1,fd=40),("k3s",pid=9,fd=3))`,
-			want: []listener{{"udp", "127.0.0.53%lo", 53, "systemd-resolve"}, {"udp", "0.0.0.0", 8472, ""}, {"tcp", "*", 6443, "systemd"}}},
-		{name: "quoted name", in: `tcp LISTEN 0 1 0.0.0.0:1 0.0.0.0:* users:(("a \"b\" c",pid=1,fd=1))`, want: []listener{{"tcp", "0.0.0.0", 1, `a \"b\" c`}}},
+			want: []listener{{"udp", "127.0.0.53%lo", 53, "systemd-resolve", 300}, {"udp", "0.0.0.0", 8472, "", 0}, {"tcp", "*", 6443, "systemd", 1}}},
+		{name: "quoted name", in: `tcp LISTEN 0 1 0.0.0.0:1 0.0.0.0:* users:(("a \"b\" c",pid=1,fd=1))`, want: []listener{{"tcp", "0.0.0.0", 1, `a \"b\" c`, 1}}},
 		{name: "short", in: "tcp LISTEN 0 128", err: true},
 		{name: "protocol", in: "raw UNCONN 0 0 0.0.0.0:1 0.0.0.0:*", err: true},
 		{name: "no port", in: "tcp LISTEN 0 128 0.0.0.0 0.0.0.0:*", err: true},
@@ -332,6 +334,10 @@ func TestPreflightChecks(t *testing.T) {
 			check: "ports", st: StatusFail, has: "8472/udp (the VXLAN pod network)"},
 		{name: "6443 held by the existing k3s", probe: map[string]string{"ports": `tcp LISTEN 0 4096 *:6443 *:* users:(("k3s-server",pid=7,fd=3))`, "paths": "/usr/local/bin/k3s"},
 			check: "ports", st: StatusOK},
+		{name: "etcd held by a child of the k3s unit", probe: map[string]string{"ports": `tcp LISTEN 0 4096 127.0.0.1:2379 0.0.0.0:* users:(("etcd",pid=701,fd=7))`, "k3s-pids": "700\n701", "paths": "/usr/local/bin/k3s"},
+			check: "ports", st: StatusOK},
+		{name: "etcd outside the k3s unit", probe: map[string]string{"ports": `tcp LISTEN 0 4096 127.0.0.1:2379 0.0.0.0:* users:(("etcd",pid=702,fd=7))`, "k3s-pids": "700\n701", "paths": "/usr/local/bin/k3s"},
+			check: "ports", st: StatusFail, has: "2379/tcp (etcd) is in use by etcd"},
 		{name: "6443 held by k3s with no k3s found", probe: map[string]string{"ports": `tcp LISTEN 0 4096 *:6443 *:* users:(("containerd",pid=7,fd=3))`},
 			check: "ports", st: StatusFail, has: "in use by containerd"},
 		{name: "no ss", probe: map[string]string{"ports": "\n"}, check: "ports", st: StatusWarn, has: "ss is missing"},
