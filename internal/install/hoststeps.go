@@ -63,6 +63,7 @@ func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 
 // unitState is what systemd says of k3s's unit.
 type unitState struct {
+	state           string // ActiveState: active, activating, failed, inactive…
 	active, enabled bool
 	since           time.Time // when it last became active
 }
@@ -80,7 +81,7 @@ func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
 		switch k {
 		case "ActiveState":
-			u.active = v == "active"
+			u.state, u.active = v, v == "active"
 		case "UnitFileState":
 			u.enabled = v == "enabled"
 		case "ActiveEnterTimestamp":
@@ -493,7 +494,16 @@ var errNoKubeconfig = errors.New(k3s.KubeconfigPath + " does not exist yet: k3s 
 // connectAPI builds API clients from the server's kubeconfig and waits until the API answers
 // /readyz, for at most timeout.
 func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*kube.Clients, error) {
+	deadline := time.Now().Add(timeout)
 	data, err := in.kubeconfig(ctx)
+	for errors.Is(err, errNoKubeconfig) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		data, err = in.kubeconfig(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -505,7 +515,7 @@ func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*ku
 	if err != nil {
 		return nil, err
 	}
-	return clients, waitReady(ctx, clients, rc.Host, timeout)
+	return clients, waitReady(ctx, clients, rc.Host, max(time.Until(deadline), time.Second))
 }
 
 // waitReady polls the API server's /readyz until it answers ok.

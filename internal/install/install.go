@@ -338,7 +338,13 @@ func (in *installer) readExisting(ctx context.Context) error {
 	if !in.state.serverData {
 		return nil
 	}
-	clients, err := in.connectAPI(ctx, 20*time.Second)
+	// A k3s that is starting (an install stopped while it started it) gets the time a start
+	// takes; one that is not running gets a short look.
+	timeout := 20 * time.Second
+	if u, err := in.k3sUnit(ctx); err == nil && (u.state == "active" || u.state == "activating") {
+		timeout = k3sReadyTimeout
+	}
+	clients, err := in.connectAPI(ctx, timeout)
 	if err != nil {
 		return fmt.Errorf("k3s is installed on %s but its API does not answer, so kip cannot tell what the cluster is (%w): start it with 'systemctl start k3s' on the server, check 'journalctl -u k3s', then run kip install again", in.o.Host, err)
 	}

@@ -15,19 +15,28 @@ if command -v ss >/dev/null 2>&1; then
 fi
 
 # Processes of k3s's own units (k3s runs its components as its own children): their listening
-# ports belong to the existing k3s.
-section k3s-pids
-for u in k3s k3s-agent; do
+# ports belong to the existing k3s, and they are not another Kubernetes.
+k3s_pids=$(for u in k3s k3s-agent; do
 	for f in /sys/fs/cgroup/system.slice/$u.service/cgroup.procs /sys/fs/cgroup/systemd/system.slice/$u.service/cgroup.procs; do
-		if [ -r "$f" ]; then
-			cat "$f"
-		fi
+		if [ -r "$f" ]; then cat "$f"; fi
 	done
-done
+done)
+section k3s-pids
+if [ -n "$k3s_pids" ]; then printf '%s\n' "$k3s_pids"; fi
 
-# Processes of a Kubernetes or container runtime, by name.
+# Processes of a Kubernetes or container runtime, by name, other than k3s's own children.
 section processes
-cat /proc/[0-9]*/comm 2>/dev/null | grep -xE 'k3s|k3s-server|k3s-agent|kubelet|kube-apiserver|containerd|dockerd|crio' | sort -u || true
+for d in /proc/[0-9]*; do
+	name=$(cat "$d/comm" 2>/dev/null) || continue
+	case "$name" in
+	k3s | k3s-server | k3s-agent | kubelet | kube-apiserver | containerd | dockerd | crio) ;;
+	*) continue ;;
+	esac
+	if [ "${name#k3s}" = "$name" ] && printf '%s\n' "$k3s_pids" | grep -qx "${d#/proc/}"; then
+		continue
+	fi
+	echo "$name"
+done | sort -u
 
 # Paths another Kubernetes, or an earlier k3s, leaves behind.
 section paths
