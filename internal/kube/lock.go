@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
+	"syscall"
 	"os/user"
 	"sync"
 	"time"
@@ -100,7 +103,8 @@ type Lock struct {
 
 // AcquireLock takes the cluster lock for holder (see HolderText). It refuses with a
 // *LockHeldError while another holder renews it, and takes over a lock whose holder stopped
-// renewing it for its lease duration, saying so in Lock.TookOverFrom. Every write is guarded by
+// renewing it for its lease duration, or whose holder was a kip on this machine that no longer
+// runs, saying so in Lock.TookOverFrom. Every write is guarded by
 // the Lease's resourceVersion, so of two kip commands taking the lock at once exactly one wins.
 func AcquireLock(ctx context.Context, kube kubernetes.Interface, holder string, opts LockOptions) (*Lock, error) {
 	if opts.LeaseDuration == 0 {
@@ -156,7 +160,7 @@ func (l *Lock) take(ctx context.Context) (tookOver string, err error) {
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
 		renewed, duration := leaseRenewal(lease)
 		ago := now.Sub(renewed)
-		if ago < duration {
+		if ago < duration && !holderGone(holder) {
 			return "", &LockHeldError{
 				Holder:        holder,
 				AcquiredAt:    ptr.Deref(lease.Spec.AcquireTime, metav1.MicroTime{}).Time,
@@ -171,6 +175,28 @@ func (l *Lock) take(ctx context.Context) (tookOver string, err error) {
 	l.fill(lease, now)
 	_, err = l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 	return tookOver, err
+}
+
+// holderText parses HolderText's "… by user@host, pid N".
+var holderText = regexp.MustCompile(`by [^@]+@(\S+), pid (\d+)$`)
+
+// holderGone reports whether the holder is a kip process on this machine that no longer runs:
+// its lock is stale at once rather than after its lease. A holder on another machine cannot be
+// told apart from one that runs; its lease decides.
+func holderGone(holder string) bool {
+	m := holderText.FindStringSubmatch(holder)
+	if m == nil {
+		return false
+	}
+	host, err := os.Hostname()
+	if err != nil || m[1] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(m[2])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
 // fill makes lease name this lock as its holder, acquired and renewed now.

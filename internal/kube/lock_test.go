@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -236,5 +238,53 @@ func TestLockOptionsRefuseFractionalSeconds(t *testing.T) {
 	_, err := kube.AcquireLock(t.Context(), nil, "x", lockOpts("", 1500*time.Millisecond))
 	if err == nil || !strings.Contains(err.Error(), "not a whole number of seconds") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestLockHolderGoneOnThisMachine: a lock still within its lease, held by a kip on this machine
+// whose process is gone (killed outright), is taken over at once; one whose process runs is not.
+func TestLockHolderGoneOnThisMachine(t *testing.T) {
+	env := testenv.Get(t)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := exec.Command("true")
+	if err := exited.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		pid      int
+		takeOver bool
+	}{
+		{"process gone", exited.Process.Pid, true},
+		{"process runs", os.Getpid(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := env.Namespace(t)
+			holder := fmt.Sprintf("kip install by root@%s, pid %d", host, tc.pid)
+			renewed := metav1.NewMicroTime(time.Now())
+			lease := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: kube.LockName},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](60),
+					AcquireTime: &renewed, RenewTime: &renewed},
+			}
+			if _, err := env.Kube.CoordinationV1().Leases(ns).Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := kube.AcquireLock(t.Context(), env.Kube, "kip install by root@"+host+", pid 1", lockOpts(ns, 0))
+			if !tc.takeOver {
+				refusedBy(t, err, holder)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Release(context.Background()) })
+			if l.TookOverFrom != holder {
+				t.Errorf("TookOverFrom = %q, want %q", l.TookOverFrom, holder)
+			}
+		})
 	}
 }
