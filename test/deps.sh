@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs the Debian packages kip's tests need, when they are missing: sshd and sudo for the SSH
 # tests; systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 for the lab hosts
-# (test/lab). No service is started: the lab runs its own apt-cacher-ng.
+# (test/lab), and e2fsprogs and mount for their Longhorn disks (mkfs.ext4, mount -o loop, losetup:
+# Priority required, but not Essential, so a minimal system may lack them). No service is
+# started: the lab runs its own apt-cacher-ng.
 set -eu
 
 missing=""
@@ -17,6 +19,8 @@ want apt-cacher-ng apt-cacher-ng
 want zstd zstd
 want iptables iptables
 want ip iproute2
+want mkfs.ext4 e2fsprogs
+want losetup mount
 
 if [ -z "$missing" ]; then
 	exit 0

@@ -2,7 +2,8 @@
 // systemd-nspawn, each in its own network namespace with an address on a private bridge
 // (10.77.0.0/24) and one on a "public" bridge (198.51.100.0/24, a documentation range, which
 // holds the default route), sshd with a generated root key, apt through an apt-cacher-ng that
-// the lab runs on the public bridge, and sizes (memory, CPUs) chosen per host.
+// the lab runs on the public bridge, sizes (memory, CPUs) chosen per host and, for Longhorn, a
+// file system of the host's own at /var/lib/longhorn.
 //
 // Up brings a lab up and Down removes it; Attach reuses one brought up by `make lab-up`. One lab
 // exists at a time: Up waits for another process's lab to go (a lock), and clears a lab left
@@ -21,6 +22,6 @@
 // send to its addresses other than the bridges' own, and does no NAT: hosts reach each other and
 // the bridges' addresses (apt-cacher-ng listens on 198.51.100.1), and nothing else.
 //
-// It needs root, systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 (make
-// test-deps installs them).
+// It needs root, systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2, and
+// e2fsprogs and mount for Longhorn disks (make test-deps installs them).
 package lab

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,10 @@ const (
 	// Where a host with a given memory size finds its /proc/meminfo: nspawn resolves the source
 	// of a bind mount onto /proc inside the container.
 	meminfoPath = "/etc/kip-lab/meminfo"
+	// longhornPath is where a host with a Longhorn disk has it, Longhorn's default data path.
+	longhornPath = "/var/lib/longhorn"
+	// sysBlock lists this machine's block devices, a bound loop device with its backing file.
+	sysBlock = "/sys/block"
 )
 
 // Host is a lab host: a Debian bookworm booted by systemd, reachable as root with KeyPath.
@@ -48,6 +53,8 @@ type Host struct {
 	MemoryMiB int        // MemTotal it shows; 0: this machine's
 	CPUs      int        // the count nproc prints; 0: this machine's
 	Modules   []string   // kernel modules modprobe pretends to load (HostOptions.Modules)
+	// LonghornDiskGiB is the size of the file system at /var/lib/longhorn; 0: none of its own.
+	LonghornDiskGiB int
 
 	lab    *Lab
 	mu     sync.Mutex
@@ -56,14 +63,15 @@ type Host struct {
 
 func (l *Lab) newHost(hs hostState) *Host {
 	return &Host{
-		Name:      hs.Name,
-		PrivateIP: netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + hs.Index)}),
-		PublicIP:  netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + hs.Index)}),
-		KeyPath:   filepath.Join(stateDir, hs.Name, "id_ed25519"),
-		MemoryMiB: hs.MemoryMiB,
-		CPUs:      hs.CPUs,
-		Modules:   hs.Modules,
-		lab:       l,
+		Name:            hs.Name,
+		PrivateIP:       netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + hs.Index)}),
+		PublicIP:        netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + hs.Index)}),
+		KeyPath:         filepath.Join(stateDir, hs.Name, "id_ed25519"),
+		MemoryMiB:       hs.MemoryMiB,
+		CPUs:            hs.CPUs,
+		Modules:         hs.Modules,
+		LonghornDiskGiB: hs.LonghornDiskGiB,
+		lab:             l,
 	}
 }
 
@@ -73,6 +81,10 @@ func (h *Host) pidPath() string { return filepath.Join(h.dir(), "boot.pid") }
 func (h *Host) logPath() string { return filepath.Join(h.dir(), "console.log") }
 func (h *Host) root() string    { return filepath.Join(diskDir, h.Name, "root") }
 func (h *Host) netns() string   { return netnsPrefix + h.Name }
+
+// The host's Longhorn disk: a sparse image beside its overlay, and where this machine mounts it.
+func (h *Host) longhornImage() string { return filepath.Join(diskDir, h.Name, "longhorn.img") }
+func (h *Host) longhornMount() string { return filepath.Join(diskDir, h.Name, "longhorn") }
 
 // veth returns the name of the root namespace's end of the host's link to a network.
 func (h *Host) veth(network string) string { return hostVeth(h.Name, network) }
@@ -116,7 +128,34 @@ func (h *Host) create(ctx context.Context, all []hostState, m mirrors) error {
 	if err := os.Chmod(filepath.Join(h.root(), "root/.ssh"), 0o700); err != nil {
 		return err
 	}
+	if h.LonghornDiskGiB > 0 {
+		if err := h.createLonghornDisk(ctx); err != nil {
+			return err
+		}
+	}
 	return h.createNet(ctx)
+}
+
+// createLonghornDisk makes the host's Longhorn disk: an ext4 file system of LonghornDiskGiB GiB
+// on a sparse image, loop-mounted on this machine for boot to bind into the host. mke2fs
+// discards the image (punches holes) before writing its metadata, so the journal reads as
+// zeroes without being written (lazy_journal_init): the image takes a few MiB until the host
+// writes to it.
+func (h *Host) createLonghornDisk(ctx context.Context) error {
+	img, mnt := h.longhornImage(), h.longhornMount()
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Truncate(img, int64(h.LonghornDiskGiB)<<30); err != nil {
+		return err
+	}
+	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-E", "lazy_journal_init=1", img); err != nil {
+		return err
+	}
+	return run(ctx, "mount", "-t", "ext4", "-o", "loop", img, mnt)
 }
 
 type file struct {
@@ -297,6 +336,9 @@ func (h *Host) boot() error {
 	}
 	if h.MemoryMiB > 0 {
 		args = append(args, "--bind-ro="+meminfoPath+":/proc/meminfo")
+	}
+	if h.LonghornDiskGiB > 0 {
+		args = append(args, "--bind="+h.longhornMount()+":"+longhornPath)
 	}
 	cpus, err := machineCPUs()
 	if err != nil {
@@ -616,22 +658,29 @@ func (h *Host) RSS() (uint64, error) {
 	return total, nil
 }
 
-// removeHost removes everything of the host called name: its processes, disk, network namespace,
-// links, cgroups and records. What is already gone is skipped.
+// removeHost removes everything of the host called name: its processes, disks, network
+// namespace, links, cgroups and records. What is already gone is skipped.
 func removeHost(ctx context.Context, name string) error {
 	h := &Host{Name: name}
 	var errs []error
 	if sup := h.supervisor(); sup != 0 {
 		errs = append(errs, h.kill(sup))
 	}
-	root := h.root()
-	if mounted(root) {
-		if err := syscall.Unmount(root, 0); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", root, err))
+	mounts := []string{h.longhornMount(), h.root()}
+	for _, m := range mounts {
+		if mounted(m) {
+			if err := syscall.Unmount(m, 0); err != nil {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+			}
 		}
 	}
-	if !mounted(root) {
-		errs = append(errs, os.RemoveAll(filepath.Dir(root)))
+	// Unmounting releases the Longhorn disk's loop device (mount -o loop sets autoclear); one
+	// still bound to the image was left behind unmounted (a mount that did not finish).
+	for _, dev := range loopsBacking(sysBlock, h.longhornImage()) {
+		errs = append(errs, run(ctx, "losetup", "-d", "/dev/"+dev))
+	}
+	if !slices.ContainsFunc(mounts, mounted) { // RemoveAll would empty a mounted file system
+		errs = append(errs, os.RemoveAll(filepath.Dir(h.root())))
 	}
 	if _, err := os.Stat("/run/netns/" + h.netns()); err == nil {
 		errs = append(errs, run(ctx, "ip", "netns", "del", h.netns()))
@@ -661,6 +710,23 @@ func mounted(path string) bool {
 		}
 	}
 	return false
+}
+
+// loopsBacking returns the loop devices (loop0, …) listed in sysBlock whose backing file is
+// file, also after file was deleted.
+func loopsBacking(sysBlock, file string) []string {
+	paths, _ := filepath.Glob(filepath.Join(sysBlock, "loop*", "loop", "backing_file"))
+	var devs []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)") == file {
+			devs = append(devs, filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+	return devs
 }
 
 // removeCgroup removes a cgroup and those below it, deepest first.

@@ -19,7 +19,7 @@ import (
 const (
 	// stateDir records a lab: what it is (lab.json), the hosts' keys, logs and pids, apt-cacher-ng.
 	stateDir = "/run/kip-lab"
-	// diskDir holds the hosts' disks: overlays on the base image.
+	// diskDir holds the hosts' disks: overlays on the base image, and Longhorn disks.
 	diskDir = "/var/lib/kip-lab"
 	// lockPath is held by the process that owns the lab, from Up to Down.
 	lockPath = "/run/kip-lab.lock"
@@ -57,6 +57,12 @@ type HostOptions struct {
 	// success for them, and runs the real modprobe for anything else. Nothing loads and
 	// /sys/module does not change, so kip's facts report such a module loadable, never loaded.
 	Modules []string
+	// LonghornDiskGiB, when positive, gives the host a file system of its own at
+	// /var/lib/longhorn, of that size: a real ext4 on a sparse image file, loop-mounted on this
+	// machine and bound into the host, so that df there shows that size rather than this
+	// machine's root file system. It keeps what is written across Stop, Kill and Start; Down
+	// removes it.
+	LonghornDiskGiB int
 }
 
 // Bind is a path of this machine bound into the hosts at Target (Source when empty).
@@ -90,6 +96,8 @@ type hostState struct {
 	MemoryMiB int      `json:"memoryMiB,omitempty"`
 	CPUs      int      `json:"cpus,omitempty"`
 	Modules   []string `json:"modules,omitempty"`
+	// LonghornDiskGiB is HostOptions.LonghornDiskGiB.
+	LonghornDiskGiB int `json:"longhornDiskGiB,omitempty"`
 }
 
 // Up brings up a lab of n hosts, lab1 to labN, and returns once each accepts SSH and systemd has
@@ -112,6 +120,9 @@ func Up(ctx context.Context, n int, opts Options) (*Lab, error) {
 		}
 	}
 	for _, h := range opts.Hosts {
+		if h.LonghornDiskGiB < 0 {
+			return nil, fmt.Errorf("a Longhorn disk of %d GiB: give 0 for none or a positive size", h.LonghornDiskGiB)
+		}
 		for _, m := range h.Modules {
 			if !moduleName.MatchString(m) {
 				return nil, fmt.Errorf("%q is not a kernel module name", m)
@@ -132,7 +143,8 @@ func Up(ctx context.Context, n int, opts Options) (*Lab, error) {
 	for i := range n {
 		hs := hostState{Name: fmt.Sprintf("lab%d", i+1), Index: i + 1}
 		if i < len(opts.Hosts) {
-			hs.MemoryMiB, hs.CPUs, hs.Modules = opts.Hosts[i].MemoryMiB, opts.Hosts[i].CPUs, opts.Hosts[i].Modules
+			o := opts.Hosts[i]
+			hs.MemoryMiB, hs.CPUs, hs.Modules, hs.LonghornDiskGiB = o.MemoryMiB, o.CPUs, o.Modules, o.LonghornDiskGiB
 		}
 		l.st.Hosts = append(l.st.Hosts, hs)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -376,6 +377,123 @@ func TestLab(t *testing.T) {
 		}
 	}
 	checkRoutes(t, defaultDevs, false)
+}
+
+// TestLonghornDisk brings up one host with a Longhorn disk and checks that df in the host shows
+// its size, that the image is sparse, that a file there survives Stop and Start, that the next
+// Up removes it, mounted, when the process that brought it up died, and that Down leaves no
+// mount or loop device, not even one bound to the image by hand.
+func TestLonghornDisk(t *testing.T) {
+	need.Lab(t)
+	need.Command(t, "mkfs.ext4", "make test-deps installs it")
+	need.Command(t, "losetup", "make test-deps installs it")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var cur *Lab // the lab to remove at the end
+	t.Cleanup(func() {
+		if cur != nil {
+			cur.Down(context.Background())
+		}
+	})
+	up := func(gib int) *Host {
+		start := time.Now()
+		l, err := Up(ctx, 1, Options{Hosts: []HostOptions{{LonghornDiskGiB: gib}}, Logf: t.Logf})
+		must(t, err)
+		cur = l
+		t.Logf("measured: a host with a %d GiB Longhorn disk up in %s", gib, time.Since(start).Round(100*time.Millisecond))
+		return l.Hosts[0]
+	}
+	checkDF := func(h *Host, gib int) {
+		t.Helper()
+		out := run1(ctx, t, h, "df -B1 --output=target,size "+longhornPath+" | tail -n 1")
+		f := strings.Fields(out)
+		if len(f) != 2 || f[0] != longhornPath {
+			t.Fatalf("df in %s: %q, want the file system mounted at %s", h.Name, out, longhornPath)
+		}
+		size, err := strconv.ParseInt(f[1], 10, 64)
+		must(t, err)
+		// ext4's metadata (inode tables, journal) takes a little over 2%.
+		if want := int64(gib) << 30; size > want || size < want*95/100 {
+			t.Errorf("df in %s: %s is %d bytes, want a little under %d GiB (%d)", h.Name, longhornPath, size, gib, want)
+		}
+		t.Logf("df in %s: %s is %d bytes, %.1f%% of %d GiB", h.Name, longhornPath, size, float64(size)*100/float64(int64(gib)<<30), gib)
+	}
+	countMounts := func(path string) int {
+		b, err := os.ReadFile("/proc/mounts")
+		must(t, err)
+		n := 0
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 1 && f[1] == path {
+				n++
+			}
+		}
+		return n
+	}
+
+	h := up(40)
+	img, mnt := h.longhornImage(), h.longhornMount()
+	checkDF(h, 40)
+	st, err := loadState()
+	must(t, err)
+	if st.Hosts[0].LonghornDiskGiB != 40 || h.LonghornDiskGiB != 40 {
+		t.Errorf("recorded Longhorn disk: %d GiB in lab.json, %d GiB on the host", st.Hosts[0].LonghornDiskGiB, h.LonghornDiskGiB)
+	}
+	var fi syscall.Stat_t
+	must(t, syscall.Stat(img, &fi))
+	t.Logf("measured: the 40 GiB image takes %d KiB", fi.Blocks/2)
+	if fi.Size != 40<<30 || fi.Blocks*512 > 64<<20 {
+		t.Errorf("image %s: size %d, %d bytes allocated; want 40 GiB, sparse", img, fi.Size, fi.Blocks*512)
+	}
+
+	run1(ctx, t, h, "echo kept >"+longhornPath+"/marker && sync")
+	start := time.Now()
+	must(t, h.Stop(ctx))
+	must(t, h.Start(ctx))
+	t.Logf("measured: Stop and Start in %s", time.Since(start).Round(100*time.Millisecond))
+	if got := run1(ctx, t, h, "cat "+longhornPath+"/marker"); got != "kept\n" {
+		t.Errorf("marker after Stop and Start: %q", got)
+	}
+	checkDF(h, 40)
+
+	// The process that brought the lab up dies: its lock goes, the host keeps running and the
+	// disk stays mounted. The next Up removes that lab and makes a new disk in the same place.
+	h.closeClient()
+	cur.lock.Unlock()
+	cur = nil
+	if n, loops := countMounts(mnt), loopsBacking(sysBlock, img); n != 1 || len(loops) != 1 {
+		t.Fatalf("left behind: %d mounts at %s, loop devices %q", n, mnt, loops)
+	}
+	h = up(20)
+	checkDF(h, 20)
+	run1(ctx, t, h, "test ! -e "+longhornPath+"/marker")
+	if n, loops := countMounts(mnt), loopsBacking(sysBlock, img); n != 1 || len(loops) != 1 {
+		t.Errorf("after the next Up: %d mounts at %s, loop devices %q; want the new disk's only", n, mnt, loops)
+	}
+
+	// A loop device bound to the image without a mount, as a mount that did not finish leaves
+	// one: Down detaches it too.
+	stray, err := exec.Command("losetup", "--find", "--show", img).Output()
+	must(t, err)
+	t.Logf("stray loop device %s", strings.TrimSpace(string(stray)))
+
+	start = time.Now()
+	err = cur.Down(ctx)
+	cur = nil
+	must(t, err)
+	t.Logf("measured: Down in %s", time.Since(start).Round(100*time.Millisecond))
+	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	must(t, err)
+	if strings.Contains(string(out), img) {
+		t.Errorf("losetup -a after Down:\n%s", out)
+	}
+	mounts, err := os.ReadFile("/proc/mounts")
+	must(t, err)
+	if strings.Contains(string(mounts), diskDir) {
+		t.Errorf("mounts under %s after Down:\n%s", diskDir, mounts)
+	}
+	if _, err := os.Stat(img); err == nil {
+		t.Errorf("%s after Down", img)
+	}
 }
 
 // checkRoutes checks that lab addresses and k3s's ranges never route through this machine's

@@ -210,3 +210,33 @@ func TestModprobeShim(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopsBacking finds the loop devices bound to a file in a stand-in for /sys/block: deleted
+// or not, and not those bound to another file or unbound.
+func TestLoopsBacking(t *testing.T) {
+	sys := t.TempDir()
+	for dev, backing := range map[string]string{
+		"loop0": "/var/lib/kip-lab/lab1/longhorn.img\n",
+		"loop1": "/var/lib/kip-lab/lab2/longhorn.img\n",
+		"loop2": "/var/lib/kip-lab/lab1/longhorn.img (deleted)\n",
+		"loop3": "/var/lib/kip-lab/lab1/longhorn.img.old\n",
+		"loop4": "", // unbound: no loop directory
+		"vda":   "/var/lib/kip-lab/lab1/longhorn.img\n",
+	} {
+		dir := filepath.Join(sys, dev)
+		if backing != "" {
+			dir = filepath.Join(dir, "loop")
+		}
+		must(t, os.MkdirAll(dir, 0o755))
+		if backing != "" {
+			must(t, os.WriteFile(filepath.Join(dir, "backing_file"), []byte(backing), 0o644))
+		}
+	}
+	got := loopsBacking(sys, "/var/lib/kip-lab/lab1/longhorn.img")
+	if want := []string{"loop0", "loop2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := loopsBacking(sys, "/nowhere"); got != nil {
+		t.Errorf("for an unbound file: %q", got)
+	}
+}

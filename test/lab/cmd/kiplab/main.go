@@ -1,7 +1,7 @@
 // Command kiplab manages kip's lab hosts for people (the tests use package lab directly):
 //
 //	kiplab image                     build the base image, or reuse the cached one
-//	kiplab up [-memory MiB] [-cpus N] [-modules M,...] N
+//	kiplab up [-memory MiB] [-cpus N] [-modules M,...] [-longhorn-disk GiB] N
 //	                                 bring up N hosts that stay up after kiplab exits
 //	kiplab status                    list the hosts of the lab that is up
 //	kiplab down [-routes]            remove the lab (-routes: the unreachable routes too)
@@ -24,7 +24,7 @@ import (
 	"kipper.run/kip/test/lab"
 )
 
-const usage = `usage: kiplab image | up [-memory MiB] [-cpus N] [-modules M,...] N | status | down [-routes]`
+const usage = `usage: kiplab image | up [-memory MiB] [-cpus N] [-modules M,...] [-longhorn-disk GiB] N | status | down [-routes]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string) error {
 		memory := fs.Int("memory", 0, "MemTotal of every host in MiB (0: this machine's)")
 		cpus := fs.Int("cpus", 0, "CPU count of every host (0: this machine's)")
 		modules := fs.String("modules", "", "comma-separated kernel modules every host pretends it can load, e.g. br_netfilter,wireguard")
+		longhorn := fs.Int("longhorn-disk", 0, "size in GiB of the file system every host gets at /var/lib/longhorn, on a sparse image (0: none)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -69,7 +70,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		opts := lab.Options{Persistent: true, Logf: logf}
 		for range n {
-			h := lab.HostOptions{MemoryMiB: *memory, CPUs: *cpus}
+			h := lab.HostOptions{MemoryMiB: *memory, CPUs: *cpus, LonghornDiskGiB: *longhorn}
 			if *modules != "" {
 				h.Modules = strings.Split(*modules, ",")
 			}
@@ -109,7 +110,7 @@ func run(ctx context.Context, args []string) error {
 
 func printHosts(l *lab.Lab) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPRIVATE\tPUBLIC\tSTATE\tMEMORY\tCPUS\tSSH")
+	fmt.Fprintln(w, "NAME\tPRIVATE\tPUBLIC\tSTATE\tMEMORY\tCPUS\tLONGHORN\tSSH")
 	for _, h := range l.Hosts {
 		state := "stopped"
 		if h.Running() {
@@ -121,8 +122,8 @@ func printHosts(l *lab.Lab) {
 			}
 			return strconv.Itoa(v)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\tssh -i %s -o UserKnownHostsFile=%s root@%s\n",
-			h.Name, h.PrivateIP, h.PublicIP, state, size(h.MemoryMiB), size(h.CPUs), h.KeyPath, l.KnownHostsPath, h.PublicIP)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\tssh -i %s -o UserKnownHostsFile=%s root@%s\n",
+			h.Name, h.PrivateIP, h.PublicIP, state, size(h.MemoryMiB), size(h.CPUs), size(h.LonghornDiskGiB), h.KeyPath, l.KnownHostsPath, h.PublicIP)
 	}
 	w.Flush()
 }
