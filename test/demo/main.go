@@ -84,6 +84,9 @@ func run() error {
 		}()
 	}
 	h := l.Hosts[0]
+	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
+		return err
+	}
 	home := filepath.Join(root, "bin", "demo-home")
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err

@@ -80,6 +80,9 @@ func TestInstallNano(t *testing.T) {
 	defer cancel()
 	h := s.Lab.Hosts[nanoHost]
 	home := s.Home(t)
+	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
+		t.Fatal(err)
+	}
 
 	// A bundle whose binary does not match its checksum file is refused before anything changes.
 	bad := t.TempDir()
@@ -246,15 +249,9 @@ func TestInstallLonghorn(t *testing.T) {
 	h := s.Lab.Hosts[longhornHost]
 	home := s.Home(t)
 
-	// What the Longhorn chart would create, for the stand-in's helm-controller: Longhorn's CRDs
-	// and its stock longhorn class, which the chart marks default.
-	fixture, err := e2e.LonghornChartFixture()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e2e.Upload(ctx, h, map[string]e2e.File{
-		"/var/lib/rancher/k3s/server/standin-charts/longhorn/longhorn.yaml": {Data: fixture, Mode: 0o644},
-	}); err != nil {
+	// What the charts would create, for the stand-in's helm-controller: Longhorn's CRDs and its
+	// stock longhorn class, which the chart marks default.
+	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

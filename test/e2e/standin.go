@@ -85,16 +85,30 @@ func (s *Suite) Kubeconfig(ctx context.Context, t testing.TB, server *lab.Host) 
 	return path
 }
 
-// LonghornChartFixture is what the Longhorn chart would create that kip relies on, for the k3s
-// stand-in's helm-controller to apply when kip installs the longhorn HelmChart (see
-// docs/k3s-standin.md): Longhorn's CRDs, and its stock longhorn StorageClass, which the chart
-// marks as the default class.
-func LonghornChartFixture() ([]byte, error) {
-	crds, err := testenv.LonghornCRDs()
-	if err != nil {
-		return nil, err
-	}
-	const class = `---
+// ChartFixturesDir is where the k3s stand-in's helm-controller looks for what a chart would
+// create (see docs/k3s-standin.md): <dir>/<chart name>/*.yaml.
+const ChartFixturesDir = "/var/lib/rancher/k3s/server/standin-charts"
+
+// certManagerFixture stands in for cert-manager's CRDs, which are not in kip's module graph: a
+// ClusterIssuer CRD that accepts any ClusterIssuer.
+const certManagerFixture = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterissuers.cert-manager.io
+spec:
+  group: cert-manager.io
+  names: {kind: ClusterIssuer, listKind: ClusterIssuerList, plural: clusterissuers, singular: clusterissuer}
+  scope: Cluster
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+// longhornClass is Longhorn's stock class, which its chart marks as the default class.
+const longhornClass = `---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
@@ -108,5 +122,17 @@ volumeBindingMode: Immediate
 parameters:
   numberOfReplicas: "3"
 `
-	return append(crds, class...), nil
+
+// UploadChartFixtures puts on h what the charts kip installs would create that kip relies on,
+// for the stand-in's helm-controller to apply when kip installs each HelmChart: cert-manager's
+// ClusterIssuer CRD, and Longhorn's CRDs (from the longhorn-manager module) and its class.
+func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
+	crds, err := testenv.LonghornCRDs()
+	if err != nil {
+		return err
+	}
+	return Upload(ctx, h, map[string]File{
+		ChartFixturesDir + "/cert-manager/crds.yaml": {Data: []byte(certManagerFixture), Mode: 0o644},
+		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(crds, longhornClass...), Mode: 0o644},
+	})
 }
