@@ -87,6 +87,9 @@ type Lock struct {
 	Holder string
 	// TookOverFrom is the holder of a stale lock this one took over, "" when the lock was free.
 	TookOverFrom string
+	// TookOverBecause says why that lock was stale: "it stopped renewing it" or "its process no
+	// longer runs".
+	TookOverBecause string
 
 	leases   coordinationclient.LeaseInterface
 	token    string
@@ -124,7 +127,7 @@ func AcquireLock(ctx context.Context, kube kubernetes.Interface, holder string, 
 		lost:     make(chan struct{}),
 	}
 	for {
-		tookOver, err := l.take(ctx)
+		tookOver, because, err := l.take(ctx)
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			continue // another kip wrote the Lease meanwhile: look again
 		}
@@ -135,7 +138,7 @@ func AcquireLock(ctx context.Context, kube kubernetes.Interface, holder string, 
 			}
 			return nil, fmt.Errorf("take the cluster lock: %w", err)
 		}
-		l.TookOverFrom = tookOver
+		l.TookOverFrom, l.TookOverBecause = tookOver, because
 		renewCtx, cancel := context.WithCancel(context.Background())
 		l.stopRenewing = cancel
 		l.renewDone = make(chan struct{})
@@ -145,23 +148,28 @@ func AcquireLock(ctx context.Context, kube kubernetes.Interface, holder string, 
 }
 
 // take writes this lock into the Lease once, returning the stale holder it replaced.
-func (l *Lock) take(ctx context.Context) (tookOver string, err error) {
+func (l *Lock) take(ctx context.Context) (tookOver, because string, err error) {
 	now := metav1.NewMicroTime(time.Now())
 	lease, err := l.leases.Get(ctx, LockName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LockName}}
 		l.fill(lease, now)
 		_, err = l.leases.Create(ctx, lease, metav1.CreateOptions{})
-		return "", err
+		return "", "", err
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "" {
 		renewed, duration := leaseRenewal(lease)
 		ago := now.Sub(renewed)
-		if ago < duration && !holderGone(holder) {
-			return "", &LockHeldError{
+		switch {
+		case ago >= duration:
+			because = "it stopped renewing it"
+		case holderGone(holder):
+			because = "its process no longer runs"
+		default:
+			return "", "", &LockHeldError{
 				Holder:        holder,
 				AcquiredAt:    ptr.Deref(lease.Spec.AcquireTime, metav1.MicroTime{}).Time,
 				RenewedAgo:    max(ago, 0),
@@ -174,7 +182,7 @@ func (l *Lock) take(ctx context.Context) (tookOver string, err error) {
 	lease.Spec.LeaseTransitions = &transitions
 	l.fill(lease, now)
 	_, err = l.leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return tookOver, err
+	return tookOver, because, err
 }
 
 // holderText parses HolderText's "… by user@host, pid N".

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,17 +107,9 @@ func TestKilledRunResumes(t *testing.T) {
 			run := func() error {
 				return newRunner(client, dyn, ns, testHolder, &out).Run(t.Context(), newDemo(client, ns).workflow())
 			}
+			// The dead run was a process on this machine: its lock is taken over at once.
 			err := run()
 			deadHolder := fmt.Sprintf("pid %d", pid)
-			if point != finishedPoint {
-				// The dead run's lock holds until its lease runs out.
-				var held *kube.LockHeldError
-				if !errors.As(err, &held) || !strings.HasSuffix(held.Holder, deadHolder) {
-					t.Fatalf("run right after the kill: %v, want the dead run's lock refusing it", err)
-				}
-				time.Sleep(leaseDuration)
-				err = run()
-			}
 			if err != nil {
 				t.Fatalf("run after the kill: %v\n%s", err, out.String())
 			}
@@ -139,7 +130,7 @@ func TestKilledRunResumes(t *testing.T) {
 			_, resumeAt, _ := strings.Cut(point, ":") // the step being applied, or the next one
 			wantOut := []string{
 				"! Took over the cluster lock from kip demo by ",
-				deadHolder + ", which stopped renewing it\n",
+				deadHolder + ": its process no longer runs\n",
 				"Resuming demo from step " + title(resumeAt) + " (started ",
 			}
 			for _, s := range wantOut {

@@ -204,7 +204,7 @@ func (r *Runner) Run(ctx context.Context, wf *Workflow) error {
 			}
 		}()
 		if lock.TookOverFrom != "" {
-			r.Report.Warn(fmt.Sprintf("Took over the cluster lock from %s, which stopped renewing it", lock.TookOverFrom))
+			r.Report.Warn(fmt.Sprintf("Took over the cluster lock from %s: %s", lock.TookOverFrom, lock.TookOverBecause))
 		}
 		// Steps stop at once when the lock is lost: another kip may be changing the cluster.
 		var cancel context.CancelCauseFunc
