@@ -228,7 +228,16 @@ func (in *installer) examine(ctx context.Context) error {
 	if in.facts, err = in.c.Facts(ctx, DiskPaths...); err != nil {
 		return err
 	}
-	rep, err := Preflight(ctx, in.c, in.facts, Request{Profile: in.o.Profile, Storage: in.o.Storage})
+	if in.state, err = readHostState(ctx, in.c); err != nil {
+		return err
+	}
+	// On a host whose k3s has a cluster, the cluster's record decides the profile and storage
+	// (see decide): preflight then checks the host without them.
+	want := Request{Profile: in.o.Profile, Storage: in.o.Storage}
+	if in.state.serverData {
+		want = Request{}
+	}
+	rep, err := Preflight(ctx, in.c, in.facts, want)
 	if err != nil {
 		return err
 	}
@@ -237,10 +246,7 @@ func (in *installer) examine(ctx context.Context) error {
 		return err
 	}
 	in.sizing = rep.Sizing
-	if in.family, err = host.Identify(in.facts.OS); err != nil {
-		return err
-	}
-	in.state, err = readHostState(ctx, in.c)
+	in.family, err = host.Identify(in.facts.OS)
 	return err
 }
 
@@ -278,6 +284,15 @@ func (in *installer) decide(ctx context.Context) error {
 			return err
 		}
 	} else {
+		if in.state.serverData {
+			// k3s runs without kip's record (an install stopped before recording it): the
+			// flags decide, as on a fresh host.
+			sizing, err := Choose(int(in.facts.MemTotalMiB), in.facts.CPUs, in.o.Profile, in.o.Storage)
+			if err != nil {
+				return err
+			}
+			in.sizing = sizing
+		}
 		in.network = NetworkVXLAN
 		if wireGuardUsable(in.facts.Modules["wireguard"]) {
 			in.network = NetworkWireGuard
