@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -162,7 +161,7 @@ func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
 var probeSections = []string{"ufw", "ufw-added", "firewalld", "firewalld-default", "firewalld-zone", "sshd-ports"}
 
 func parseProbe(out string) (*fwProbe, error) {
-	s, err := sections(out, "@@kip-firewall", probeSections)
+	s, err := sshx.Sections(out, "@@kip-firewall", probeSections)
 	if err != nil {
 		return nil, err
 	}
@@ -335,41 +334,4 @@ func describe(rules []Rule) string {
 		s = append(s, r.String())
 	}
 	return strings.Join(s, ", ")
-}
-
-// sections splits the output of a script that starts each section with a line "MARKER NAME"
-// preceded by a newline. Each of names must appear exactly once, and no other; text before
-// the first section (a login banner) is ignored. A section's text is kept as printed.
-func sections(out, marker string, names []string) (map[string]string, error) {
-	parts := strings.Split(out, "\n"+marker+" ")
-	if len(parts) < 2 {
-		return nil, errors.New("no sections in the output")
-	}
-	s := make(map[string]string, len(parts)-1)
-	for _, part := range parts[1:] {
-		name, body, _ := strings.Cut(part, "\n")
-		if names != nil && !slices.Contains(names, name) {
-			return nil, fmt.Errorf("unexpected section %q", name)
-		}
-		if _, dup := s[name]; dup {
-			return nil, fmt.Errorf("section %q appears twice", name)
-		}
-		s[name] = body
-	}
-	for _, name := range names {
-		if _, ok := s[name]; !ok {
-			return nil, fmt.Errorf("section %q is missing", name)
-		}
-	}
-	return s, nil
-}
-
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }

@@ -36,7 +36,7 @@ func prep(ctx context.Context, c *sshx.Client, args ...string) (map[string]strin
 	if !strings.Contains(string(res.Stdout), "\n@@kip-prep ") {
 		return map[string]string{}, nil
 	}
-	s, err := sections(string(res.Stdout), "@@kip-prep", nil)
+	s, err := sshx.Sections(string(res.Stdout), "@@kip-prep", nil)
 	if err != nil {
 		return nil, fmt.Errorf("read the output of prep.sh %s: %w", args[0], err)
 	}
@@ -120,7 +120,7 @@ func loadError(host string, mods []string, s map[string]string) error {
 		if !ok {
 			continue
 		}
-		failed = append(failed, fmt.Sprintf("%s (%s)", m, strings.Join(lines(out), "; ")))
+		failed = append(failed, fmt.Sprintf("%s (%s)", m, strings.Join(sshx.Lines(out), "; ")))
 		if fix := moduleFix(m, kernel); !slices.Contains(fixes, fix) {
 			fixes = append(fixes, fix)
 		}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"kipper.run/kip/internal/sshx"
 )
 
 func TestModules(t *testing.T) {
@@ -38,7 +40,7 @@ func runPrep(t *testing.T, args ...string) map[string]string {
 	if !strings.Contains(string(out), "\n@@kip-prep ") {
 		return map[string]string{}
 	}
-	s, err := sections(string(out), "@@kip-prep", nil)
+	s, err := sshx.Sections(string(out), "@@kip-prep", nil)
 	if err != nil {
 		t.Fatalf("%v in:\n%s", err, out)
 	}

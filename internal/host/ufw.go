@@ -24,7 +24,7 @@ const ufwComment = " comment '" + FirewallMarker + "'"
 // kip-managed: ufw status lists rules only while ufw is active, ufw show added always.
 func parseUFW(status, added string) (ufwState, error) {
 	var u ufwState
-	if ls := lines(status); len(ls) > 0 {
+	if ls := sshx.Lines(status); len(ls) > 0 {
 		state, ok := strings.CutPrefix(ls[0], "Status:")
 		if !ok {
 			return ufwState{}, fmt.Errorf("unexpected first line %q", ls[0])
@@ -50,7 +50,7 @@ func parseUFW(status, added string) (ufwState, error) {
 			}
 		}
 	}
-	if ls := lines(added); len(ls) > 0 {
+	if ls := sshx.Lines(added); len(ls) > 0 {
 		if !strings.HasPrefix(ls[0], "Added user rules") {
 			return ufwState{}, fmt.Errorf("unexpected first line %q", ls[0])
 		}

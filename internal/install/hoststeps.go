@@ -36,8 +36,6 @@ type hostState struct {
 	firewall   host.FirewallState
 }
 
-const stateMarker = "\n@@kip-state "
-
 func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 	res, err := c.Run(ctx, sshx.Command("sh", "-c", hostStateScript, "kip-host-state"))
 	if err != nil {
@@ -46,12 +44,11 @@ func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	sections := map[string]string{}
-	for _, part := range strings.Split("\n"+string(res.Stdout), stateMarker)[1:] {
-		name, body, _ := strings.Cut(part, "\n")
-		sections[name] = strings.TrimSpace(body)
+	sections, err := sshx.Sections("\n"+string(res.Stdout), "@@kip-state", []string{"k3s-version", "server-data", "unit"})
+	if err != nil {
+		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	st := &hostState{serverData: sections["server-data"] == "yes"}
+	st := &hostState{serverData: strings.TrimSpace(sections["server-data"]) == "yes"}
 	if f := strings.Fields(sections["k3s-version"]); len(f) >= 3 && f[0] == "k3s" && f[1] == "version" {
 		st.k3sVersion = f[2]
 	}

@@ -162,6 +162,7 @@ func Run(ctx context.Context, f *cli.Factory, o Options) error {
 		return err
 	}
 	in.summary()
+	f.Debugf("%d remote commands over one SSH connection to %s, %s in all", in.c.Commands(), o.Host, time.Since(in.started).Round(time.Second))
 	return nil
 }
 

@@ -495,62 +495,35 @@ func (p *probe) foreign() []string {
 // probeSections are the sections preflight.sh prints, each exactly once.
 var probeSections = []string{"ports", "k3s-pids", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone"}
 
-const probeMarker = "\n@@kip-preflight "
+const probeMarker = "@@kip-preflight"
 
 // parseProbe parses preflight.sh's output.
 func parseProbe(out string) (*probe, error) {
-	parts := strings.Split(out, probeMarker)
-	if len(parts) < 2 {
-		return nil, errors.New("no sections in the output")
-	}
-	sections := make(map[string]string, len(parts)-1)
-	for _, part := range parts[1:] {
-		name, body, _ := strings.Cut(part, "\n")
-		if !slices.Contains(probeSections, name) {
-			return nil, fmt.Errorf("unexpected section %q", name)
-		}
-		if _, dup := sections[name]; dup {
-			return nil, fmt.Errorf("section %q appears twice", name)
-		}
-		sections[name] = body
-	}
-	for _, name := range probeSections {
-		if _, ok := sections[name]; !ok {
-			return nil, fmt.Errorf("section %q is missing", name)
-		}
+	sections, err := sshx.Sections(out, probeMarker, probeSections)
+	if err != nil {
+		return nil, err
 	}
 	p := &probe{has: make(map[string]bool)}
 	for name, body := range sections {
 		p.has[name] = strings.TrimSpace(body) != ""
 	}
-	var err error
 	if p.listeners, err = parseListeners(sections["ports"]); err != nil {
 		return nil, fmt.Errorf("ports: %w", err)
 	}
-	for _, l := range lines(sections["k3s-pids"]) {
+	for _, l := range sshx.Lines(sections["k3s-pids"]) {
 		pid, err := strconv.Atoi(l)
 		if err != nil {
 			return nil, fmt.Errorf("k3s-pids: %q is not a process ID", l)
 		}
 		p.k3sPIDs = append(p.k3sPIDs, pid)
 	}
-	p.processes = lines(sections["processes"])
-	p.paths = lines(sections["paths"])
-	p.cni = lines(sections["cni"])
+	p.processes = sshx.Lines(sections["processes"])
+	p.paths = sshx.Lines(sections["paths"])
+	p.cni = sshx.Lines(sections["cni"])
 	if p.firewall, err = host.ParseFirewall(sections["ufw"], sections["ufw-added"], sections["firewalld"], sections["firewalld-zone"]); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
 	return p, nil
-}
-
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // listener is a listening socket.
@@ -571,7 +544,7 @@ var (
 // address:port, peer address:port and, as root, the processes holding the socket.
 func parseListeners(s string) ([]listener, error) {
 	var ls []listener
-	for _, line := range lines(s) {
+	for _, line := range sshx.Lines(s) {
 		f := strings.Fields(line)
 		if len(f) < 6 {
 			return nil, fmt.Errorf("cannot parse %q", line)

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"regexp"
 	"strconv"
-	"syscall"
-	"os/user"
 	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,7 +45,12 @@ type Client struct {
 	mu     chan struct{}
 	cur    *conn
 	closed bool
+
+	commands atomic.Int64 // remote commands started, for -v and measurements
 }
+
+// Commands returns how many remote commands the client has started.
+func (c *Client) Commands() int64 { return c.commands.Load() }
 
 // Dial connects to the host cfg names, verifying its host key, and, for any user but root,
 // checks that the user may run sudo without a password.

@@ -96,7 +96,7 @@ func (c *Client) Facts(ctx context.Context, diskPaths ...string) (*Facts, error)
 // parseFacts parses the output of facts.sh run with diskPaths. A section left empty (its tool is
 // missing) leaves its fields zero; a section that cannot be parsed is an error.
 func parseFacts(out string, diskPaths []string) (*Facts, error) {
-	sections, err := splitSections(out)
+	sections, err := Sections(out, sectionMarker, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -140,25 +140,7 @@ func parseFacts(out string, diskPaths []string) (*Facts, error) {
 }
 
 // sectionMarker starts a section header line in facts.sh's output.
-const sectionMarker = "\n@@kip-facts "
-
-// splitSections splits facts.sh's output into its sections by name. Whatever precedes the first
-// header (a login banner, say) is ignored.
-func splitSections(out string) (map[string]string, error) {
-	parts := strings.Split(out, sectionMarker)
-	if len(parts) < 2 {
-		return nil, errors.New("no sections in the output")
-	}
-	sections := make(map[string]string, len(parts)-1)
-	for _, p := range parts[1:] {
-		name, body, _ := strings.Cut(p, "\n")
-		if _, dup := sections[name]; dup {
-			return nil, fmt.Errorf("section %q appears twice", name)
-		}
-		sections[name] = body
-	}
-	return sections, nil
-}
+const sectionMarker = "@@kip-facts"
 
 // parseOSRelease reads the fields kip uses from an os-release(5) file. Lines it does not
 // understand are skipped, as the format asks.

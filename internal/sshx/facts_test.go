@@ -154,18 +154,18 @@ func TestParseFacts(t *testing.T) {
 func sectionsText(sections [][2]string) string {
 	var b strings.Builder
 	for _, s := range sections {
-		b.WriteString(sectionMarker + s[0] + "\n" + s[1])
+		b.WriteString("\n" + sectionMarker + " " + s[0] + "\n" + s[1])
 	}
 	return b.String()
 }
 
-func TestSplitSections(t *testing.T) {
-	got, err := splitSections("Welcome to the host!\n" + sectionsText([][2]string{{"a", "1\n2\n"}, {"b", ""}, {"df 0", "no final newline"}}))
+func TestSections(t *testing.T) {
+	got, err := Sections("Welcome to the host!\n"+sectionsText([][2]string{{"a", "1\n2\n"}, {"b", ""}, {"df 0", "no final newline"}}), sectionMarker, nil)
 	want := map[string]string{"a": "1\n2\n", "b": "", "df 0": "no final newline"}
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("splitSections = %q, %v; want %q", got, err, want)
+		t.Errorf("Sections = %q, %v; want %q", got, err, want)
 	}
-	sections, err := splitSections(testdata(t, "facts.out"))
+	sections, err := Sections(testdata(t, "facts.out"), sectionMarker, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,24 +178,24 @@ func TestSplitSections(t *testing.T) {
 		t.Errorf("sections %q, want %q", names, want)
 	}
 	for _, bad := range []string{"", "no sections\n", sectionsText([][2]string{{"a", ""}, {"a", ""}})} {
-		if _, err := splitSections(bad); err == nil {
-			t.Errorf("splitSections(%q) succeeded", bad)
+		if _, err := Sections(bad, sectionMarker, nil); err == nil {
+			t.Errorf("Sections(%q) succeeded", bad)
 		}
 	}
 }
 
-func FuzzSplitSections(f *testing.F) {
+func FuzzSections(f *testing.F) {
 	f.Add(testdata(f, "facts.out"), "a", "1\n", "b", "2")
 	f.Add("", "", "", "x", "\n@@kip-facts")
 	f.Fuzz(func(t *testing.T, out, name1, body1, name2, body2 string) {
-		splitSections(out) // must not panic
+		Sections(out, sectionMarker, nil) // must not panic
 		valid := func(name, body string) bool {
-			return !strings.Contains(name, "\n") && !strings.Contains(body, sectionMarker)
+			return !strings.Contains(name, "\n") && !strings.Contains(body, "\n"+sectionMarker+" ")
 		}
 		if name1 == name2 || !valid(name1, body1) || !valid(name2, body2) {
 			return
 		}
-		got, err := splitSections(sectionsText([][2]string{{name1, body1}, {name2, body2}}))
+		got, err := Sections(sectionsText([][2]string{{name1, body1}, {name2, body2}}), sectionMarker, nil)
 		if want := map[string]string{name1: body1, name2: body2}; err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip: %q, %v; want %q", got, err, want)
 		}

@@ -110,6 +110,7 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, raw bool)
 	if err := stop.Check(ctx); err != nil {
 		return Result{}, c.wrapErr(fmt.Errorf("command %q not started: %w", short(cmd), err))
 	}
+	c.commands.Add(1)
 	sess, cn, err := c.session(ctx)
 	if err != nil {
 		return Result{}, c.wrapErr(fmt.Errorf("command %q not started: %w", short(cmd), err))

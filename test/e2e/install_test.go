@@ -255,11 +255,16 @@ func TestInstallLonghorn(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r := s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	r := s.Kip(t, home, installArgs(s, h, s.Bundle, "-v")...)
 	if r.ExitCode != 0 {
 		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	t.Logf("install with Longhorn took %s", time.Since(start).Round(time.Second))
+	if m := regexp.MustCompile(`\d+ remote commands over one SSH connection[^\n]*`).FindString(r.Stderr); m == "" {
+		t.Error("install -v does not count its remote commands")
+	} else {
+		t.Logf("measured: %s", m)
+	}
 	for _, want := range []string{"Profile: small", "Storage: longhorn", "Installed Longhorn's host packages"} {
 		if !strings.Contains(r.Stderr, want) {
 			t.Errorf("install does not say %q", want)
