@@ -326,7 +326,7 @@ func (in *installer) decide(ctx context.Context) error {
 
 	in.p.Info(fmt.Sprintf("Profile: %s (%s)", in.sizing.Profile.Name, in.sizing.ProfileReason))
 	in.p.Info(fmt.Sprintf("Storage: %s (%s)", in.sizing.Storage, in.sizing.StorageReason))
-	in.p.Info("Pod network: " + networkWords(in.network))
+	in.p.Info("Pod network: " + networkWords(in.network, in.rerun))
 	switch in.move.Kind {
 	case k3s.Install:
 		in.p.Info("k3s: install " + in.move.To)
@@ -340,9 +340,12 @@ func (in *installer) decide(ctx context.Context) error {
 	return nil
 }
 
-func networkWords(n string) string {
-	if n == NetworkWireGuard {
+func networkWords(n string, recorded bool) string {
+	switch {
+	case n == NetworkWireGuard:
 		return "WireGuard (flannel wireguard-native)"
+	case recorded:
+		return "VXLAN, as recorded on the cluster (a full kip upgrade moves it to WireGuard)"
 	}
 	return "VXLAN (the wireguard module cannot load here; kip node add will need it)"
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"kipper.run/kip/internal/install"
 	"kipper.run/kip/internal/kube"
@@ -211,6 +213,8 @@ func TestInstallNano(t *testing.T) {
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "never switches the storage mode") {
 		t.Fatalf("re-run with --storage longhorn: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
+	// A user the console created (a static user in Dex's config) must survive the re-run.
+	addConsoleUser(ctx, t, c, "dev@example.com")
 	before, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +226,9 @@ func TestInstallNano(t *testing.T) {
 	after, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
 	if err != nil || after == before {
 		t.Errorf("the re-run did not restart k3s (%q, %v)", after, err)
+	}
+	if users := consoleUsers(ctx, t, c); !slices.Contains(users, "dev@example.com") || !slices.Contains(users, "admin@example.com") {
+		t.Errorf("Dex users after the re-run: %q; want the console's dev@example.com kept beside the admin", users)
 	}
 	if rec2, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || rec2.Storage != install.StorageLocal || !rec2.InstalledAt.Equal(rec.InstalledAt) {
 		t.Errorf("record after re-run %+v, %v", rec2, err)
@@ -325,4 +332,45 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// consoleUsers are the static users in the cluster's Dex config.
+func consoleUsers(ctx context.Context, t *testing.T, c *kube.Clients) []string {
+	t.Helper()
+	cfg, err := install.ReadDexConfig(ctx, c)
+	if err != nil || cfg == nil {
+		t.Fatalf("read the Dex config: %v (found: %v)", err, cfg != nil)
+	}
+	users, err := install.DexUsers(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return users
+}
+
+// addConsoleUser adds a static user to Dex's config as the console does.
+func addConsoleUser(ctx context.Context, t *testing.T, c *kube.Clients, email string) {
+	t.Helper()
+	s, err := c.Kube.CoreV1().Secrets("dex").Get(ctx, "dex-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(s.Data["config.yaml"], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	users, _ := cfg["staticPasswords"].([]any)
+	cfg["staticPasswords"] = append(users, map[string]any{
+		"email": email, "username": email, "userID": "console-" + email,
+		"hash": "$2a$10$2b2cU8CPhOTaGrs1HRQuAueS7JTT5ZHsHSzYiFPm1leZck7Mc8T4W",
+	})
+	if s.Data["config.yaml"], err = yaml.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kube.CoreV1().Secrets("dex").Update(ctx, s, metav1.UpdateOptions{FieldManager: "kipper-console"}); err != nil {
+		t.Fatal(err)
+	}
+	if users := consoleUsers(ctx, t, c); !slices.Contains(users, email) {
+		t.Fatalf("added %s, Dex users now %q", email, users)
+	}
 }
