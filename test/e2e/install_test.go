@@ -234,6 +234,38 @@ func TestInstallNano(t *testing.T) {
 		t.Errorf("record after re-run %+v, %v", rec2, err)
 	}
 
+	// kip platform: the profile shown and kept within the server's size; Prometheus on and off.
+	r = s.Kip(t, home, "platform", "profile", "show", "-o", "json")
+	if r.ExitCode != 0 || !strings.Contains(r.Stdout, `"name": "nano"`) || !strings.Contains(r.Stdout, `"serverMemoryMiB": 4096`) {
+		t.Errorf("platform profile show: exit %d\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	r = s.Kip(t, home, "platform", "profile", "set", "small")
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "the small profile needs at least 6000 MiB") {
+		t.Errorf("platform profile set small on 4 GiB: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	r = s.Kip(t, home, "platform", "enable", "prometheus")
+	if r.ExitCode != 0 {
+		t.Fatalf("platform enable prometheus: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if _, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").Get(ctx, "prometheus", metav1.GetOptions{}); err != nil {
+		t.Errorf("prometheus chart after enable: %v", err)
+	}
+	if rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || !rec.Monitoring.Prometheus || rec.Monitoring.Loki {
+		t.Errorf("record after enable: %+v %v", rec.Monitoring, err)
+	}
+	if r = s.Kip(t, home, "platform", "disable", "prometheus"); r.ExitCode != 2 || !strings.Contains(r.Stderr, "--yes is required") {
+		t.Errorf("platform disable without a terminal or --yes: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if r = s.Kip(t, home, "platform", "disable", "prometheus", "--yes"); r.ExitCode != 0 {
+		t.Fatalf("platform disable prometheus: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if _, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").Get(ctx, "prometheus", metav1.GetOptions{}); err == nil {
+		t.Error("the prometheus chart is still there after disable")
+	}
+	if rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || rec.Monitoring.Prometheus {
+		t.Errorf("record after disable: %+v %v", rec.Monitoring, err)
+	}
+
 	// Doctor fails, with SSH, on a host whose k3s is down.
 	if _, err := h.Run(ctx, "systemctl stop k3s"); err != nil {
 		t.Fatal(err)
