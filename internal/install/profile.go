@@ -17,18 +17,18 @@ const LonghornMinMemoryMiB = 6000
 
 // Profile sizes a cluster for its server. docs/profiles.md shows this table.
 type Profile struct {
-	Name         string
-	MinMemoryMiB int // MemTotal the server needs, as /proc/meminfo reports it
-	MinCPUs      int
+	Name         string `json:"name"`
+	MinMemoryMiB int    `json:"minMemoryMiB"` // MemTotal the server needs, as /proc/meminfo reports it
+	MinCPUs      int    `json:"minCPUs"`
 	// Monitoring turns Prometheus, Loki and Grafana on at install.
-	Monitoring bool
+	Monitoring bool `json:"monitoring"`
 	// PrometheusRetention and LokiRetention are how long metrics and logs are kept.
-	PrometheusRetention string
-	LokiRetention       string
+	PrometheusRetention string `json:"prometheusRetention,omitempty"`
+	LokiRetention       string `json:"lokiRetention,omitempty"`
 	// RegistrySize is the Zot registry's volume.
-	RegistrySize string
+	RegistrySize string `json:"registrySize"`
 	// ConsoleAPIMemory is console-api's memory limit.
-	ConsoleAPIMemory string
+	ConsoleAPIMemory string `json:"consoleAPIMemory"`
 }
 
 // Profiles, smallest first. Nano fits any server kip supports; a larger one needs its minimums.
