@@ -185,8 +185,21 @@ func removeStep(cl *kube.Clients, component string, objs []*unstructured.Unstruc
 	return workflow.Step{
 		Name: "remove-" + component, Title: "Remove " + component, Done: "Removed " + component, Already: component + " is not installed",
 		Check: func(ctx context.Context) (bool, error) {
-			missing, err := missingObjects(ctx, cl, objs)
-			return len(missing) == len(objs), err
+			// Deleted, or being deleted: a namespace takes a while to empty.
+			for _, o := range objs {
+				ri, o, err := kube.ResourceFor(ctx, cl, o)
+				if err != nil {
+					return false, err
+				}
+				live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				if err != nil || live.GetDeletionTimestamp() == nil {
+					return false, err
+				}
+			}
+			return true, nil
 		},
 		Apply: func(ctx context.Context) error {
 			for _, o := range objs {
