@@ -1264,7 +1264,7 @@ func helmChartPending(ctx context.Context, cl *kube.Clients, chart *unstructured
 		case batchv1.JobComplete:
 			return "", nil
 		case batchv1.JobFailed:
-			why := strings.Join(nonEmpty(cond.Reason, cond.Message), ": ")
+			why := kube.ConditionText(cond.Reason, cond.Message)
 			return fmt.Sprintf("%s: Job %s failed installing %s (%s); see kubectl -n %s logs job/%s", id, jobName, want, why, ns, jobName), nil
 		}
 	}
@@ -1292,15 +1292,6 @@ func jobEnv(job *batchv1.Job, name string) string {
 	return ""
 }
 
-func nonEmpty(s ...string) []string {
-	out := s[:0]
-	for _, v := range s {
-		if v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
 
 func crdPending(ctx context.Context, cl *kube.Clients, name string) (string, error) {
 	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})

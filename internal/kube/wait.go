@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -308,7 +309,7 @@ func nodeNotReady(n *corev1.Node) string {
 		if cond.Status == corev1.ConditionUnknown {
 			state = "Ready unknown"
 		}
-		reason := strings.TrimSpace(strings.Join(nonEmpty(cond.Reason, cond.Message), ": "))
+		reason := strings.TrimSpace(ConditionText(cond.Reason, cond.Message))
 		if reason == "" {
 			return "node " + n.Name + " " + state
 		}
@@ -317,12 +318,8 @@ func nodeNotReady(n *corev1.Node) string {
 	return "node " + n.Name + " has not reported Ready yet"
 }
 
-func nonEmpty(s ...string) []string {
-	out := s[:0]
-	for _, v := range s {
-		if v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
+// ConditionText says why a condition is as it is: "Reason: message", either part left out when
+// empty.
+func ConditionText(reason, message string) string {
+	return strings.Join(slices.DeleteFunc([]string{reason, message}, func(s string) bool { return s == "" }), ": ")
 }
