@@ -95,7 +95,8 @@ func deleteLink(ctx context.Context, name string) error {
 		return nil
 	}
 	// Deleting a network namespace deletes its veth pairs a moment later.
-	if err := run(ctx, "ip", "link", "del", name); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+	// iproute2 words a link that vanished meanwhile "Cannot find device" or "No such device".
+	if err := run(ctx, "ip", "link", "del", name); err != nil && !strings.Contains(err.Error(), "Cannot find device") && !strings.Contains(err.Error(), "No such device") {
 		return err
 	}
 	return nil
