@@ -74,7 +74,7 @@ func (in *installer) plan(ctx context.Context) error {
 		}
 		steps = append(steps, cs...)
 	} else {
-		for _, name := range in.componentNames() {
+		for _, name := range in.componentNames(ctx) {
 			steps = append(steps, workflow.Step{Name: "component-" + name, Title: "Install " + name,
 				Check: func(context.Context) (bool, error) { return false, nil }, Apply: func(context.Context) error { return nil }})
 		}
@@ -107,8 +107,8 @@ func (in *installer) componentOptions(ctx context.Context) (ComponentOptions, er
 }
 
 // componentNames lists the components a fresh install would install, for a dry run on a bare host.
-func (in *installer) componentNames() []string {
-	o, err := in.componentOptions(context.Background())
+func (in *installer) componentNames(ctx context.Context) []string {
+	o, err := in.componentOptions(ctx)
 	if err != nil {
 		return nil
 	}
