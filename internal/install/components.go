@@ -1292,7 +1292,6 @@ func jobEnv(job *batchv1.Job, name string) string {
 	return ""
 }
 
-
 func crdPending(ctx context.Context, cl *kube.Clients, name string) (string, error) {
 	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
