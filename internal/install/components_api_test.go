@@ -219,9 +219,10 @@ func TestComponentStatus(t *testing.T) {
 	if err := kube.Apply(ctx, cl, append(base.Objects, console.Objects...), kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Right after the apply the rollout can be anywhere (other tests share this cluster, and
+	// kwok is fast): until it is done, what is pending names a console Deployment.
 	ready, pending, err = console.Status(ctx, cl)
-	if err != nil || ready || !strings.Contains(pending, "Deployment kipper-system/console-api has 0 of 1 replica updated") &&
-		!strings.Contains(pending, "Deployment kipper-system/console-api: spec update not yet observed") {
+	if err != nil || !ready && !strings.Contains(pending, "Deployment kipper-system/console") {
 		t.Errorf("console just applied: ready %v, pending %q, err %v", ready, pending, err)
 	}
 	waitComponentReady(ctx, t, cl, console)
