@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
@@ -284,6 +285,12 @@ func componentStep(cl *kube.Clients, c Component) workflow.Step {
 			return d, err
 		},
 		Apply: func(ctx context.Context) error {
+			// A chart whose HelmChart changes gets a new install Job from helm-controller; until
+			// then its old, complete Job would count as installed.
+			replaced, err := changedCharts(ctx, cl, c.Objects)
+			if err != nil {
+				return err
+			}
 			// kip owns its components' fields: a field someone else changed is taken back.
 			if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
 				return err
@@ -292,6 +299,9 @@ func componentStep(cl *kube.Clients, c Component) workflow.Step {
 				return err
 			}
 			return poll(ctx, componentTimeout, c.Name+" to roll out", func(ctx context.Context) (string, error) {
+				if pending, err := replaced.pending(ctx, cl); pending != "" || err != nil {
+					return pending, err
+				}
 				if len(c.After) > 0 {
 					if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
 						if !notYet(err) {
@@ -308,6 +318,53 @@ func componentStep(cl *kube.Clients, c Component) workflow.Step {
 			})
 		},
 	}
+}
+
+// chartJobs are the install Jobs of HelmCharts about to change, by Job, with the UID each had
+// before ("" when there was none).
+type chartJobs map[types.NamespacedName]types.UID
+
+// changedCharts finds the HelmCharts among objs that applying them would change, and notes
+// their install Jobs.
+func changedCharts(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) (chartJobs, error) {
+	jobs := chartJobs{}
+	for _, o := range objs {
+		if o.GetKind() != "HelmChart" {
+			continue
+		}
+		d, err := kube.Drift(ctx, cl, []*unstructured.Unstructured{o}, "")
+		if err != nil || len(d) == 0 {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		name := types.NamespacedName{Namespace: o.GetNamespace(), Name: "helm-install-" + o.GetName()}
+		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			jobs[name] = ""
+		case err != nil:
+			return nil, fmt.Errorf("read Job %s: %w", name, err)
+		default:
+			jobs[name] = job.UID
+		}
+	}
+	return jobs, nil
+}
+
+// pending names a changed chart whose install Job helm-controller has not replaced yet.
+func (jobs chartJobs) pending(ctx context.Context, cl *kube.Clients) (string, error) {
+	for name, old := range jobs {
+		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && job.UID == old {
+			return "k3s's helm-controller has not started Job " + name.String() + " for the new chart yet", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read Job %s: %w", name, err)
+		}
+	}
+	return "", nil
 }
 
 // notYet reports whether applying failed only because what the objects need does not exist
