@@ -28,7 +28,7 @@ const (
 	nodeReadyTimeout = 5 * time.Minute
 	componentTimeout = 10 * time.Minute
 	verifyTimeout    = 5 * time.Minute
-	pollInterval     = 2 * time.Second
+	pollInterval     = 500 * time.Millisecond
 )
 
 // clusterIntent is what the cluster workflow decided, kept in its progress record so that a
