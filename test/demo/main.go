@@ -87,7 +87,11 @@ func run() error {
 	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
 		return err
 	}
+	// Each demo brings up a new host (with a new host key): start kip's state afresh too.
 	home := filepath.Join(root, "bin", "demo-home")
+	if err := os.RemoveAll(home); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
