@@ -144,14 +144,11 @@ func (p *fwProbe) state() FirewallState {
 
 // readProbe runs firewall.sh on the host: one round trip.
 func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
-	res, err := c.Run(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone))
+	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone))
 	if err != nil {
 		return nil, err
 	}
-	if err := res.Err(); err != nil {
-		return nil, err
-	}
-	p, err := parseProbe(string(res.Stdout))
+	p, err := parseProbe(string(out))
 	if err != nil {
 		return nil, fmt.Errorf("read the output of firewall.sh: %w", err)
 	}

@@ -26,17 +26,14 @@ const (
 
 // prep runs a subcommand of prep.sh on the host, one round trip, and returns its sections.
 func prep(ctx context.Context, c *sshx.Client, args ...string) (map[string]string, error) {
-	res, err := c.Run(ctx, sshx.Command("sh", append([]string{"-c", prepScript, "kip-prep"}, args...)...))
+	out, err := c.Output(ctx, sshx.Command("sh", append([]string{"-c", prepScript, "kip-prep"}, args...)...))
 	if err != nil {
 		return nil, err
 	}
-	if err := res.Err(); err != nil {
-		return nil, err
-	}
-	if !strings.Contains(string(res.Stdout), "\n@@kip-prep ") {
+	if !strings.Contains(string(out), "\n@@kip-prep ") {
 		return map[string]string{}, nil
 	}
-	s, err := sshx.Sections(string(res.Stdout), "@@kip-prep", nil)
+	s, err := sshx.Sections(string(out), "@@kip-prep", nil)
 	if err != nil {
 		return nil, fmt.Errorf("read the output of prep.sh %s: %w", args[0], err)
 	}

@@ -37,14 +37,11 @@ type hostState struct {
 }
 
 func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
-	res, err := c.Run(ctx, sshx.Command("sh", "-c", hostStateScript, "kip-host-state"))
+	out, err := c.Output(ctx, sshx.Command("sh", "-c", hostStateScript, "kip-host-state"))
 	if err != nil {
-		return nil, err
-	}
-	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	sections, err := sshx.Sections("\n"+string(res.Stdout), "@@kip-state", []string{"k3s-version", "server-data", "unit"})
+	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "unit"})
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
@@ -66,15 +63,12 @@ type unitState struct {
 }
 
 func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
-	res, err := in.c.Run(ctx, "systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix")
+	out, err := in.c.Output(ctx, "systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix")
 	if err != nil {
-		return unitState{}, err
-	}
-	if err := res.Err(); err != nil {
 		return unitState{}, fmt.Errorf("systemctl show k3s: %w", err)
 	}
 	var u unitState
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
+	for _, line := range strings.Split(string(out), "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
 		switch k {
 		case "ActiveState":
@@ -97,15 +91,12 @@ func (in *installer) fileSums(ctx context.Context, paths ...string) (map[string]
 		cmd += " " + sshx.Quote(p)
 	}
 	cmd += `; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`
-	res, err := in.c.Run(ctx, cmd)
+	out, err := in.c.Output(ctx, cmd)
 	if err != nil {
-		return nil, err
-	}
-	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("read checksums: %w", err)
 	}
 	sums := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if sum, path, ok := strings.Cut(line, "  "); ok {
 			sums[path] = sum
 		}
@@ -118,13 +109,9 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// run runs cmd on the host and fails with its output when it fails.
+// run runs cmd on the host and fails, saying what it was doing, when it fails.
 func (in *installer) run(ctx context.Context, what, cmd string) error {
-	res, err := in.c.Run(ctx, cmd)
-	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
+	if _, err := in.c.Output(ctx, cmd); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
@@ -549,14 +536,11 @@ func (in *installer) downloadK3s(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := in.c.Run(ctx, sshx.Command("curl", "-fsSL", "--retry", "3", rel.ChecksumsURL))
+	out, err := in.c.Output(ctx, sshx.Command("curl", "-fsSL", "--retry", "3", rel.ChecksumsURL))
 	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
 		return fmt.Errorf("download %s on the host: %w (the host needs curl and access to github.com; or pass --airgap-bundle)", rel.ChecksumsURL, err)
 	}
-	want, err := k3s.ChecksumFor(res.Stdout, rel.Binary)
+	want, err := k3s.ChecksumFor(out, rel.Binary)
 	if err != nil {
 		return fmt.Errorf("%s: %w", rel.ChecksumsURL, err)
 	}

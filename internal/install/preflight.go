@@ -109,14 +109,11 @@ func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Requ
 	if facts == nil {
 		return nil, errors.New("preflight: no host facts")
 	}
-	res, err := c.Run(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone))
+	out, err := c.Output(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone))
 	if err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
 	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("preflight: %w", err)
-	}
-	p, err := parseProbe(string(res.Stdout))
+	p, err := parseProbe(string(out))
 	if err != nil {
 		return nil, fmt.Errorf("preflight on %s: read the host's state: %w", c, err)
 	}

@@ -79,14 +79,11 @@ const (
 // systems holding diskPaths, IPv4 addresses and routes, init system, and the kernel modules kip
 // may need (wireguard, iscsi_tcp, nfs).
 func (c *Client) Facts(ctx context.Context, diskPaths ...string) (*Facts, error) {
-	res, err := c.Run(ctx, Command("sh", append([]string{"-c", factsScript, "kip-facts"}, diskPaths...)...))
+	out, err := c.Output(ctx, Command("sh", append([]string{"-c", factsScript, "kip-facts"}, diskPaths...)...))
 	if err != nil {
 		return nil, err
 	}
-	if err := res.Err(); err != nil {
-		return nil, err
-	}
-	f, err := parseFacts(string(res.Stdout), diskPaths)
+	f, err := parseFacts(string(out), diskPaths)
 	if err != nil {
 		return nil, c.wrapErr(fmt.Errorf("read host facts: %w", err))
 	}

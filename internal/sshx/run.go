@@ -66,6 +66,19 @@ func (c *Client) Run(ctx context.Context, cmd string) (Result, error) {
 	return c.RunInput(ctx, cmd, nil)
 }
 
+// Output runs cmd like Run and returns its standard output, or an error when it could not run
+// or exited non-zero (Result.Err).
+func (c *Client) Output(ctx context.Context, cmd string) ([]byte, error) {
+	res, err := c.Run(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
 // RunInput is Run with stdin as the command's standard input.
 func (c *Client) RunInput(ctx context.Context, cmd string, stdin io.Reader) (Result, error) {
 	return c.run(ctx, cmd, stdin, false)

@@ -171,15 +171,12 @@ type dirUsage struct {
 func runProbe(ctx context.Context, c *sshx.Client, args []string) (*probe, error) {
 	cmd := sshx.Command("sh", append([]string{"-c", hostScript, "kip-host"}, args...)...)
 	sent := time.Now()
-	res, err := c.Run(ctx, cmd)
+	out, err := c.Output(ctx, cmd)
 	received := time.Now()
 	if err != nil {
 		return nil, err
 	}
-	if err := res.Err(); err != nil {
-		return nil, err
-	}
-	p, err := parseProbe(string(res.Stdout))
+	p, err := parseProbe(string(out))
 	if err != nil {
 		return nil, fmt.Errorf("read host checks from %s: %w", c, err)
 	}
