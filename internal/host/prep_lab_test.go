@@ -12,7 +12,6 @@ import (
 
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
-	"kipper.run/kip/test/need"
 )
 
 // TestHostPrepLab prepares two real Debian hosts as kip install does, each step checked before
@@ -21,19 +20,10 @@ import (
 // kip-managed firewalld (Debian packages firewalld 1.3, as RHEL 9 does), driven as the RHEL
 // family drives it. Both firewalls are checked from outside: 80/tcp answers, 8888/tcp does not.
 func TestHostPrepLab(t *testing.T) {
-	need.Lab(t)
+	mods := Modules(true, true)
+	l := lab.ForTest(t, 2, lab.Options{Hosts: []lab.HostOptions{{Modules: mods}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel) // the parallel subtests run after this function returns
-	mods := Modules(true, true)
-	l, err := lab.Up(ctx, 2, lab.Options{Hosts: []lab.HostOptions{{Modules: mods}}, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	lab1, lab2 := l.Hosts[0], l.Hosts[1]
 
 	t.Run("lab1", func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
-	"kipper.run/kip/test/need"
 )
 
 // TestPreflightLab runs preflight against a real Debian host of 4096 MiB and 1 CPU, whose
@@ -17,18 +16,9 @@ import (
 // a WireGuard warning, a refused --storage longhorn, then a port taken, a foreign CNI and an
 // active ufw, each found on the host.
 func TestPreflightLab(t *testing.T) {
-	need.Lab(t)
+	l := lab.ForTest(t, 1, lab.Options{Hosts: []lab.HostOptions{{MemoryMiB: 4096, CPUs: 1}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, 1, lab.Options{Hosts: []lab.HostOptions{{MemoryMiB: 4096, CPUs: 1}}, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	h := l.Hosts[0]
 	c, err := sshx.Dial(ctx, h.SSHConfig(h.PublicIP))
 	if err != nil {

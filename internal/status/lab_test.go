@@ -13,7 +13,6 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
-	"kipper.run/kip/test/need"
 )
 
 // TestDoctorLab runs doctor's host checks on a real Debian host, as root over SSH, with the API
@@ -21,18 +20,9 @@ import (
 // kip (its rules carry the kip-managed comment), then the operator's; none before ufw is
 // installed.
 func TestDoctorLab(t *testing.T) {
-	need.Lab(t)
+	l := lab.ForTest(t, 1, lab.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, 1, lab.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	h := l.Hosts[0]
 	c, err := sshx.Dial(ctx, h.SSHConfig(h.PublicIP))
 	if err != nil {
