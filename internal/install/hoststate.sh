@@ -10,6 +10,3 @@ fi
 section server-data
 if [ -d /var/lib/rancher/k3s/server/tls ]; then echo yes; fi
 
-section unit
-systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix 2>/dev/null || true
-

@@ -41,18 +41,34 @@ func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "unit"})
+	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data"})
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	st := &hostState{serverData: strings.TrimSpace(sections["server-data"]) == "yes"}
-	if f := strings.Fields(sections["k3s-version"]); len(f) >= 3 && f[0] == "k3s" && f[1] == "version" {
-		st.k3sVersion = f[2]
-	}
+	st := &hostState{serverData: strings.TrimSpace(sections["server-data"]) == "yes", k3sVersion: parseK3sVersion(sections["k3s-version"])}
 	if st.firewall, err = host.ReadFirewall(ctx, c); err != nil {
 		return nil, err
 	}
 	return st, nil
+}
+
+// parseK3sVersion reads the release from `k3s --version` ("k3s version v1.37.2+k3s1 (…)"), ""
+// when the output is not that.
+func parseK3sVersion(out string) string {
+	if f := strings.Fields(out); len(f) >= 3 && f[0] == "k3s" && f[1] == "version" {
+		return f[2]
+	}
+	return ""
+}
+
+// binaryVersion is the k3s release the binary at path reports, "" when there is none there or it
+// does not answer like k3s.
+func (in *installer) binaryVersion(ctx context.Context, path string) (string, error) {
+	res, err := in.c.Run(ctx, "if [ -x "+sshx.Quote(path)+" ]; then "+sshx.Command(path, "--version")+"; fi")
+	if err != nil || res.ExitStatus != 0 {
+		return "", err
+	}
+	return parseK3sVersion(string(res.Stdout)), nil
 }
 
 // unitState is what systemd says of k3s's unit.
@@ -228,8 +244,8 @@ func (in *installer) k3sSteps() []workflow.Step {
 			Name: "k3s-binary", Title: "Install k3s " + in.move.To,
 			Done: "Installed k3s " + in.move.To, Already: "k3s " + in.move.To + " already installed",
 			Check: func(ctx context.Context) (bool, error) {
-				st, err := readHostState(ctx, in.c)
-				if err != nil || st.k3sVersion != in.move.To {
+				v, err := in.binaryVersion(ctx, k3s.BinaryPath)
+				if err != nil || v != in.move.To {
 					return false, err
 				}
 				if in.bundle == nil {
@@ -361,13 +377,9 @@ func (in *installer) installBinary(ctx context.Context, fetch func(ctx context.C
 	if err := fetch(ctx, tmp); err != nil {
 		return err
 	}
-	res, err := in.c.Run(ctx, sshx.Command(tmp, "--version"))
+	got, err := in.binaryVersion(ctx, tmp)
 	if err != nil {
 		return err
-	}
-	got := ""
-	if f := strings.Fields(string(res.Stdout)); len(f) >= 3 && res.ExitStatus == 0 {
-		got = f[2]
 	}
 	if got != in.move.To {
 		_ = in.run(ctx, "remove the rejected binary", sshx.Command("rm", "-f", tmp))
