@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/install"
 )
 
@@ -76,7 +77,7 @@ func (fl *installFlags) backups(f *cli.Factory) error {
 	if fl.bucket == "" && fl.endpoint == "" && fl.region == "" && fl.accessKeyID == "" && fl.secretKeyFile == "" {
 		return nil
 	}
-	b := &install.BackupStorage{Bucket: fl.bucket, Endpoint: fl.endpoint, Region: fl.region, AccessKeyID: fl.accessKeyID}
+	b := &components.BackupStorage{Bucket: fl.bucket, Endpoint: fl.endpoint, Region: fl.region, AccessKeyID: fl.accessKeyID}
 	switch {
 	case fl.secretKeyFile != "":
 		data, err := os.ReadFile(fl.secretKeyFile)

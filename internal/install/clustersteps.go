@@ -11,14 +11,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
 )
@@ -88,17 +87,17 @@ func (in *installer) plan(ctx context.Context) error {
 }
 
 // componentOptions renders the components for this cluster.
-func (in *installer) componentOptions(ctx context.Context) (ComponentOptions, error) {
-	mon := Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring}
+func (in *installer) componentOptions(ctx context.Context) (components.Options, error) {
+	mon := cluster.Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring}
 	if in.rerun {
 		mon = in.record.Monitoring
 	}
-	o := ComponentOptions{
+	o := components.Options{
 		Sizing: in.sizing, Monitoring: mon, AdminEmail: in.o.AdminEmail, ServerAddress: in.o.Host,
 		Backups: in.o.Backups, Pinned: in.pinned, KipVersion: buildinfo.Version,
 	}
 	if in.clients != nil {
-		dex, err := ReadDexConfig(ctx, in.clients)
+		dex, err := components.ReadDexConfig(ctx, in.clients)
 		if err != nil {
 			return o, err
 		}
@@ -113,7 +112,7 @@ func (in *installer) componentNames(ctx context.Context) []string {
 	if err != nil {
 		return nil
 	}
-	comps, err := Components(o)
+	comps, err := components.Render(o)
 	if err != nil {
 		return nil
 	}
@@ -131,7 +130,7 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 	if err != nil {
 		return nil, nil, err
 	}
-	comps, err := Components(o)
+	comps, err := components.Render(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,22 +143,22 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 			return pending == "", err
 		},
 		Apply: func(ctx context.Context) error {
-			return poll(ctx, nodeReadyTimeout, "the server's node to be Ready", in.serverNodePending)
+			return kube.PollPending(ctx, nodeReadyTimeout, "the server's node to be Ready", in.serverNodePending)
 		},
 	}}
 	for _, c := range comps {
-		steps = append(steps, componentStep(in.clients, c))
+		steps = append(steps, components.Step(in.clients, c))
 	}
 	rec := in.intendedRecord(o, comps)
 	steps = append(steps, workflow.Step{
 		Name: "cluster-record", Title: "Record the cluster",
-		Done: "Recorded the cluster (" + kube.RecordPrefix + ClusterRecordName + ")", Already: "The cluster's record is up to date",
+		Done: "Recorded the cluster (" + kube.RecordPrefix + cluster.RecordName + ")", Already: "The cluster's record is up to date",
 		Check: func(ctx context.Context) (bool, error) {
-			have, found, err := ReadClusterRecord(ctx, in.clients.Dynamic)
+			have, found, err := cluster.ReadRecord(ctx, in.clients.Dynamic)
 			return found && sameRecord(have, rec), err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateClusterRecord(ctx, in.clients.Dynamic, func(r *ClusterRecord, found bool) error {
+			_, err := cluster.UpdateRecord(ctx, in.clients.Dynamic, func(r *cluster.Record, found bool) error {
 				installed := r.InstalledAt
 				*r = rec
 				if found && !installed.IsZero() {
@@ -174,7 +173,7 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 }
 
 // intendedRecord is the cluster record this run writes.
-func (in *installer) intendedRecord(o ComponentOptions, comps []Component) ClusterRecord {
+func (in *installer) intendedRecord(o components.Options, comps []components.Component) cluster.Record {
 	versions := map[string]string{}
 	for _, c := range in.pinned.Components {
 		versions[c.Name] = c.Version
@@ -189,13 +188,13 @@ func (in *installer) intendedRecord(o ComponentOptions, comps []Component) Clust
 	switch {
 	case o.Backups != nil:
 		backups = "external"
-	case in.sizing.Storage == StorageLonghorn:
+	case in.sizing.Storage == cluster.StorageLonghorn:
 		backups = "in-cluster"
 	}
 	if in.rerun && o.Backups == nil && in.record.Backups == "external" {
 		backups = "external" // credentials are kept in the cluster; a re-run without the flags keeps them
 	}
-	return ClusterRecord{
+	return cluster.Record{
 		Profile: in.sizing.Profile.Name, Storage: in.sizing.Storage, Network: in.network, Server: in.o.Host,
 		KipVersion: buildinfo.Version, Versions: versions, Monitoring: o.Monitoring, Backups: backups,
 		InstalledAt: time.Now().UTC(),
@@ -203,7 +202,7 @@ func (in *installer) intendedRecord(o ComponentOptions, comps []Component) Clust
 }
 
 // sameRecord compares the fields a run decides, not its timestamps.
-func sameRecord(a, b ClusterRecord) bool {
+func sameRecord(a, b cluster.Record) bool {
 	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
 		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups
 }
@@ -229,181 +228,6 @@ func (in *installer) serverNodePending(ctx context.Context) (string, error) {
 	return "no node with address " + in.nodeIP + " has registered", nil
 }
 
-// poll calls pending until it reports nothing pending, or fails after timeout naming what is.
-func poll(ctx context.Context, timeout time.Duration, what string, pending func(context.Context) (string, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		p, err := pending(ctx)
-		if err != nil {
-			return err
-		}
-		if p == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, p)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s (%s): %w", what, p, ctx.Err())
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-// componentStep installs one component: its objects applied, objects it only creates present,
-// rolled out, and the objects that follow it applied.
-func componentStep(cl *kube.Clients, c Component) workflow.Step {
-	title := c.Name
-	if c.Version != "" {
-		title += " " + c.Version
-	}
-	drift := func(ctx context.Context) ([]string, error) {
-		d, err := kube.Drift(ctx, cl, c.Objects, "")
-		if err != nil {
-			return nil, err
-		}
-		missing, err := missingObjects(ctx, cl, c.CreateOnly)
-		return append(d, missing...), err
-	}
-	return workflow.Step{
-		Name: "component-" + c.Name, Title: "Install " + title,
-		Done: "Installed " + title, Already: title + " already installed",
-		Check: func(ctx context.Context) (bool, error) {
-			d, err := drift(ctx)
-			if err != nil || len(d) > 0 {
-				return false, err
-			}
-			ready, _, err := c.Status(ctx, cl)
-			return ready, err
-		},
-		Plan: func(ctx context.Context) ([]string, error) {
-			d, err := drift(ctx)
-			if err == nil && len(d) == 0 {
-				d = []string{"wait for it to roll out"}
-			}
-			return d, err
-		},
-		Apply: func(ctx context.Context) error {
-			// A chart whose HelmChart changes gets a new install Job from helm-controller; until
-			// then its old, complete Job would count as installed.
-			replaced, err := changedCharts(ctx, cl, c.Objects)
-			if err != nil {
-				return err
-			}
-			// kip owns its components' fields: a field someone else changed is taken back.
-			if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
-				return err
-			}
-			if err := createMissing(ctx, cl, c.CreateOnly); err != nil {
-				return err
-			}
-			return poll(ctx, componentTimeout, c.Name+" to roll out", func(ctx context.Context) (string, error) {
-				if pending, err := replaced.pending(ctx, cl); pending != "" || err != nil {
-					return pending, err
-				}
-				if len(c.After) > 0 {
-					if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
-						if !notYet(err) {
-							return "", err
-						}
-						return "waiting for " + c.Name + "'s own objects: " + err.Error(), nil
-					}
-				}
-				ready, pending, err := c.Status(ctx, cl)
-				if err != nil || ready {
-					return "", err
-				}
-				return pending, nil
-			})
-		},
-	}
-}
-
-// chartJobs are the install Jobs of HelmCharts about to change, by Job, with the UID each had
-// before ("" when there was none).
-type chartJobs map[types.NamespacedName]types.UID
-
-// changedCharts finds the HelmCharts among objs that applying them would change, and notes
-// their install Jobs.
-func changedCharts(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) (chartJobs, error) {
-	jobs := chartJobs{}
-	for _, o := range objs {
-		if o.GetKind() != "HelmChart" {
-			continue
-		}
-		d, err := kube.Drift(ctx, cl, []*unstructured.Unstructured{o}, "")
-		if err != nil || len(d) == 0 {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		name := types.NamespacedName{Namespace: o.GetNamespace(), Name: "helm-install-" + o.GetName()}
-		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			jobs[name] = ""
-		case err != nil:
-			return nil, fmt.Errorf("read Job %s: %w", name, err)
-		default:
-			jobs[name] = job.UID
-		}
-	}
-	return jobs, nil
-}
-
-// pending names a changed chart whose install Job helm-controller has not replaced yet.
-func (jobs chartJobs) pending(ctx context.Context, cl *kube.Clients) (string, error) {
-	for name, old := range jobs {
-		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && job.UID == old {
-			return "k3s's helm-controller has not started Job " + name.String() + " for the new chart yet", nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("read Job %s: %w", name, err)
-		}
-	}
-	return "", nil
-}
-
-// notYet reports whether applying failed only because what the objects need does not exist
-// yet: their kind (a chart's CRD) or their namespace.
-func notYet(err error) bool {
-	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind")
-}
-
-// missingObjects names the objects that do not exist.
-func missingObjects(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]string, error) {
-	var out []string
-	for _, o := range objs {
-		ri, o, err := kube.ResourceFor(ctx, cl, o)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			out = append(out, o.GetKind()+" "+o.GetName()+": missing")
-		} else if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// createMissing creates the objects that do not exist, and leaves existing ones as they are.
-func createMissing(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) error {
-	for _, o := range objs {
-		ri, o, err := kube.ResourceFor(ctx, cl, o)
-		if err != nil {
-			return err
-		}
-		if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "kip"}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
-	}
-	return nil
-}
-
 // verifyStep runs a verification Job on every node: cluster DNS resolves and a ClusterIP
 // (the API's Service) answers from that node's pod network.
 func (in *installer) verifyStep(intent *clusterIntent) workflow.Step {
@@ -426,7 +250,7 @@ func (in *installer) verifyStep(intent *clusterIntent) workflow.Step {
 					return fmt.Errorf("create verification job on %s: %w", n.Name, err)
 				}
 			}
-			return poll(ctx, verifyTimeout, "the verification pods", func(ctx context.Context) (string, error) {
+			return kube.PollPending(ctx, verifyTimeout, "the verification pods", func(ctx context.Context) (string, error) {
 				return in.verifyPending(ctx, intent.VerifyID)
 			})
 		},

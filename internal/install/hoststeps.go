@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
@@ -166,7 +167,7 @@ func (in *installer) k3sFiles() ([]hostFile, error) {
 
 // hostSteps are the steps on the server's host, up to a running k3s and a saved kubeconfig.
 func (in *installer) hostSteps() ([]workflow.Step, error) {
-	longhorn := in.sizing.Storage == StorageLonghorn
+	longhorn := in.sizing.Storage == cluster.StorageLonghorn
 	var steps []workflow.Step
 	if longhorn {
 		pkgs := in.family.LonghornPackages
@@ -184,7 +185,7 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 			Apply: func(ctx context.Context) error { return in.family.InstallPackages(ctx, in.c, pkgs) },
 		})
 	}
-	mods := host.Modules(longhorn, in.network == NetworkWireGuard)
+	mods := host.Modules(longhorn, in.network == cluster.NetworkWireGuard)
 	steps = append(steps, workflow.Step{
 		Name: "host-modules", Title: "Load kernel modules (" + strings.Join(mods, ", ") + ")",
 		Done: "Loaded kernel modules", Already: "Kernel modules already set up",

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
@@ -26,7 +28,7 @@ type Options struct {
 	Profile    string // --profile; "" picks by the server's size
 	Storage    string // --storage; "" picks by the profile
 	// Backups is external backup storage (--backup-storage-bucket and its flags); nil for none.
-	Backups *BackupStorage
+	Backups *components.BackupStorage
 	// AirgapBundle is a directory with the k3s release's binary and checksum file; "" downloads
 	// them on the host.
 	AirgapBundle string
@@ -49,12 +51,12 @@ func (o *Options) Validate() error {
 		}
 	}
 	if o.Profile != "" {
-		if _, err := ProfileNamed(o.Profile); err != nil {
+		if _, err := cluster.ProfileNamed(o.Profile); err != nil {
 			return &cli.UsageError{Err: fmt.Errorf("--profile: %w", err)}
 		}
 	}
 	switch o.Storage {
-	case "", StorageLocal, StorageLonghorn:
+	case "", cluster.StorageLocal, cluster.StorageLonghorn:
 	default:
 		return cli.Usagef("--storage %q: choose local or longhorn", o.Storage)
 	}
@@ -62,7 +64,7 @@ func (o *Options) Validate() error {
 		return cli.Usagef("--ssh-port %d: give a port from 1 to 65535", o.SSHPort)
 	}
 	if o.Backups != nil {
-		if err := o.Backups.validate(); err != nil {
+		if err := o.Backups.Validate(); err != nil {
 			return &cli.UsageError{Err: err}
 		}
 	}
@@ -70,23 +72,6 @@ func (o *Options) Validate() error {
 		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
 			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
 		}
-	}
-	return nil
-}
-
-func (b *BackupStorage) validate() error {
-	var missing []string
-	if b.Bucket == "" {
-		missing = append(missing, "--backup-storage-bucket")
-	}
-	if b.AccessKeyID == "" {
-		missing = append(missing, "--backup-storage-access-key-id")
-	}
-	if b.SecretAccessKey == "" {
-		missing = append(missing, "--backup-storage-secret-access-key-file (or KIP_BACKUP_SECRET_ACCESS_KEY)")
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("external backup storage needs %s", strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -109,9 +94,9 @@ type installer struct {
 	state  *hostState
 
 	// Decisions, made before anything changes.
-	rerun   bool          // the cluster exists and has kip's record
-	record  ClusterRecord // the existing record, on a re-run
-	sizing  Sizing
+	rerun   bool           // the cluster exists and has kip's record
+	record  cluster.Record // the existing record, on a re-run
+	sizing  cluster.Sizing
 	network string
 	move    k3s.Move
 	bundle  *k3s.Binary // the k3s binary from --airgap-bundle, verified
@@ -288,15 +273,15 @@ func (in *installer) decide(ctx context.Context) error {
 		if in.state.serverData {
 			// k3s runs without kip's record (an install stopped before recording it): the
 			// flags decide, as on a fresh host.
-			sizing, err := Choose(int(in.facts.MemTotalMiB), in.facts.CPUs, in.o.Profile, in.o.Storage)
+			sizing, err := cluster.Choose(int(in.facts.MemTotalMiB), in.facts.CPUs, in.o.Profile, in.o.Storage)
 			if err != nil {
 				return err
 			}
 			in.sizing = sizing
 		}
-		in.network = NetworkVXLAN
+		in.network = cluster.NetworkVXLAN
 		if wireGuardUsable(in.facts.Modules["wireguard"]) {
-			in.network = NetworkWireGuard
+			in.network = cluster.NetworkWireGuard
 		}
 	}
 	k3sPin, err := in.pinned.Component("k3s")
@@ -342,7 +327,7 @@ func (in *installer) decide(ctx context.Context) error {
 
 func networkWords(n string, recorded bool) string {
 	switch {
-	case n == NetworkWireGuard:
+	case n == cluster.NetworkWireGuard:
 		return "WireGuard (flannel wireguard-native)"
 	case recorded:
 		return "VXLAN, as recorded on the cluster (a full kip upgrade moves it to WireGuard)"
@@ -367,7 +352,7 @@ func (in *installer) readExisting(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("k3s is installed on %s but its API does not answer, so kip cannot tell what the cluster is (%w): start it with 'systemctl start k3s' on the server, check 'journalctl -u k3s', then run kip install again", in.o.Host, err)
 	}
-	rec, found, err := ReadClusterRecord(ctx, clients.Dynamic)
+	rec, found, err := cluster.ReadRecord(ctx, clients.Dynamic)
 	if err != nil {
 		return err
 	}
@@ -383,21 +368,21 @@ func (in *installer) readExisting(ctx context.Context) error {
 func (in *installer) keepRecorded() error {
 	rec := in.record
 	switch {
-	case in.o.Storage != "" && in.o.Storage != rec.Storage && rec.Storage == StorageLocal:
+	case in.o.Storage != "" && in.o.Storage != rec.Storage && rec.Storage == cluster.StorageLocal:
 		return fmt.Errorf("this cluster uses local storage and kip install never switches the storage mode of an existing cluster: switch it with 'kip cluster storage longhorn', or omit --storage")
 	case in.o.Storage != "" && in.o.Storage != rec.Storage:
 		return fmt.Errorf("this cluster uses Longhorn, and a Longhorn cluster stays on Longhorn: omit --storage")
 	case in.o.Profile != "" && in.o.Profile != rec.Profile:
 		return fmt.Errorf("this cluster uses the %s profile and kip install keeps it: change it with 'kip platform profile set %s', or omit --profile", rec.Profile, in.o.Profile)
 	}
-	p, err := ProfileNamed(rec.Profile)
+	p, err := cluster.ProfileNamed(rec.Profile)
 	if err != nil {
 		return fmt.Errorf("the cluster record names profile %q: %w", rec.Profile, err)
 	}
-	in.sizing = Sizing{Profile: p, Storage: rec.Storage,
+	in.sizing = cluster.Sizing{Profile: p, Storage: rec.Storage,
 		ProfileReason: "recorded on the cluster", StorageReason: "recorded on the cluster; kip install never switches it"}
 	in.network = rec.Network
-	if rec.Storage == StorageLonghorn {
+	if rec.Storage == cluster.StorageLonghorn {
 		if err := host.CheckLonghorn(in.facts.OS, in.facts.Kernel); err != nil {
 			in.p.Warn(err.Error())
 		}

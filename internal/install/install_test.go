@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -17,7 +18,7 @@ func TestOptionsValidate(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	full := &BackupStorage{Bucket: "b", AccessKeyID: "id", SecretAccessKey: "s3cr3t"}
+	full := &components.BackupStorage{Bucket: "b", AccessKeyID: "id", SecretAccessKey: "s3cr3t"}
 	tests := []struct {
 		name string
 		o    Options
@@ -32,7 +33,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"bad profile", Options{Host: "h", Profile: "huge"}, `unknown profile "huge"`},
 		{"bad storage", Options{Host: "h", Storage: "nfs"}, "choose local or longhorn"},
 		{"bad port", Options{Host: "h", SSHPort: 70000}, "--ssh-port"},
-		{"bucket only", Options{Host: "h", Backups: &BackupStorage{Bucket: "b"}}, "--backup-storage-access-key-id, --backup-storage-secret-access-key-file"},
+		{"bucket only", Options{Host: "h", Backups: &components.BackupStorage{Bucket: "b"}}, "--backup-storage-access-key-id, --backup-storage-secret-access-key-file"},
 		{"bundle is a file", Options{Host: "h", AirgapBundle: file}, "not a directory"},
 		{"bundle missing", Options{Host: "h", AirgapBundle: filepath.Join(dir, "none")}, "not a directory"},
 	}

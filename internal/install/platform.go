@@ -15,6 +15,8 @@ import (
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
@@ -38,7 +40,7 @@ type platform struct {
 	f      *cli.Factory
 	p      *cli.Printer
 	cl     *kube.Clients
-	rec    ClusterRecord
+	rec    cluster.Record
 	pinned *manifests.Versions
 }
 
@@ -47,7 +49,7 @@ func loadPlatform(ctx context.Context, f *cli.Factory) (*platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, found, err := ReadClusterRecord(ctx, cl.Dynamic)
+	rec, found, err := cluster.ReadRecord(ctx, cl.Dynamic)
 	if err != nil {
 		return nil, err
 	}
@@ -62,29 +64,29 @@ func loadPlatform(ctx context.Context, f *cli.Factory) (*platform, error) {
 }
 
 // components renders the cluster's components as its record describes them, with monitoring mon.
-func (pl *platform) components(ctx context.Context, profile Profile, mon Monitoring) ([]Component, error) {
-	dex, err := ReadDexConfig(ctx, pl.cl)
+func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon cluster.Monitoring) ([]components.Component, error) {
+	dex, err := components.ReadDexConfig(ctx, pl.cl)
 	if err != nil {
 		return nil, err
 	}
-	return Components(ComponentOptions{
-		Sizing: Sizing{Profile: profile, Storage: pl.rec.Storage}, Monitoring: mon, ServerAddress: pl.rec.Server,
+	return components.Render(components.Options{
+		Sizing: cluster.Sizing{Profile: profile, Storage: pl.rec.Storage}, Monitoring: mon, ServerAddress: pl.rec.Server,
 		Pinned: pl.pinned, KipVersion: buildinfo.Version, ExistingDexConfig: dex,
 	})
 }
 
 // run runs steps as one workflow under the cluster lock, then updates the record with mutate.
-func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step, mutate func(*ClusterRecord)) error {
+func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step, mutate func(*cluster.Record)) error {
 	steps = append(steps, workflow.Step{
 		Name: "cluster-record", Title: "Record the change", Done: "Recorded the change", Already: "The record is up to date",
 		Check: func(ctx context.Context) (bool, error) {
-			rec, _, err := ReadClusterRecord(ctx, pl.cl.Dynamic)
+			rec, _, err := cluster.ReadRecord(ctx, pl.cl.Dynamic)
 			want := rec
 			mutate(&want)
 			return err == nil && sameRecord(rec, want) && rec.Profile == want.Profile, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateClusterRecord(ctx, pl.cl.Dynamic, func(r *ClusterRecord, _ bool) error { mutate(r); return nil })
+			_, err := cluster.UpdateRecord(ctx, pl.cl.Dynamic, func(r *cluster.Record, _ bool) error { mutate(r); return nil })
 			return err
 		},
 	})
@@ -120,8 +122,8 @@ func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on boo
 		return nil
 	}
 	*flag = on
-	mutate := func(r *ClusterRecord) { r.Monitoring = mon }
-	profile, err := ProfileNamed(pl.rec.Profile)
+	mutate := func(r *cluster.Record) { r.Monitoring = mon }
+	profile, err := cluster.ProfileNamed(pl.rec.Profile)
 	if err != nil {
 		return err
 	}
@@ -143,11 +145,11 @@ func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on boo
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(comps, func(c Component) bool { return c.Name == component })
+	i := slices.IndexFunc(comps, func(c components.Component) bool { return c.Name == component })
 	if i < 0 {
 		return fmt.Errorf("kip renders no %s component for this cluster", component)
 	}
-	return pl.run(ctx, "platform-"+component, []workflow.Step{componentStep(pl.cl, comps[i])}, mutate)
+	return pl.run(ctx, "platform-"+component, []workflow.Step{components.Step(pl.cl, comps[i])}, mutate)
 }
 
 func onOff(on bool) string {
@@ -165,8 +167,8 @@ func errCancelled(ok bool) error {
 }
 
 // componentObjects returns the objects component has while it is on, to delete them.
-func (pl *platform) componentObjects(ctx context.Context, profile Profile, component string) ([]*unstructured.Unstructured, error) {
-	all := Monitoring{Prometheus: true, Loki: true}
+func (pl *platform) componentObjects(ctx context.Context, profile cluster.Profile, component string) ([]*unstructured.Unstructured, error) {
+	all := cluster.Monitoring{Prometheus: true, Loki: true}
 	comps, err := pl.components(ctx, profile, all)
 	if err != nil {
 		return nil, err
@@ -260,9 +262,9 @@ func (pl *platform) serverNode(ctx context.Context) (*corev1.Node, error) {
 
 // ProfileView is the documented shape of 'kip platform profile show -o json'.
 type ProfileView struct {
-	Profile   Profile    `json:"profile"`
-	Storage   string     `json:"storage"`
-	Monitored Monitoring `json:"monitoring"`
+	Profile   cluster.Profile    `json:"profile"`
+	Storage   string             `json:"storage"`
+	Monitored cluster.Monitoring `json:"monitoring"`
 	// ServerMemoryMiB and ServerCPUs are the server node's capacity.
 	ServerMemoryMiB int64 `json:"serverMemoryMiB"`
 	ServerCPUs      int64 `json:"serverCPUs"`
@@ -274,7 +276,7 @@ func ShowProfile(ctx context.Context, f *cli.Factory) error {
 	if err != nil {
 		return err
 	}
-	p, err := ProfileNamed(pl.rec.Profile)
+	p, err := cluster.ProfileNamed(pl.rec.Profile)
 	if err != nil {
 		return err
 	}
@@ -305,7 +307,7 @@ func ShowProfile(ctx context.Context, f *cli.Factory) error {
 // SetProfile changes the cluster's sizing profile, refusing one the server cannot carry, and
 // re-applies the components the profile sizes. Monitoring stays as it is.
 func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
-	if _, err := ProfileNamed(name); err != nil {
+	if _, err := cluster.ProfileNamed(name); err != nil {
 		return &cli.UsageError{Err: err}
 	}
 	pl, err := loadPlatform(ctx, f)
@@ -320,7 +322,7 @@ func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
 	if err != nil {
 		return err
 	}
-	sizing, err := Choose(int(node.Status.Capacity.Memory().Value()>>20), int(node.Status.Capacity.Cpu().Value()), name, pl.rec.Storage)
+	sizing, err := cluster.Choose(int(node.Status.Capacity.Memory().Value()>>20), int(node.Status.Capacity.Cpu().Value()), name, pl.rec.Storage)
 	if err != nil {
 		return err
 	}
@@ -335,7 +337,7 @@ func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
 			// Backup storage is not sized by the profile and its credentials are not at hand.
 			continue
 		}
-		steps = append(steps, componentStep(pl.cl, c))
+		steps = append(steps, components.Step(pl.cl, c))
 	}
-	return pl.run(ctx, "platform-profile", steps, func(r *ClusterRecord) { r.Profile = name })
+	return pl.run(ctx, "platform-profile", steps, func(r *cluster.Record) { r.Profile = name })
 }

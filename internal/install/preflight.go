@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 )
@@ -24,26 +25,19 @@ var preflightScript string
 const (
 	MinCPUs      = 1
 	MinMemoryMiB = 3500
-	MinFreeBytes = 20 << 30 // on the file system holding RancherDir
+	MinFreeBytes = 20 << 30 // on the file system holding cluster.RancherDir
 )
 
 // Longhorn's disk rule: Longhorn keeps more than LonghornReservedPercent of the file system
-// holding LonghornDir free, and schedules volumes only into the space above that reserve. kip
+// holding cluster.LonghornDir free, and schedules volumes only into the space above that reserve. kip
 // asks for at least LonghornMinScheduleBytes there, so that the first volumes fit.
 const (
 	LonghornReservedPercent  = 25
 	LonghornMinScheduleBytes = 10 << 30
 )
 
-// Where k3s and Longhorn keep their data. Gather the host's Facts with DiskPaths so that
-// Preflight can check the file systems holding them.
-const (
-	RancherDir  = "/var/lib/rancher"
-	LonghornDir = "/var/lib/longhorn"
-)
-
-// DiskPaths are the paths whose file systems Preflight checks.
-var DiskPaths = []string{RancherDir, LonghornDir}
+// DiskPaths are the paths whose file systems Preflight checks: gather the host's Facts with them.
+var DiskPaths = []string{cluster.RancherDir, cluster.LonghornDir}
 
 // Request is what the operator asked install for; empty fields pick the defaults.
 type Request struct {
@@ -74,7 +68,7 @@ type Report struct {
 	Host   string
 	Checks []Check
 	// Sizing is the profile and storage chosen; zero when the profile check failed.
-	Sizing Sizing
+	Sizing cluster.Sizing
 	// ExistingK3s says a k3s is already on the host: install takes the re-run path.
 	ExistingK3s bool
 }
@@ -133,7 +127,7 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 	add(checkDisk(f.Disks))
 
 	storage := want.Storage
-	sizing, err := Choose(int(min(f.MemTotalMiB, math.MaxInt32)), f.CPUs, want.Profile, want.Storage)
+	sizing, err := cluster.Choose(int(min(f.MemTotalMiB, math.MaxInt32)), f.CPUs, want.Profile, want.Storage)
 	if err != nil {
 		detail, fix := splitFix(err)
 		add(Check{Name: "profile", Status: StatusFail, Detail: detail, Fix: fix})
@@ -142,12 +136,12 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 		add(Check{Name: "profile", Status: StatusOK,
 			Detail: fmt.Sprintf("%s (%s); storage %s (%s)", sizing.Profile.Name, sizing.ProfileReason, sizing.Storage, sizing.StorageReason)})
 	}
-	if storage == StorageLonghorn {
+	if storage == cluster.StorageLonghorn {
 		add(checkLonghornDisk(f.Disks))
 		add(checkLonghornOS(f.OS, f.Kernel))
 	}
 	add(checkWireGuard(f.Modules["wireguard"]))
-	if storage == StorageLonghorn {
+	if storage == cluster.StorageLonghorn {
 		add(checkStorageModules(f.Modules, f.Kernel, family, famErr))
 	}
 	r.ExistingK3s = p.existingK3s()
@@ -230,24 +224,24 @@ func checkMemory(mib uint64) Check {
 }
 
 func checkDisk(disks map[string]sshx.Disk) Check {
-	d, ok := disks[RancherDir]
+	d, ok := disks[cluster.RancherDir]
 	if !ok {
-		return Check{Name: "disk", Status: StatusFail, Detail: "cannot see the free space of the file system holding " + RancherDir,
+		return Check{Name: "disk", Status: StatusFail, Detail: "cannot see the free space of the file system holding " + cluster.RancherDir,
 			Fix: "check that df works on the host"}
 	}
 	if d.FreeBytes < MinFreeBytes {
 		return Check{Name: "disk", Status: StatusFail,
-			Detail: fmt.Sprintf("%s free on %s (holding %s); kip needs at least %s", gib(d.FreeBytes), d.Mount, RancherDir, gib(MinFreeBytes)),
+			Detail: fmt.Sprintf("%s free on %s (holding %s); kip needs at least %s", gib(d.FreeBytes), d.Mount, cluster.RancherDir, gib(MinFreeBytes)),
 			Fix:    fmt.Sprintf("free or add space on %s until %s is free", d.Mount, gib(MinFreeBytes))}
 	}
-	return Check{Name: "disk", Status: StatusOK, Detail: fmt.Sprintf("%s free on %s (holding %s)", gib(d.FreeBytes), d.Mount, RancherDir)}
+	return Check{Name: "disk", Status: StatusOK, Detail: fmt.Sprintf("%s free on %s (holding %s)", gib(d.FreeBytes), d.Mount, cluster.RancherDir)}
 }
 
 func checkLonghornDisk(disks map[string]sshx.Disk) Check {
 	c := Check{Name: "longhorn disk"}
-	d, ok := disks[LonghornDir]
+	d, ok := disks[cluster.LonghornDir]
 	if !ok {
-		c.Status, c.Detail, c.Fix = StatusFail, "cannot see the free space of the file system holding "+LonghornDir, "check that df works on the host"
+		c.Status, c.Detail, c.Fix = StatusFail, "cannot see the free space of the file system holding "+cluster.LonghornDir, "check that df works on the host"
 		return c
 	}
 	reserve := d.TotalBytes / 100 * LonghornReservedPercent
@@ -256,7 +250,7 @@ func checkLonghornDisk(disks map[string]sshx.Disk) Check {
 		usable = d.FreeBytes - reserve
 	}
 	c.Detail = fmt.Sprintf("%s free of %s on %s (holding %s); Longhorn keeps more than %d%% (%s) free, leaving %s for volumes",
-		gib(d.FreeBytes), gib(d.TotalBytes), d.Mount, LonghornDir, LonghornReservedPercent, gib(reserve), gib(usable))
+		gib(d.FreeBytes), gib(d.TotalBytes), d.Mount, cluster.LonghornDir, LonghornReservedPercent, gib(reserve), gib(usable))
 	if usable < LonghornMinScheduleBytes {
 		c.Status = StatusFail
 		c.Detail += fmt.Sprintf("; kip needs at least %s above that reserve", gib(LonghornMinScheduleBytes))

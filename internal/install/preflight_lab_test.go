@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
@@ -60,7 +61,7 @@ func TestPreflightLab(t *testing.T) {
 		if err := r.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if r.Sizing.Profile.Name != "nano" || r.Sizing.Storage != StorageLocal || r.ExistingK3s {
+		if r.Sizing.Profile.Name != "nano" || r.Sizing.Storage != cluster.StorageLocal || r.ExistingK3s {
 			t.Errorf("sizing %s/%s, existing k3s %v", r.Sizing.Profile.Name, r.Sizing.Storage, r.ExistingK3s)
 		}
 		for _, ch := range r.Checks {
@@ -75,7 +76,7 @@ func TestPreflightLab(t *testing.T) {
 	})
 
 	t.Run("longhorn", func(t *testing.T) {
-		r := preflight(Request{Storage: StorageLonghorn})
+		r := preflight(Request{Storage: cluster.StorageLonghorn})
 		err := r.Err()
 		if err == nil {
 			t.Fatal("longhorn on 4096 MiB passed")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 )
@@ -166,7 +167,7 @@ func FuzzParseProbe(f *testing.F) {
 			return
 		}
 		// Whatever parses must evaluate without panicking.
-		evaluate("h", goodFacts(), p, Request{Storage: StorageLonghorn})
+		evaluate("h", goodFacts(), p, Request{Storage: cluster.StorageLonghorn})
 	})
 }
 
@@ -228,8 +229,8 @@ func goodFacts() *sshx.Facts {
 		CPUs:        1,
 		MemTotalMiB: 3900,
 		Disks: map[string]sshx.Disk{
-			RancherDir:  {Mount: "/", TotalBytes: 40 * gibi, FreeBytes: 30 * gibi},
-			LonghornDir: {Mount: "/", TotalBytes: 40 * gibi, FreeBytes: 30 * gibi},
+			cluster.RancherDir:  {Mount: "/", TotalBytes: 40 * gibi, FreeBytes: 30 * gibi},
+			cluster.LonghornDir: {Mount: "/", TotalBytes: 40 * gibi, FreeBytes: 30 * gibi},
 		},
 		Addrs: []sshx.Addr{{Iface: "lo", CIDR: netip.MustParsePrefix("127.0.0.1/8")}, {Iface: "eth0", CIDR: netip.MustParsePrefix("203.0.113.10/24")}},
 		Routes: []sshx.Route{
@@ -244,7 +245,7 @@ func goodFacts() *sshx.Facts {
 // bigFacts is an 8 GB, 2-CPU server with a disk Longhorn accepts.
 func bigFacts(f *sshx.Facts) {
 	f.MemTotalMiB, f.CPUs = 7900, 2
-	f.Disks[LonghornDir] = sshx.Disk{Mount: "/", TotalBytes: 100 * gibi, FreeBytes: 60 * gibi}
+	f.Disks[cluster.LonghornDir] = sshx.Disk{Mount: "/", TotalBytes: 100 * gibi, FreeBytes: 60 * gibi}
 }
 
 func TestPreflightChecks(t *testing.T) {
@@ -252,7 +253,7 @@ func TestPreflightChecks(t *testing.T) {
 		return func(f *sshx.Facts) { f.Disks[path] = sshx.Disk{Mount: "/", TotalBytes: total, FreeBytes: free} }
 	}
 	longhornDisk := func(total, free uint64) func(*sshx.Facts) {
-		return func(f *sshx.Facts) { bigFacts(f); disk(LonghornDir, total, free)(f) }
+		return func(f *sshx.Facts) { bigFacts(f); disk(cluster.LonghornDir, total, free)(f) }
 	}
 	rocky := func(version, kernel string) func(*sshx.Facts) {
 		return func(f *sshx.Facts) {
@@ -264,7 +265,7 @@ func TestPreflightChecks(t *testing.T) {
 	module := func(name string, s sshx.ModuleState) func(*sshx.Facts) {
 		return func(f *sshx.Facts) { f.Modules[name] = s }
 	}
-	longhorn := Request{Storage: StorageLonghorn}
+	longhorn := Request{Storage: cluster.StorageLonghorn}
 	for _, tc := range []struct {
 		name  string
 		facts func(*sshx.Facts)
@@ -288,9 +289,9 @@ func TestPreflightChecks(t *testing.T) {
 		{name: "1 CPU", check: "cpu", st: StatusOK, has: "1 CPU"},
 		{name: "3499 MiB", facts: func(f *sshx.Facts) { f.MemTotalMiB = 3499 }, check: "memory", st: StatusFail, has: "3499 MiB of RAM; the nano profile needs at least 3500 MiB"},
 		{name: "3500 MiB", facts: func(f *sshx.Facts) { f.MemTotalMiB = 3500 }, check: "memory", st: StatusOK, has: "3500 MiB"},
-		{name: "20 GiB less a byte", facts: disk(RancherDir, 100*gibi, 20*gibi-1), check: "disk", st: StatusFail, has: "19.9 GiB free on / (holding /var/lib/rancher); kip needs at least 20.0 GiB"},
-		{name: "20 GiB", facts: disk(RancherDir, 100*gibi, 20*gibi), check: "disk", st: StatusOK, has: "20.0 GiB free"},
-		{name: "no df", facts: func(f *sshx.Facts) { delete(f.Disks, RancherDir) }, check: "disk", st: StatusFail, has: "cannot see"},
+		{name: "20 GiB less a byte", facts: disk(cluster.RancherDir, 100*gibi, 20*gibi-1), check: "disk", st: StatusFail, has: "19.9 GiB free on / (holding /var/lib/rancher); kip needs at least 20.0 GiB"},
+		{name: "20 GiB", facts: disk(cluster.RancherDir, 100*gibi, 20*gibi), check: "disk", st: StatusOK, has: "20.0 GiB free"},
+		{name: "no df", facts: func(f *sshx.Facts) { delete(f.Disks, cluster.RancherDir) }, check: "disk", st: StatusFail, has: "cannot see"},
 
 		{name: "nano by default", check: "profile", st: StatusOK, has: "nano"},
 		{name: "small by default", facts: bigFacts, check: "profile", st: StatusOK, has: "small"},
@@ -305,7 +306,7 @@ func TestPreflightChecks(t *testing.T) {
 
 		{name: "rocky 9.6 longhorn", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), want: longhorn, check: "longhorn os", st: StatusOK},
 		{name: "rocky 9.7 longhorn", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: longhorn, check: "longhorn os", st: StatusFail, has: "Rocky Linux 9.7 cannot run Longhorn"},
-		{name: "rocky 9.7 local", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: Request{Storage: StorageLocal}, check: "longhorn os"},
+		{name: "rocky 9.7 local", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: Request{Storage: cluster.StorageLocal}, check: "longhorn os"},
 
 		{name: "wireguard loaded", facts: module("wireguard", sshx.ModuleLoaded), check: "wireguard", st: StatusOK, has: "pod network: WireGuard"},
 		{name: "wireguard loadable", check: "wireguard", st: StatusOK, has: "pod network: WireGuard"},
@@ -415,20 +416,20 @@ func TestPreflightReport(t *testing.T) {
 		if want := []string{"os", "ipv4", "cpu", "memory", "disk", "profile", "wireguard", "ports", "kubernetes", "firewall"}; !reflect.DeepEqual(names, want) {
 			t.Errorf("checks %q, want %q", names, want)
 		}
-		if r.Sizing.Profile.Name != "nano" || r.Sizing.Storage != StorageLocal || r.ExistingK3s {
+		if r.Sizing.Profile.Name != "nano" || r.Sizing.Storage != cluster.StorageLocal || r.ExistingK3s {
 			t.Errorf("sizing %s/%s, existing k3s %v", r.Sizing.Profile.Name, r.Sizing.Storage, r.ExistingK3s)
 		}
 	})
 	t.Run("longhorn on 4 GB", func(t *testing.T) {
 		f := goodFacts()
 		f.Modules["iscsi_tcp"] = sshx.ModuleUnavailable
-		r := evaluate("203.0.113.10", f, p, Request{Storage: StorageLonghorn})
+		r := evaluate("203.0.113.10", f, p, Request{Storage: cluster.StorageLonghorn})
 		err := r.Err()
 		want := "preflight failed on 203.0.113.10: 2 checks failed: profile: --storage longhorn needs at least 6000 MiB of RAM; this server has 3900 MiB (fix: resize the server, or install with local storage (omit --storage) and switch later with 'kip cluster storage longhorn'); "
 		if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "; storage modules: Longhorn needs the iscsi_tcp kernel module(s)") {
 			t.Errorf("got %v\nwant it to start %q", err, want)
 		}
-		if r.Sizing != (Sizing{}) {
+		if r.Sizing != (cluster.Sizing{}) {
 			t.Errorf("sizing %+v after a refused profile", r.Sizing)
 		}
 	})

@@ -14,51 +14,56 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// Waits poll the API server, quickly at first and then every 2 s, until the condition holds, the
-// timeout passes or ctx ends. The timeout error names what is still pending, e.g.
+// Waits poll the API server every half second (apimachinery's wait) until the condition holds,
+// the timeout passes or ctx ends. The timeout error names what is still pending, e.g.
 //
 //	timed out after 2m0s waiting for rollout: Deployment kipper-system/console-api has 1 of 2 replicas updated, 0 available
 //
 // Errors that waiting cannot cure (forbidden, a rollout past its progress deadline) end the wait
 // at once; others (not found yet, a dropped connection) are retried and reported as pending.
 
-const (
-	firstPollInterval = 100 * time.Millisecond
-	maxPollInterval   = 2 * time.Second
-)
+// PollInterval is how often a wait asks again.
+const PollInterval = 500 * time.Millisecond
 
-// check reports whether the awaited condition holds and, if not, what is pending. An error ends
+// Check reports whether the awaited condition holds and, if not, what is pending. An error ends
 // the wait.
-type check func(ctx context.Context) (done bool, pending string, err error)
+type Check func(ctx context.Context) (done bool, pending string, err error)
 
-func poll(ctx context.Context, timeout time.Duration, what string, fn check) error {
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	interval := firstPollInterval
+// Poll waits until fn reports done, fn fails, the timeout passes or ctx ends.
+func Poll(ctx context.Context, timeout time.Duration, what string, fn Check) error {
 	pending := "nothing observed yet"
-	for {
+	var failed error
+	err := wait.PollUntilContextTimeout(ctx, PollInterval, timeout, true, func(wctx context.Context) (bool, error) {
 		done, p, err := fn(wctx)
 		if err != nil && wctx.Err() == nil {
-			return fmt.Errorf("wait for %s: %w", what, err)
-		}
-		if err == nil && done {
-			return nil
+			failed = fmt.Errorf("wait for %s: %w", what, err)
+			return false, failed
 		}
 		if p != "" {
 			pending = p
 		}
-		select {
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return fmt.Errorf("stopped waiting for %s: %w; %s", what, ctx.Err(), pending)
-			}
-			return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, pending)
-		case <-time.After(interval):
-		}
-		interval = min(interval*2, maxPollInterval)
+		return err == nil && done, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case failed != nil:
+		return failed
+	case ctx.Err() != nil:
+		return fmt.Errorf("stopped waiting for %s: %w; %s", what, ctx.Err(), pending)
 	}
+	return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, pending)
+}
+
+// PollPending waits until pending reports nothing pending ("").
+func PollPending(ctx context.Context, timeout time.Duration, what string, pending func(context.Context) (string, error)) error {
+	return Poll(ctx, timeout, what, func(ctx context.Context) (bool, string, error) {
+		p, err := pending(ctx)
+		return err == nil && p == "", p, err
+	})
 }
 
 // retryable reports whether an API error may go away by itself while waiting.
@@ -86,7 +91,7 @@ func WaitCRDsEstablished(ctx context.Context, c *Clients, names []string, timeou
 	if len(names) == 0 {
 		return nil
 	}
-	return poll(ctx, timeout, "CRDs to be established", func(ctx context.Context) (bool, string, error) {
+	return Poll(ctx, timeout, "CRDs to be established", func(ctx context.Context) (bool, string, error) {
 		var pending []string
 		for _, name := range names {
 			crd, err := c.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
@@ -128,7 +133,7 @@ func crdStatus(crd *apiextensionsv1.CustomResourceDefinition) (established bool,
 // Deployment past its progress deadline fails at once, as does a DaemonSet or StatefulSet whose
 // update strategy is not RollingUpdate (its rollout has no end to wait for).
 func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, timeout time.Duration) error {
-	var fn check
+	var fn Check
 	switch strings.ToLower(kind) {
 	case "deployment":
 		id := "Deployment " + namespace + "/" + name
@@ -163,7 +168,7 @@ func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, 
 	default:
 		return fmt.Errorf("wait for rollout of %s %s/%s: only a Deployment, DaemonSet or StatefulSet rolls out", kind, namespace, name)
 	}
-	return poll(ctx, timeout, "rollout", fn)
+	return Poll(ctx, timeout, "rollout", fn)
 }
 
 // RolloutStatus reports whether a Deployment, DaemonSet or StatefulSet (obj, as read from the API
@@ -268,7 +273,7 @@ func WaitNodesReady(ctx context.Context, c *Clients, names []string, timeout tim
 	if len(names) == 0 {
 		return nil
 	}
-	return poll(ctx, timeout, "nodes to be Ready", func(ctx context.Context) (bool, string, error) {
+	return Poll(ctx, timeout, "nodes to be Ready", func(ctx context.Context) (bool, string, error) {
 		list, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			if !retryable(err) {

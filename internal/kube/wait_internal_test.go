@@ -142,7 +142,7 @@ func TestNodeNotReady(t *testing.T) {
 
 func TestPollNamesPendingAndHonoursContext(t *testing.T) {
 	pending := func(context.Context) (bool, string, error) { return false, "thing x has 0 of 1 ready", nil }
-	err := poll(context.Background(), 300*time.Millisecond, "things", pending)
+	err := Poll(context.Background(), 300*time.Millisecond, "things", pending)
 	if err == nil || err.Error() != "timed out after 300ms waiting for things: thing x has 0 of 1 ready" {
 		t.Errorf("timeout: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestPollNamesPendingAndHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	began := time.Now()
-	err = poll(ctx, time.Hour, "things", pending)
+	err = Poll(ctx, time.Hour, "things", pending)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "thing x has 0 of 1 ready") {
 		t.Errorf("cancel: %v", err)
 	}
@@ -159,13 +159,13 @@ func TestPollNamesPendingAndHonoursContext(t *testing.T) {
 	}
 
 	boom := errors.New("forbidden")
-	err = poll(context.Background(), time.Hour, "things", func(context.Context) (bool, string, error) { return false, "", boom })
+	err = Poll(context.Background(), time.Hour, "things", func(context.Context) (bool, string, error) { return false, "", boom })
 	if !errors.Is(err, boom) || err.Error() != "wait for things: forbidden" {
 		t.Errorf("fatal: %v", err)
 	}
 
 	calls := 0
-	err = poll(context.Background(), time.Minute, "things", func(context.Context) (bool, string, error) {
+	err = Poll(context.Background(), time.Minute, "things", func(context.Context) (bool, string, error) {
 		calls++
 		return calls == 3, "not yet", nil
 	})

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
@@ -85,7 +85,7 @@ func newFixture(tb testing.TB) *fixture {
 		tb.Fatal(err)
 	}
 	f.localPV(tb, "pvc-db", "shop", "data-db-0", "2Gi")
-	f.setRecord(tb, install.StorageLocal)
+	f.setRecord(tb, cluster.StorageLocal)
 
 	for name, p := range map[string]workflow.Progress{
 		"op-node-add-w3": {Workflow: "node-add-w3", StartedBy: "kip node add 192.0.2.13 by alice@laptop, pid 42", Status: workflow.StatusFailed,
@@ -161,11 +161,11 @@ func (f *fixture) createLocalPV(dir, node, name, namespace, claim, size string) 
 
 func (f *fixture) setRecord(tb testing.TB, storage string) {
 	tb.Helper()
-	_, err := install.UpdateClusterRecord(context.Background(), f.c.Dynamic, func(rec *install.ClusterRecord, _ bool) error {
-		*rec = install.ClusterRecord{Profile: "nano", Storage: storage, Network: install.NetworkVXLAN, Server: "192.0.2.10",
+	_, err := cluster.UpdateRecord(context.Background(), f.c.Dynamic, func(rec *cluster.Record, _ bool) error {
+		*rec = cluster.Record{Profile: "nano", Storage: storage, Network: cluster.NetworkVXLAN, Server: "192.0.2.10",
 			KipVersion: recordKip, Versions: map[string]string{"k3s": f.pinned}, InstalledAt: time.Now().UTC()}
-		if storage == install.StorageLonghorn {
-			rec.Profile, rec.Monitoring = "small", install.Monitoring{Prometheus: true, Loki: true}
+		if storage == cluster.StorageLonghorn {
+			rec.Profile, rec.Monitoring = "small", cluster.Monitoring{Prometheus: true, Loki: true}
 		}
 		return nil
 	})
@@ -208,7 +208,7 @@ func TestAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := r.Cluster; !c.Recorded || c.Storage != install.StorageLocal || c.Profile != "nano" || c.Monitoring == nil || c.Monitoring.Prometheus || c.KipVersion != recordKip {
+		if c := r.Cluster; !c.Recorded || c.Storage != cluster.StorageLocal || c.Profile != "nano" || c.Monitoring == nil || c.Monitoring.Prometheus || c.KipVersion != recordKip {
 			t.Errorf("cluster %+v", c)
 		}
 		srv := findNode(t, r, srvNode)
@@ -366,8 +366,8 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("longhorn", func(t *testing.T) {
-		f.setRecord(t, install.StorageLonghorn)
-		t.Cleanup(func() { f.setRecord(t, install.StorageLocal) })
+		f.setRecord(t, cluster.StorageLonghorn)
+		t.Cleanup(func() { f.setRecord(t, cluster.StorageLocal) })
 		f.longhorn(t)
 		var out bytes.Buffer
 		r, err := Collect(ctx, f.options(&out))
@@ -386,7 +386,7 @@ func TestAPI(t *testing.T) {
 			t.Errorf("disk %+v", d)
 		}
 		// The Longhorn volume and the local one (the registry stays local on the server).
-		if s.VolumeCount != 2 || s.Volumes[0].Name != "pvc-lh" || *s.Volumes[0].UsedBytes != 3<<30 || s.Volumes[0].Storage != install.StorageLonghorn ||
+		if s.VolumeCount != 2 || s.Volumes[0].Name != "pvc-lh" || *s.Volumes[0].UsedBytes != 3<<30 || s.Volumes[0].Storage != cluster.StorageLonghorn ||
 			s.Volumes[0].Claim != "data-pg-0" || s.Volumes[1].Name != "pvc-db" {
 			t.Errorf("volumes %+v", s.Volumes)
 		}

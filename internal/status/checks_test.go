@@ -18,8 +18,8 @@ import (
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
-	"kipper.run/kip/internal/install"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 )
@@ -294,9 +294,9 @@ func TestDiskLevel(t *testing.T) {
 		}
 	}
 	c := checkHostDisk("srv", map[string]sshx.Disk{
-		install.RancherDir: {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
+		cluster.RancherDir: {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
 		LocalStorageDir:    {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
-	}, []string{install.RancherDir, LocalStorageDir})
+	}, []string{cluster.RancherDir, LocalStorageDir})
 	if c.Status != StatusFail || strings.Count(c.Detail, "free of") != 1 || !strings.Contains(c.Fix, "evicts pods") {
 		t.Errorf("host disk: %s %q %q", c.Status, c.Detail, c.Fix)
 	}
@@ -372,15 +372,15 @@ func TestCheckStorage(t *testing.T) {
 		detail string
 		fix    string
 	}{
-		{"local as recorded", install.StorageLocal, storageFacts{crds: true, classes: []storageClass{local}}, StatusOK, "local-path is the default", ""},
-		{"local without the class", install.StorageLocal, storageFacts{}, StatusFail, "no local-path StorageClass", "systemctl restart k3s"},
-		{"local not default", install.StorageLocal, storageFacts{classes: []storageClass{notDefault, longhornClass}}, StatusFail, "(longhorn is)", "kubectl patch storageclass local-path"},
-		{"local, no default at all", install.StorageLocal, storageFacts{classes: []storageClass{notDefault}}, StatusFail, "(no class is)", "is-default-class"},
-		{"local with Longhorn installed", install.StorageLocal, storageFacts{namespace: true, classes: []storageClass{local}}, StatusWarn, "did not finish", "kip cluster storage longhorn"},
-		{"longhorn as recorded", install.StorageLonghorn, storageFacts{namespace: true, crds: true, helmKnown: true, helmChart: true}, StatusOK, "and HelmChart are installed", ""},
-		{"longhorn without HelmChart CRD", install.StorageLonghorn, storageFacts{namespace: true, crds: true}, StatusOK, "its CRDs are installed", ""},
-		{"longhorn missing", install.StorageLonghorn, storageFacts{crds: true, helmKnown: true}, StatusFail, "missing namespace longhorn-system, HelmChart longhorn", "kip cluster storage longhorn"},
-		{"longhorn CRDs missing", install.StorageLonghorn, storageFacts{namespace: true}, StatusFail, "missing Longhorn's CRDs", ""},
+		{"local as recorded", cluster.StorageLocal, storageFacts{crds: true, classes: []storageClass{local}}, StatusOK, "local-path is the default", ""},
+		{"local without the class", cluster.StorageLocal, storageFacts{}, StatusFail, "no local-path StorageClass", "systemctl restart k3s"},
+		{"local not default", cluster.StorageLocal, storageFacts{classes: []storageClass{notDefault, longhornClass}}, StatusFail, "(longhorn is)", "kubectl patch storageclass local-path"},
+		{"local, no default at all", cluster.StorageLocal, storageFacts{classes: []storageClass{notDefault}}, StatusFail, "(no class is)", "is-default-class"},
+		{"local with Longhorn installed", cluster.StorageLocal, storageFacts{namespace: true, classes: []storageClass{local}}, StatusWarn, "did not finish", "kip cluster storage longhorn"},
+		{"longhorn as recorded", cluster.StorageLonghorn, storageFacts{namespace: true, crds: true, helmKnown: true, helmChart: true}, StatusOK, "and HelmChart are installed", ""},
+		{"longhorn without HelmChart CRD", cluster.StorageLonghorn, storageFacts{namespace: true, crds: true}, StatusOK, "its CRDs are installed", ""},
+		{"longhorn missing", cluster.StorageLonghorn, storageFacts{crds: true, helmKnown: true}, StatusFail, "missing namespace longhorn-system, HelmChart longhorn", "kip cluster storage longhorn"},
+		{"longhorn CRDs missing", cluster.StorageLonghorn, storageFacts{namespace: true}, StatusFail, "missing Longhorn's CRDs", ""},
 		{"unknown mode", "ceph", storageFacts{}, StatusWarn, "unknown storage mode", "upgrade kip"},
 	}
 	for _, tt := range tests {
@@ -394,13 +394,13 @@ func TestCheckStorage(t *testing.T) {
 }
 
 func TestHostChecksSmall(t *testing.T) {
-	if c := checkWireGuard("w1", sshx.ModuleUnavailable, install.NetworkWireGuard); c.Status != StatusFail {
+	if c := checkWireGuard("w1", sshx.ModuleUnavailable, cluster.NetworkWireGuard); c.Status != StatusFail {
 		t.Errorf("wireguard network without the module: %s", c.Status)
 	}
-	if c := checkWireGuard("w1", sshx.ModuleUnavailable, install.NetworkVXLAN); c.Status != StatusWarn {
+	if c := checkWireGuard("w1", sshx.ModuleUnavailable, cluster.NetworkVXLAN); c.Status != StatusWarn {
 		t.Errorf("vxlan without the module: %s", c.Status)
 	}
-	if c := checkWireGuard("w1", sshx.ModuleLoadable, install.NetworkVXLAN); c.Status != StatusOK || !strings.Contains(c.Detail, "kip upgrade") {
+	if c := checkWireGuard("w1", sshx.ModuleLoadable, cluster.NetworkVXLAN); c.Status != StatusOK || !strings.Contains(c.Detail, "kip upgrade") {
 		t.Errorf("vxlan with the module: %s %q", c.Status, c.Detail)
 	}
 	for _, tt := range []struct {

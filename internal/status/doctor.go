@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/cli"
-	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
@@ -160,7 +160,7 @@ func (d *doctor) apiChecks(ctx context.Context) *view {
 	d.add(checkK3sVersions(v.nodes))
 	if v.recorded {
 		d.add(d.storageCheck(ctx, v))
-		if v.rec.Storage == install.StorageLonghorn {
+		if v.rec.Storage == cluster.StorageLonghorn {
 			d.add(d.longhornDiskChecks(ctx, v)...)
 		}
 		d.add(checkKipVersion(d.o.KipVersion, v.rec.KipVersion))
@@ -477,7 +477,7 @@ func (d *doctor) storageCheck(ctx context.Context, v *view) Check {
 func checkStorage(mode string, f storageFacts) Check {
 	c := Check{Name: "storage", Status: StatusOK}
 	switch mode {
-	case install.StorageLonghorn:
+	case cluster.StorageLonghorn:
 		var missing []string
 		if !f.namespace {
 			missing = append(missing, "namespace "+LonghornNamespace)
@@ -499,7 +499,7 @@ func checkStorage(mode string, f storageFacts) Check {
 			c.Detail += " and HelmChart"
 		}
 		c.Detail += " are installed"
-	case install.StorageLocal:
+	case cluster.StorageLocal:
 		var def []string
 		var local *storageClass
 		for i, sc := range f.classes {
@@ -673,13 +673,13 @@ func (d *doctor) hostChecks(ctx context.Context, v *view) {
 			Fix:    sshFix})
 		return
 	}
-	var rec install.ClusterRecord
+	var rec cluster.Record
 	if v != nil {
 		rec = v.rec
 	}
 	paths := k3sPaths
-	diskPaths := []string{install.RancherDir}
-	if rec.Storage == install.StorageLocal {
+	diskPaths := []string{cluster.RancherDir}
+	if rec.Storage == cluster.StorageLocal {
 		diskPaths = append(diskPaths, paths.storage)
 	}
 	for _, n := range unaddressed {
@@ -723,7 +723,7 @@ func (d *doctor) targets(v *view) (targets []target, unaddressed []string) {
 }
 
 // evaluateHost turns what one host showed into checks.
-func evaluateHost(in inspection, rec install.ClusterRecord, paths hostPaths, diskPaths []string, now time.Time) []Check {
+func evaluateHost(in inspection, rec cluster.Record, paths hostPaths, diskPaths []string, now time.Time) []Check {
 	t := in.target
 	node := t.node
 	if node == "" {
@@ -738,7 +738,7 @@ func evaluateHost(in inspection, rec install.ClusterRecord, paths hostPaths, dis
 	if in.factsErr != nil {
 		out = append(out, Check{Name: "host facts", Node: node, Status: StatusWarn, Detail: in.factsErr.Error(), Fix: "check that the SSH user can run sh, uname and df on the node"})
 	} else {
-		if rec.Storage == install.StorageLonghorn {
+		if rec.Storage == cluster.StorageLonghorn {
 			out = append(out, checkLonghornOS(node, in.facts))
 		}
 		out = append(out, checkWireGuard(node, in.facts.Modules["wireguard"], rec.Network))

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
-	"kipper.run/kip/internal/install"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -519,11 +519,11 @@ func checkWireGuard(node string, state sshx.ModuleState, network string) Check {
 	c := Check{Name: "wireguard", Node: node, Status: StatusOK}
 	usable := state == sshx.ModuleLoaded || state == sshx.ModuleLoadable
 	switch {
-	case usable && network == install.NetworkVXLAN:
+	case usable && network == cluster.NetworkVXLAN:
 		c.Detail = "the wireguard module can load; the pod network still runs VXLAN: a full kip upgrade switches it to WireGuard"
 	case usable:
 		c.Detail = "the wireguard module is " + string(state)
-	case network == install.NetworkWireGuard:
+	case network == cluster.NetworkWireGuard:
 		c.Status = StatusFail
 		c.Detail = "the pod network runs WireGuard, and the wireguard module cannot load on this node"
 		c.Fix = "boot a kernel with the wireguard module (Linux 5.6 or later has it), then restart k3s on the node"

@@ -22,7 +22,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
@@ -98,7 +99,7 @@ type ClusterInfo struct {
 	Storage    string              `json:"storage,omitempty"`
 	Profile    string              `json:"profile,omitempty"`
 	Network    string              `json:"network,omitempty"`
-	Monitoring *install.Monitoring `json:"monitoring,omitempty"`
+	Monitoring *cluster.Monitoring `json:"monitoring,omitempty"`
 	Backups    string              `json:"backups,omitempty"`
 	Server     string              `json:"server,omitempty"`
 	// KipVersion is the kip that installed the cluster or last re-ran install.
@@ -218,7 +219,7 @@ func writeJSON(w io.Writer, v any) error {
 // view is what the API showed, read once for Status and Doctor.
 type view struct {
 	c        *kube.Clients
-	rec      install.ClusterRecord
+	rec      cluster.Record
 	recorded bool
 	nodes    []corev1.Node
 }
@@ -226,7 +227,7 @@ type view struct {
 // readRecord reads the cluster record into v; an error is reported, not fatal.
 func (v *view) readRecord(ctx context.Context) error {
 	var err error
-	v.rec, v.recorded, err = install.ReadClusterRecord(ctx, v.c.Dynamic)
+	v.rec, v.recorded, err = cluster.ReadRecord(ctx, v.c.Dynamic)
 	return err
 }
 
@@ -423,7 +424,7 @@ func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
 			s.Volumes = append(s.Volumes, pvVolume(pv, nil))
 		}
 	}
-	if v.rec.Storage == install.StorageLonghorn {
+	if v.rec.Storage == cluster.StorageLonghorn {
 		if err := longhornStorage(ctx, v, storage, r); err != nil {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
@@ -478,7 +479,7 @@ func localVolume(pv *corev1.PersistentVolume) (path, node string) {
 }
 
 func pvVolume(pv *corev1.PersistentVolume, used *int64) Volume {
-	vol := Volume{Name: pv.Name, Storage: install.StorageLocal, UsedBytes: used}
+	vol := Volume{Name: pv.Name, Storage: cluster.StorageLocal, UsedBytes: used}
 	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 		vol.SizeBytes = q.Value()
 	}
@@ -544,10 +545,10 @@ func localStorage(ctx context.Context, o *Options, v *view, storage func(string)
 			continue
 		}
 		pv, ns, claim := volumeDir(u.path)
-		s.Volumes = append(s.Volumes, Volume{Name: pv, Namespace: ns, Claim: claim, Storage: install.StorageLocal, UsedBytes: &b, Orphaned: true})
+		s.Volumes = append(s.Volumes, Volume{Name: pv, Namespace: ns, Claim: claim, Storage: cluster.StorageLocal, UsedBytes: &b, Orphaned: true})
 	}
 	for i := range s.Volumes {
-		if b, ok := used[s.Volumes[i].Name]; ok && s.Volumes[i].Storage == install.StorageLocal {
+		if b, ok := used[s.Volumes[i].Name]; ok && s.Volumes[i].Storage == cluster.StorageLocal {
 			s.Volumes[i].UsedBytes = b
 		}
 	}
@@ -690,7 +691,7 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 		used := vol.Status.ActualSize
 		ks := vol.Status.KubernetesStatus
 		out := Volume{Name: cmp.Or(ks.PVName, vol.Name), Namespace: ks.Namespace, Claim: ks.PVCName,
-			Storage: install.StorageLonghorn, UsedBytes: &used, SizeBytes: vol.Spec.Size}
+			Storage: cluster.StorageLonghorn, UsedBytes: &used, SizeBytes: vol.Spec.Size}
 		s := storage(node)
 		s.Volumes = append(s.Volumes, out)
 	}
@@ -731,8 +732,8 @@ func componentHealth(ctx context.Context, v *view, r *Report) []ComponentHealth 
 }
 
 // recordComponents returns the components install would have installed for the record.
-func recordComponents(rec install.ClusterRecord) ([]install.Component, error) {
-	profile, err := install.ProfileNamed(rec.Profile)
+func recordComponents(rec cluster.Record) ([]components.Component, error) {
+	profile, err := cluster.ProfileNamed(rec.Profile)
 	if err != nil {
 		return nil, fmt.Errorf("cluster record: %w", err)
 	}
@@ -740,8 +741,8 @@ func recordComponents(rec install.ClusterRecord) ([]install.Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := install.ComponentOptions{
-		Sizing:        install.Sizing{Profile: profile, Storage: rec.Storage},
+	o := components.Options{
+		Sizing:        cluster.Sizing{Profile: profile, Storage: rec.Storage},
 		Monitoring:    rec.Monitoring,
 		ServerAddress: rec.Server,
 		Pinned:        pinned,
@@ -750,9 +751,9 @@ func recordComponents(rec install.ClusterRecord) ([]install.Component, error) {
 	if rec.Backups == "external" {
 		// The components then include Velero on that storage. Its health is its chart's Job and
 		// workloads: the bucket and keys, which only the operator has, play no part.
-		o.Backups = &install.BackupStorage{Bucket: "recorded", AccessKeyID: "unused", SecretAccessKey: "unused"}
+		o.Backups = &components.BackupStorage{Bucket: "recorded", AccessKeyID: "unused", SecretAccessKey: "unused"}
 	}
-	comps, err := install.Components(o)
+	comps, err := components.Render(o)
 	if err != nil {
 		return nil, fmt.Errorf("list the cluster's components: %w", err)
 	}

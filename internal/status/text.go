@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/cli"
-	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/cluster"
 )
 
 // WriteText writes the report as people read it.
@@ -177,7 +177,7 @@ func (r *Report) writeOperations(b *strings.Builder) {
 	}
 	fmt.Fprintln(b, "\nUnfinished kip operations")
 	writeOps(b, ops)
-	if r.Cluster.Storage == install.StorageLonghorn || len(moves) > 0 {
+	if r.Cluster.Storage == cluster.StorageLonghorn || len(moves) > 0 {
 		fmt.Fprintln(b, "\nMoves to Longhorn not finished")
 		writeOps(b, moves)
 	}

@@ -1,4 +1,4 @@
-package install
+package components
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/testenv"
 )
@@ -72,7 +73,7 @@ func TestComponentsAcceptedByAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o := testOptions(t, "large", StorageLonghorn)
+	o := testOptions(t, "large", cluster.StorageLonghorn)
 	sets := [][]Component{renderComponents(t, o)}
 	o.Backups = &BackupStorage{Bucket: "backups", Endpoint: "https://s3.example.com", AccessKeyID: "id", SecretAccessKey: "key"}
 	sets = append(sets, renderComponents(t, o))
@@ -144,7 +145,7 @@ func TestComponentStatus(t *testing.T) {
 	defer cancel()
 	node := env.AddNode(t, "components-node", testenv.NodeOptions{})
 
-	comps := renderComponents(t, testOptions(t, "nano", StorageLocal))
+	comps := renderComponents(t, testOptions(t, "nano", cluster.StorageLocal))
 	keda := componentNamed(t, comps, "keda")
 	ready, pending, err := keda.Status(ctx, cl)
 	if err != nil || ready || !strings.Contains(pending, "Job helm-install-keda not created yet") {

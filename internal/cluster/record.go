@@ -1,4 +1,4 @@
-package install
+package cluster
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 	"kipper.run/kip/internal/kube"
 )
 
-// ClusterRecordName is the cluster's own record, kipper.run/cluster on kube.ClusterRecords():
+// RecordName is the cluster's own record, kipper.run/cluster on kube.ClusterRecords():
 // what install decided and installed. docs/records.md documents it.
-const ClusterRecordName = "cluster"
+const RecordName = "cluster"
 
-// clusterRecordVersion is the format of ClusterRecord.
-const clusterRecordVersion = 1
+// recordVersion is the format of Record.
+const recordVersion = 1
 
 // Network modes: the flannel backend of the pod network.
 const (
@@ -22,8 +22,21 @@ const (
 	NetworkVXLAN     = "vxlan"
 )
 
-// ClusterRecord is what kip install recorded about the cluster.
-type ClusterRecord struct {
+// Where k3s and Longhorn keep their data on a node.
+const (
+	RancherDir  = "/var/lib/rancher"
+	LonghornDir = "/var/lib/longhorn"
+)
+
+// Backup modes: where Velero keeps the cluster's backups.
+const (
+	BackupsNone      = ""           // no Velero (local storage without --backup-storage-bucket)
+	BackupsExternal  = "external"   // an S3 bucket given with --backup-storage-bucket
+	BackupsInCluster = "in-cluster" // MinIO on the cluster's Longhorn storage
+)
+
+// Record is what kip install recorded about the cluster.
+type Record struct {
 	// Profile is the sizing profile (nano, small, standard, large).
 	Profile string `json:"profile"`
 	// Storage is the storage mode: local or longhorn. It only ever moves from local to longhorn,
@@ -39,8 +52,7 @@ type ClusterRecord struct {
 	Versions map[string]string `json:"versions"`
 	// Monitoring says which of Prometheus (with Grafana) and Loki are on.
 	Monitoring Monitoring `json:"monitoring"`
-	// Backups is where Velero keeps backups: "" (none), "external" (--backup-storage-bucket) or
-	// "in-cluster" (MinIO on a Longhorn cluster).
+	// Backups is where Velero keeps backups: BackupsNone, BackupsExternal or BackupsInCluster.
 	Backups     string    `json:"backups,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
@@ -52,16 +64,16 @@ type Monitoring struct {
 	Loki       bool `json:"loki"`
 }
 
-// ReadClusterRecord reads the cluster record; found is false on a cluster kip has not installed.
-func ReadClusterRecord(ctx context.Context, dyn dynamic.Interface) (rec ClusterRecord, found bool, err error) {
-	return kube.ReadRecord[ClusterRecord](ctx, dyn, kube.ClusterRecords(), ClusterRecordName, clusterRecordVersion)
+// ReadRecord reads the cluster record; found is false on a cluster kip has not installed.
+func ReadRecord(ctx context.Context, dyn dynamic.Interface) (rec Record, found bool, err error) {
+	return kube.ReadRecord[Record](ctx, dyn, kube.ClusterRecords(), RecordName, recordVersion)
 }
 
-// UpdateClusterRecord changes the cluster record with mutate (found is false when there is none
+// UpdateRecord changes the cluster record with mutate (found is false when there is none
 // yet) and stamps UpdatedAt.
-func UpdateClusterRecord(ctx context.Context, dyn dynamic.Interface, mutate func(rec *ClusterRecord, found bool) error) (ClusterRecord, error) {
-	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), ClusterRecordName, clusterRecordVersion,
-		func(rec *ClusterRecord, found bool) error {
+func UpdateRecord(ctx context.Context, dyn dynamic.Interface, mutate func(rec *Record, found bool) error) (Record, error) {
+	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), RecordName, recordVersion,
+		func(rec *Record, found bool) error {
 			if err := mutate(rec, found); err != nil {
 				return err
 			}

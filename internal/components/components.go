@@ -1,4 +1,4 @@
-package install
+package components
 
 import (
 	"context"
@@ -38,6 +38,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/manifests"
 )
@@ -86,7 +87,7 @@ const (
 // Secret), and passes the initial admin's password hash and nothing else through the environment.
 const (
 	// dexNamespace, dexConfigSecret and dexConfigKey locate the Dex config (config.yaml) that a
-	// re-run of kip install reads back (ReadDexConfig) into ComponentOptions.ExistingDexConfig.
+	// re-run of kip install reads back (ReadDexConfig) into Options.ExistingDexConfig.
 	dexNamespace    = "dex"
 	dexConfigSecret = "dex-config"
 	dexConfigKey    = "config.yaml"
@@ -127,13 +128,13 @@ const (
 	registryNodePort = 30500
 )
 
-// ComponentOptions is what the components of a cluster depend on.
-type ComponentOptions struct {
+// Options is what the components of a cluster depend on.
+type Options struct {
 	// Sizing is the profile and storage install chose.
-	Sizing Sizing
+	Sizing cluster.Sizing
 	// Monitoring comes from the cluster record; install sets Prometheus and Loki to
 	// Sizing.Profile.Monitoring on a fresh install.
-	Monitoring Monitoring
+	Monitoring cluster.Monitoring
 	// AdminEmail is --admin-email, the initial admin; it may be empty (no initial admin).
 	AdminEmail string
 	// ServerAddress is the server's public IPv4: the console answers at console.<ip>.sslip.io and
@@ -157,6 +158,24 @@ type BackupStorage struct {
 	Bucket, Endpoint, Region, AccessKeyID, SecretAccessKey string
 }
 
+// Validate says which of the flags that external backup storage needs are missing.
+func (b *BackupStorage) Validate() error {
+	var missing []string
+	if b.Bucket == "" {
+		missing = append(missing, "--backup-storage-bucket")
+	}
+	if b.AccessKeyID == "" {
+		missing = append(missing, "--backup-storage-access-key-id")
+	}
+	if b.SecretAccessKey == "" {
+		missing = append(missing, "--backup-storage-secret-access-key-file (or KIP_BACKUP_SECRET_ACCESS_KEY)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("external backup storage needs %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // Component is one thing kip install installs.
 type Component struct {
 	// Name is the component's name: kipper-crds, kipper-base, traefik, cert-manager, longhorn, dex,
@@ -178,20 +197,20 @@ type Component struct {
 // backups, in install order. Secrets it generates (the console's OIDC client secret, the initial
 // admin's password, MinIO's credentials) are new on every call; the objects holding them are
 // arranged so that re-running install keeps the ones the cluster already has.
-func Components(o ComponentOptions) ([]Component, error) {
+func Render(o Options) ([]Component, error) {
 	r, err := newRenderer(o)
 	if err != nil {
 		return nil, fmt.Errorf("install components: %w", err)
 	}
 	steps := []func() (Component, error){r.kipperCRDs, r.kipperBase, r.traefik, r.certManager}
-	if o.Sizing.Storage == StorageLonghorn {
+	if o.Sizing.Storage == cluster.StorageLonghorn {
 		steps = append(steps, r.longhorn)
 	}
 	steps = append(steps, r.dex, r.zot, r.keda)
 	switch {
 	case o.Backups != nil:
 		steps = append(steps, r.velero)
-	case o.Sizing.Storage == StorageLonghorn:
+	case o.Sizing.Storage == cluster.StorageLonghorn:
 		// No external storage: backups go to MinIO on Longhorn. A local cluster gets no backups,
 		// since a backup on the same disk would be lost with it.
 		steps = append(steps, r.minio, r.velero)
@@ -215,9 +234,9 @@ func Components(o ComponentOptions) ([]Component, error) {
 	return out, nil
 }
 
-// renderer builds the components of one ComponentOptions.
+// renderer builds the components of one Options.
 type renderer struct {
-	o ComponentOptions
+	o Options
 	// domain is the cluster's public domain: <ip>.sslip.io, or the server's DNS name.
 	domain      string
 	consoleHost string
@@ -226,7 +245,7 @@ type renderer struct {
 	dexConfig map[string]any
 }
 
-func newRenderer(o ComponentOptions) (*renderer, error) {
+func newRenderer(o Options) (*renderer, error) {
 	if o.Pinned == nil {
 		return nil, errors.New("no pinned versions")
 	}
@@ -234,7 +253,7 @@ func newRenderer(o ComponentOptions) (*renderer, error) {
 		return nil, errors.New("no kip version to record on the CRDs")
 	}
 	switch o.Sizing.Storage {
-	case StorageLocal, StorageLonghorn:
+	case cluster.StorageLocal, cluster.StorageLonghorn:
 	default:
 		return nil, fmt.Errorf("unknown storage %q: choose local or longhorn", o.Sizing.Storage)
 	}
@@ -804,7 +823,7 @@ func (r *renderer) prometheus() (Component, error) {
 			"limits":   map[string]any{"memory": "256Mi"},
 		}},
 		"prometheus": map[string]any{"prometheusSpec": map[string]any{
-			"retention":     retention(r.o.Sizing.Profile.PrometheusRetention, func(p Profile) string { return p.PrometheusRetention }),
+			"retention":     retention(r.o.Sizing.Profile.PrometheusRetention, func(p cluster.Profile) string { return p.PrometheusRetention }),
 			"retentionSize": prometheusMaxTSDB,
 			"storageSpec": map[string]any{"volumeClaimTemplate": map[string]any{"spec": map[string]any{
 				"storageClassName": localPathClass,
@@ -831,7 +850,7 @@ func (r *renderer) loki() (Component, error) {
 				"from": "2024-04-01", "store": "tsdb", "object_store": "filesystem", "schema": "v13",
 				"index": map[string]any{"prefix": "index_", "period": "24h"},
 			}}},
-			"limits_config": map[string]any{"retention_period": retention(r.o.Sizing.Profile.LokiRetention, func(p Profile) string { return p.LokiRetention })},
+			"limits_config": map[string]any{"retention_period": retention(r.o.Sizing.Profile.LokiRetention, func(p cluster.Profile) string { return p.LokiRetention })},
 			"compactor":     map[string]any{"retention_enabled": true, "delete_request_store": "filesystem"},
 		},
 		"singleBinary": map[string]any{
@@ -851,11 +870,11 @@ func (r *renderer) loki() (Component, error) {
 
 // retention is the profile's retention, or, on a profile that keeps no monitoring (nano, where
 // it is turned on later), the shortest one a profile keeps.
-func retention(v string, of func(Profile) string) string {
+func retention(v string, of func(cluster.Profile) string) string {
 	if v != "" {
 		return v
 	}
-	for _, p := range Profiles {
+	for _, p := range cluster.Profiles {
 		if of(p) != "" {
 			return of(p)
 		}

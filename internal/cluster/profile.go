@@ -1,5 +1,8 @@
-// Package install is kip install: a bare server to a Kipper cluster.
-package install
+// Package cluster is the model of a Kipper cluster that every area of kip reads: the cluster
+// record (what install decided and installed), the sizing profiles, and the storage, network
+// and backup modes. It holds no workflow; install, status, platform and the storage, node and
+// upgrade areas import it rather than each other.
+package cluster
 
 import (
 	"fmt"

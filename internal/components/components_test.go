@@ -1,4 +1,4 @@
-package install
+package components
 
 import (
 	"bytes"
@@ -24,15 +24,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/manifests"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func testProfile(t testing.TB, name string) Profile {
+func testProfile(t testing.TB, name string) cluster.Profile {
 	t.Helper()
-	p, err := ProfileNamed(name)
+	p, err := cluster.ProfileNamed(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +50,12 @@ func testPinned(t testing.TB) *manifests.Versions {
 }
 
 // options is a fresh install of profile on storage, monitoring as the profile has it.
-func testOptions(t testing.TB, profileName, storage string) ComponentOptions {
+func testOptions(t testing.TB, profileName, storage string) Options {
 	t.Helper()
 	p := testProfile(t, profileName)
-	return ComponentOptions{
-		Sizing:        Sizing{Profile: p, Storage: storage},
-		Monitoring:    Monitoring{Prometheus: p.Monitoring, Loki: p.Monitoring},
+	return Options{
+		Sizing:        cluster.Sizing{Profile: p, Storage: storage},
+		Monitoring:    cluster.Monitoring{Prometheus: p.Monitoring, Loki: p.Monitoring},
 		AdminEmail:    "admin@example.com",
 		ServerAddress: "203.0.113.10",
 		Pinned:        testPinned(t),
@@ -62,9 +63,9 @@ func testOptions(t testing.TB, profileName, storage string) ComponentOptions {
 	}
 }
 
-func renderComponents(t testing.TB, o ComponentOptions) []Component {
+func renderComponents(t testing.TB, o Options) []Component {
 	t.Helper()
-	comps, err := Components(o)
+	comps, err := Render(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,24 +144,24 @@ func secretDataOf(t testing.TB, u *unstructured.Unstructured) map[string][]byte 
 }
 
 func TestComponentsByProfileAndStorage(t *testing.T) {
-	withBackups := func(o ComponentOptions) ComponentOptions {
+	withBackups := func(o Options) Options {
 		o.Backups = &BackupStorage{Bucket: "backups", Endpoint: "https://s3.example.com", AccessKeyID: "AKIAEXAMPLE", SecretAccessKey: "wJalrXUtnFEMIEXAMPLEKEY"}
 		return o
 	}
 	for _, tt := range []struct {
 		name string
-		o    ComponentOptions
+		o    Options
 		want []string
 	}{
-		{"nano on local storage", testOptions(t, "nano", StorageLocal),
+		{"nano on local storage", testOptions(t, "nano", cluster.StorageLocal),
 			[]string{"kipper-crds", "kipper-base", "traefik", "cert-manager", "dex", "zot", "keda", "console"}},
-		{"nano on local storage with backup storage", withBackups(testOptions(t, "nano", StorageLocal)),
+		{"nano on local storage with backup storage", withBackups(testOptions(t, "nano", cluster.StorageLocal)),
 			[]string{"kipper-crds", "kipper-base", "traefik", "cert-manager", "dex", "zot", "keda", "velero", "console"}},
-		{"small on longhorn", testOptions(t, "small", StorageLonghorn),
+		{"small on longhorn", testOptions(t, "small", cluster.StorageLonghorn),
 			[]string{"kipper-crds", "kipper-base", "traefik", "cert-manager", "longhorn", "dex", "zot", "keda", "minio", "velero", "prometheus", "loki", "console"}},
-		{"small on longhorn with backup storage", withBackups(testOptions(t, "small", StorageLonghorn)),
+		{"small on longhorn with backup storage", withBackups(testOptions(t, "small", cluster.StorageLonghorn)),
 			[]string{"kipper-crds", "kipper-base", "traefik", "cert-manager", "longhorn", "dex", "zot", "keda", "velero", "prometheus", "loki", "console"}},
-		{"nano on longhorn", testOptions(t, "nano", StorageLonghorn),
+		{"nano on longhorn", testOptions(t, "nano", cluster.StorageLonghorn),
 			[]string{"kipper-crds", "kipper-base", "traefik", "cert-manager", "longhorn", "dex", "zot", "keda", "minio", "velero", "console"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,8 +173,8 @@ func TestComponentsByProfileAndStorage(t *testing.T) {
 }
 
 func TestMonitoringFollowsTheRecord(t *testing.T) {
-	o := testOptions(t, "nano", StorageLocal)
-	o.Monitoring = Monitoring{Prometheus: true} // kip platform enable prometheus on nano
+	o := testOptions(t, "nano", cluster.StorageLocal)
+	o.Monitoring = cluster.Monitoring{Prometheus: true} // kip platform enable prometheus on nano
 	comps := renderComponents(t, o)
 	if got := componentNames(comps); !slices.Contains(got, "prometheus") || slices.Contains(got, "loki") {
 		t.Fatalf("components %v, want prometheus and no loki", got)
@@ -187,7 +188,7 @@ func TestMonitoringFollowsTheRecord(t *testing.T) {
 		t.Error("grafana has a Loki data source without Loki")
 	}
 
-	o = testOptions(t, "large", StorageLonghorn)
+	o = testOptions(t, "large", cluster.StorageLonghorn)
 	comps = renderComponents(t, o)
 	_, values = chartValues(t, componentNamed(t, comps, "prometheus"))
 	if got := nestedValue(values, "prometheus", "prometheusSpec", "retention"); got != "30d" {
@@ -204,7 +205,7 @@ func TestMonitoringFollowsTheRecord(t *testing.T) {
 
 func TestChartsArePinned(t *testing.T) {
 	v := testPinned(t)
-	for _, c := range renderComponents(t, testOptions(t, "small", StorageLonghorn)) {
+	for _, c := range renderComponents(t, testOptions(t, "small", cluster.StorageLonghorn)) {
 		for _, o := range c.Objects {
 			if o.GetKind() != "HelmChart" {
 				continue
@@ -235,7 +236,7 @@ func TestChartsArePinned(t *testing.T) {
 }
 
 func TestEverythingIsLabelled(t *testing.T) {
-	o := testOptions(t, "small", StorageLonghorn)
+	o := testOptions(t, "small", cluster.StorageLonghorn)
 	o.Backups = &BackupStorage{Bucket: "b", AccessKeyID: "id", SecretAccessKey: "key"}
 	for _, c := range renderComponents(t, o) {
 		for _, list := range [][]*unstructured.Unstructured{c.Objects, c.CreateOnly, c.After} {
@@ -250,7 +251,7 @@ func TestEverythingIsLabelled(t *testing.T) {
 }
 
 func TestKipperCRDs(t *testing.T) {
-	c := componentNamed(t, renderComponents(t, testOptions(t, "nano", StorageLocal)), "kipper-crds")
+	c := componentNamed(t, renderComponents(t, testOptions(t, "nano", cluster.StorageLocal)), "kipper-crds")
 	var kinds []string
 	for _, o := range c.Objects {
 		if o.GetKind() != "CustomResourceDefinition" {
@@ -270,8 +271,8 @@ func TestKipperCRDs(t *testing.T) {
 }
 
 func TestConsoleAPIHardenedAndSized(t *testing.T) {
-	for _, p := range Profiles {
-		c := componentNamed(t, renderComponents(t, testOptions(t, p.Name, StorageLocal)), "console")
+	for _, p := range cluster.Profiles {
+		c := componentNamed(t, renderComponents(t, testOptions(t, p.Name, cluster.StorageLocal)), "console")
 		var d appsv1.Deployment
 		fromUnstr(t, findObject(t, c.Objects, "Deployment", "kipper-system", "console-api"), &d)
 		pod := d.Spec.Template.Spec
@@ -297,8 +298,8 @@ func TestConsoleAPIHardenedAndSized(t *testing.T) {
 }
 
 func TestRegistryVolume(t *testing.T) {
-	for _, storage := range []string{StorageLocal, StorageLonghorn} {
-		for _, p := range Profiles {
+	for _, storage := range []string{cluster.StorageLocal, cluster.StorageLonghorn} {
+		for _, p := range cluster.Profiles {
 			_, values := chartValues(t, componentNamed(t, renderComponents(t, testOptions(t, p.Name, storage)), "zot"))
 			if got := nestedValue(values, "pvc", "storage"); got != p.RegistrySize {
 				t.Errorf("%s/%s: registry volume %v, want %s", p.Name, storage, got, p.RegistrySize)
@@ -314,7 +315,7 @@ func TestRegistryVolume(t *testing.T) {
 // types/setting.go, which kip's build cannot import) and that they are both chart defaults and
 // Setting objects applied after the chart.
 func TestLonghornSettings(t *testing.T) {
-	c := componentNamed(t, renderComponents(t, testOptions(t, "small", StorageLonghorn)), "longhorn")
+	c := componentNamed(t, renderComponents(t, testOptions(t, "small", cluster.StorageLonghorn)), "longhorn")
 	_, values := chartValues(t, c)
 	if nestedValue(values, "persistence", "defaultClass") != false {
 		t.Error("Longhorn's class would be a default class")
@@ -389,7 +390,7 @@ func longhornSettingsSource(t *testing.T) []byte {
 
 func TestBackups(t *testing.T) {
 	t.Run("external storage", func(t *testing.T) {
-		o := testOptions(t, "nano", StorageLocal)
+		o := testOptions(t, "nano", cluster.StorageLocal)
 		o.Backups = &BackupStorage{Bucket: "backups", Endpoint: "https://s3.example.com", Region: "eu-west-1",
 			AccessKeyID: "AKIAEXAMPLE", SecretAccessKey: "wJalrXUtnFEMIEXAMPLEKEY"}
 		c := componentNamed(t, renderComponents(t, o), "velero")
@@ -410,7 +411,7 @@ func TestBackups(t *testing.T) {
 		}
 	})
 	t.Run("in-cluster MinIO", func(t *testing.T) {
-		comps := renderComponents(t, testOptions(t, "small", StorageLonghorn))
+		comps := renderComponents(t, testOptions(t, "small", cluster.StorageLonghorn))
 		minio := componentNamed(t, comps, "minio")
 		creds := secretDataOf(t, findObject(t, minio.CreateOnly, "Secret", "velero", "velero-minio-credentials"))
 		want := "[default]\naws_access_key_id=" + string(creds["rootUser"]) + "\naws_secret_access_key=" + string(creds["rootPassword"]) + "\n"
@@ -438,7 +439,7 @@ func renderedDexConfig(t testing.TB, c Component) []byte {
 }
 
 func TestDexFreshInstall(t *testing.T) {
-	c := componentNamed(t, renderComponents(t, testOptions(t, "nano", StorageLocal)), "dex")
+	c := componentNamed(t, renderComponents(t, testOptions(t, "nano", cluster.StorageLocal)), "dex")
 	config := renderedDexConfig(t, c)
 	users, err := DexUsers(config)
 	if err != nil || !slices.Equal(users, []string{"admin@example.com"}) {
@@ -480,7 +481,7 @@ func TestDexFreshInstall(t *testing.T) {
 	}
 
 	// A server known by a DNS name keeps it.
-	o := testOptions(t, "nano", StorageLocal)
+	o := testOptions(t, "nano", cluster.StorageLocal)
 	o.ServerAddress = "k.example.com"
 	comps := renderComponents(t, o)
 	if err := yaml.Unmarshal(renderedDexConfig(t, componentNamed(t, comps, "dex")), &parsed); err != nil || parsed.Issuer != "https://dex.k.example.com" {
@@ -494,7 +495,7 @@ func TestDexFreshInstall(t *testing.T) {
 }
 
 func TestInitialAdmin(t *testing.T) {
-	comps := renderComponents(t, testOptions(t, "nano", StorageLocal))
+	comps := renderComponents(t, testOptions(t, "nano", cluster.StorageLocal))
 	var crb rbacv1.ClusterRoleBinding
 	fromUnstr(t, findObject(t, componentNamed(t, comps, "kipper-base").CreateOnly, "ClusterRoleBinding", "", "kipper-admins"), &crb)
 	// The API server names a Dex login oidc:<email> (the installer's authentication config).
@@ -502,7 +503,7 @@ func TestInitialAdmin(t *testing.T) {
 		t.Errorf("initial admin binding %+v -> %s", crb.Subjects, crb.RoleRef.Name)
 	}
 
-	o := testOptions(t, "nano", StorageLocal)
+	o := testOptions(t, "nano", cluster.StorageLocal)
 	o.AdminEmail = ""
 	comps = renderComponents(t, o)
 	if n := len(componentNamed(t, comps, "kipper-base").CreateOnly) + len(componentNamed(t, comps, "dex").CreateOnly); n != 0 {
@@ -530,7 +531,7 @@ staticClients:
   secret: keep-this-client-secret
   redirectURIs: [https://console.203.0.113.10.sslip.io/callback]
 `)
-	o := testOptions(t, "nano", StorageLocal)
+	o := testOptions(t, "nano", cluster.StorageLocal)
 	o.ExistingDexConfig = existing
 	c := componentNamed(t, renderComponents(t, o), "dex")
 	config := renderedDexConfig(t, c)
@@ -582,7 +583,7 @@ func TestDexUsersRejectsMalformed(t *testing.T) {
 // outside Secret objects, in component names or versions, or in errors.
 func TestSecretsStayInSecrets(t *testing.T) {
 	const accessKey, secretKey = "AKIA-ACCESS-KEY-ID-1234", "SECRET-ACCESS-KEY-abcdef-5678"
-	o := testOptions(t, "small", StorageLonghorn)
+	o := testOptions(t, "small", cluster.StorageLonghorn)
 	o.Backups = &BackupStorage{Bucket: "backups", Endpoint: "https://s3.example.com", AccessKeyID: accessKey, SecretAccessKey: secretKey}
 	secrets := []string{accessKey, secretKey}
 	var comps []Component
@@ -637,7 +638,7 @@ func TestSecretsStayInSecrets(t *testing.T) {
 		{Bucket: "b", Endpoint: "s3.example.com/" + secretKey, AccessKeyID: accessKey, SecretAccessKey: secretKey},
 	} {
 		o.Backups = &b
-		_, err := Components(o)
+		_, err := Render(o)
 		if err == nil {
 			t.Errorf("backup storage %+v accepted", b.Bucket)
 			continue
@@ -648,7 +649,7 @@ func TestSecretsStayInSecrets(t *testing.T) {
 	}
 	o.Backups = nil
 	o.ExistingDexConfig = []byte("staticClients: " + secretKey)
-	if _, err := Components(o); err == nil || strings.Contains(err.Error(), secretKey) {
+	if _, err := Render(o); err == nil || strings.Contains(err.Error(), secretKey) {
 		t.Errorf("a malformed dex config: %v", err)
 	}
 }
@@ -656,22 +657,22 @@ func TestSecretsStayInSecrets(t *testing.T) {
 func TestComponentsRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		mutate func(*ComponentOptions)
+		mutate func(*Options)
 		want   string
 	}{
-		{"no pins", func(o *ComponentOptions) { o.Pinned = nil }, "no pinned versions"},
-		{"no kip version", func(o *ComponentOptions) { o.KipVersion = "" }, "no kip version"},
-		{"unknown storage", func(o *ComponentOptions) { o.Sizing.Storage = "nfs" }, `unknown storage "nfs"`},
-		{"not a name", func(o *ComponentOptions) { o.ServerAddress = "server_1" }, `server address "server_1" is not an IPv4 address or a DNS name`},
-		{"IPv6", func(o *ComponentOptions) { o.ServerAddress = "2001:db8::1" }, "is not an IPv4 address"},
-		{"bad email", func(o *ComponentOptions) { o.AdminEmail = "Admin <admin@example.com>" }, "is not an email address"},
-		{"no profile", func(o *ComponentOptions) { o.Sizing.Profile = Profile{} }, "no profile"},
-		{"unpinned chart", func(o *ComponentOptions) { o.Pinned = &manifests.Versions{} }, `versions.yaml pins no component "traefik"`},
+		{"no pins", func(o *Options) { o.Pinned = nil }, "no pinned versions"},
+		{"no kip version", func(o *Options) { o.KipVersion = "" }, "no kip version"},
+		{"unknown storage", func(o *Options) { o.Sizing.Storage = "nfs" }, `unknown storage "nfs"`},
+		{"not a name", func(o *Options) { o.ServerAddress = "server_1" }, `server address "server_1" is not an IPv4 address or a DNS name`},
+		{"IPv6", func(o *Options) { o.ServerAddress = "2001:db8::1" }, "is not an IPv4 address"},
+		{"bad email", func(o *Options) { o.AdminEmail = "Admin <admin@example.com>" }, "is not an email address"},
+		{"no profile", func(o *Options) { o.Sizing.Profile = cluster.Profile{} }, "no profile"},
+		{"unpinned chart", func(o *Options) { o.Pinned = &manifests.Versions{} }, `versions.yaml pins no component "traefik"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := testOptions(t, "nano", StorageLocal)
+			o := testOptions(t, "nano", cluster.StorageLocal)
 			tt.mutate(&o)
-			_, err := Components(o)
+			_, err := Render(o)
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "install components: ") {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}
@@ -684,7 +685,7 @@ func TestComponentsRefuses(t *testing.T) {
 // go test ./internal/install -run Golden -update rewrites it.
 func TestComponentsGolden(t *testing.T) {
 	var b bytes.Buffer
-	for _, c := range renderComponents(t, testOptions(t, "small", StorageLonghorn)) {
+	for _, c := range renderComponents(t, testOptions(t, "small", cluster.StorageLonghorn)) {
 		b.WriteString("# ==== " + c.Name + " " + c.Version + " (namespaces: " + strings.Join(c.Namespaces, ", ") + ")\n")
 		for _, part := range []struct {
 			what string

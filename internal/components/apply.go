@@ -1,0 +1,179 @@
+package components
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+)
+
+// componentTimeout bounds how long Apply waits for a component to roll out.
+const componentTimeout = 10 * time.Minute
+
+// Step installs one component: its objects applied, objects it only creates present,
+// rolled out, and the objects that follow it applied.
+func Step(cl *kube.Clients, c Component) workflow.Step {
+	title := c.Name
+	if c.Version != "" {
+		title += " " + c.Version
+	}
+	drift := func(ctx context.Context) ([]string, error) {
+		d, err := kube.Drift(ctx, cl, c.Objects, "")
+		if err != nil {
+			return nil, err
+		}
+		missing, err := missingObjects(ctx, cl, c.CreateOnly)
+		return append(d, missing...), err
+	}
+	return workflow.Step{
+		Name: "component-" + c.Name, Title: "Install " + title,
+		Done: "Installed " + title, Already: title + " already installed",
+		Check: func(ctx context.Context) (bool, error) {
+			d, err := drift(ctx)
+			if err != nil || len(d) > 0 {
+				return false, err
+			}
+			ready, _, err := c.Status(ctx, cl)
+			return ready, err
+		},
+		Plan: func(ctx context.Context) ([]string, error) {
+			d, err := drift(ctx)
+			if err == nil && len(d) == 0 {
+				d = []string{"wait for it to roll out"}
+			}
+			return d, err
+		},
+		Apply: func(ctx context.Context) error { return Apply(ctx, cl, c) },
+	}
+}
+
+// chartJobs are the install Jobs of HelmCharts about to change, by Job, with the UID each had
+// before ("" when there was none).
+type chartJobs map[types.NamespacedName]types.UID
+
+// changedCharts finds the HelmCharts among objs that applying them would change, and notes
+// their install Jobs.
+func changedCharts(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) (chartJobs, error) {
+	jobs := chartJobs{}
+	for _, o := range objs {
+		if o.GetKind() != "HelmChart" {
+			continue
+		}
+		d, err := kube.Drift(ctx, cl, []*unstructured.Unstructured{o}, "")
+		if err != nil || len(d) == 0 {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		name := types.NamespacedName{Namespace: o.GetNamespace(), Name: "helm-install-" + o.GetName()}
+		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			jobs[name] = ""
+		case err != nil:
+			return nil, fmt.Errorf("read Job %s: %w", name, err)
+		default:
+			jobs[name] = job.UID
+		}
+	}
+	return jobs, nil
+}
+
+// pending names a changed chart whose install Job helm-controller has not replaced yet.
+func (jobs chartJobs) pending(ctx context.Context, cl *kube.Clients) (string, error) {
+	for name, old := range jobs {
+		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && job.UID == old {
+			return "k3s's helm-controller has not started Job " + name.String() + " for the new chart yet", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read Job %s: %w", name, err)
+		}
+	}
+	return "", nil
+}
+
+// notYet reports whether applying failed only because what the objects need does not exist
+// yet: their kind (a chart's CRD) or their namespace.
+func notYet(err error) bool {
+	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind")
+}
+
+// missingObjects names the objects that do not exist.
+func missingObjects(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]string, error) {
+	var out []string
+	for _, o := range objs {
+		ri, o, err := kube.ResourceFor(ctx, cl, o)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			out = append(out, o.GetKind()+" "+o.GetName()+": missing")
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// createMissing creates the objects that do not exist, and leaves existing ones as they are.
+func createMissing(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		ri, o, err := kube.ResourceFor(ctx, cl, o)
+		if err != nil {
+			return err
+		}
+		if _, err := ri.Create(ctx, o, metav1.CreateOptions{FieldManager: "kip"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// Apply installs c at the version it was rendered with: its objects server-side applied (kip
+// owns their fields), the objects it only creates present, and once it has rolled out, the
+// objects that follow it. It returns when c is ready, or fails after componentTimeout naming
+// what is pending. install and platform apply components through it, and kip upgrade will.
+func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
+	// A chart whose HelmChart changes gets a new install Job from helm-controller; until
+	// then its old, complete Job would count as installed.
+	replaced, err := changedCharts(ctx, cl, c.Objects)
+	if err != nil {
+		return err
+	}
+	// kip owns its components' fields: a field someone else changed is taken back.
+	if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
+		return err
+	}
+	if err := createMissing(ctx, cl, c.CreateOnly); err != nil {
+		return err
+	}
+	return kube.PollPending(ctx, componentTimeout, c.Name+" to roll out", func(ctx context.Context) (string, error) {
+		if pending, err := replaced.pending(ctx, cl); pending != "" || err != nil {
+			return pending, err
+		}
+		if len(c.After) > 0 {
+			if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
+				if !notYet(err) {
+					return "", err
+				}
+				return "waiting for " + c.Name + "'s own objects: " + err.Error(), nil
+			}
+		}
+		ready, pending, err := c.Status(ctx, cl)
+		if err != nil || ready {
+			return "", err
+		}
+		return pending, nil
+	})
+}
