@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/stop"
 )
@@ -29,20 +31,31 @@ func run() int {
 	defer f.Close()
 
 	root := newRootCmd(f)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil {
-		printError(streams, err)
+		printError(streams, cmd, err)
 	}
 	return cli.ExitCode(err)
 }
 
-func printError(streams *cli.IOStreams, err error) {
+// printError prints err; a usage error is followed by the help of the command that failed
+// (cmd, as cobra found it from the arguments; nil for kip itself).
+func printError(streams *cli.IOStreams, cmd *cobra.Command, err error) {
 	if errors.Is(err, stop.ErrInterrupted) {
 		return // the step runner already said where it stopped and how to continue
 	}
 	var usage *cli.UsageError
 	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 	if errors.As(err, &usage) {
-		fmt.Fprintln(streams.ErrOut, "Run 'kip --help' for usage.")
+		fmt.Fprintln(streams.ErrOut, usageHint(cmd))
 	}
+}
+
+// usageHint points to the help of the command that failed: "Run 'kip install --help' for usage."
+func usageHint(cmd *cobra.Command) string {
+	path := "kip"
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	return fmt.Sprintf("Run '%s --help' for usage.", path)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
 	"kipper.run/kip/internal/cli"
@@ -166,5 +167,57 @@ func TestHelpAndFlagErrorsNeverConnect(t *testing.T) {
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("%d connections were made", n)
+	}
+}
+
+// TestUsageHintNamesTheCommand checks that a usage error points to the help of the command that
+// failed, for every command (an unknown flag), and for install without --host.
+func TestUsageHintNamesTheCommand(t *testing.T) {
+	t.Setenv("KIP_HOME", t.TempDir())
+	hint := func(args ...string) string {
+		t.Helper()
+		f, _, errOut := testFactory(nil)
+		root := newRootCmd(f)
+		root.SetArgs(args)
+		root.SetOut(errOut)
+		root.SetErr(errOut)
+		cmd, err := root.ExecuteC()
+		if cli.ExitCode(err) != cli.ExitUsage {
+			t.Fatalf("%v: exit code %d (%v), want %d", args, cli.ExitCode(err), err, cli.ExitUsage)
+		}
+		errOut.Reset()
+		printError(f.IO, cmd, err)
+		return errOut.String()
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"install"}, "error: --host is required: the server's address, e.g. kip install --host 203.0.113.10\nRun 'kip install --help' for usage.\n"},
+		{[]string{"nope"}, "Run 'kip --help' for usage.\n"},
+		{[]string{"--bogus"}, "Run 'kip --help' for usage.\n"},
+		{[]string{"-o", "xml", "doctor"}, "Run 'kip doctor --help' for usage.\n"},
+		{[]string{"version", "extra"}, "Run 'kip version --help' for usage.\n"},
+		{[]string{"completion", "tcsh"}, "Run 'kip completion --help' for usage.\n"},
+		{[]string{"platform", "enable", "grafana"}, "Run 'kip platform enable --help' for usage.\n"},
+		{[]string{"platform", "profile", "set"}, "Run 'kip platform profile set --help' for usage.\n"},
+	}
+	f, _, _ := testFactory(nil)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		args := append(strings.Fields(strings.TrimPrefix(c.CommandPath(), "kip")), "--no-such-flag")
+		tests = append(tests, struct {
+			args []string
+			want string
+		}{args, "Run '" + c.CommandPath() + " --help' for usage.\n"})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(f))
+	for _, tt := range tests {
+		if got := hint(tt.args...); !strings.HasSuffix(got, tt.want) {
+			t.Errorf("kip %s printed\n%s\nwant it to end with\n%s", strings.Join(tt.args, " "), got, tt.want)
+		}
 	}
 }
