@@ -44,6 +44,7 @@ configuration kip writes; users created in the console are kept.`,
   kip install --host 203.0.113.10 --dry-run`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			fl.opts.SSHPortSet = cmd.Flags().Changed("ssh-port")
 			if err := fl.backups(f); err != nil {
 				return err
 			}

@@ -53,9 +53,24 @@ type Record struct {
 	// Monitoring says which of Prometheus (with Grafana) and Loki are on.
 	Monitoring Monitoring `json:"monitoring"`
 	// Backups is where Velero keeps backups: BackupsNone, BackupsExternal or BackupsInCluster.
-	Backups     string    `json:"backups,omitempty"`
+	Backups string `json:"backups,omitempty"`
+	// BackupLocation is the external bucket when Backups is BackupsExternal. Its credentials are
+	// not recorded: they stay in the cluster (velero/velero-credentials) until a run with the
+	// backup flags replaces them.
+	BackupLocation *BackupLocation `json:"backupLocation,omitempty"`
+	// AdminEmail is the console's first admin (--admin-email), also the email of the ACME
+	// account that gets the console's and Dex's certificates; "" when none was given.
+	AdminEmail  string    `json:"adminEmail,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// BackupLocation is an S3-compatible bucket, without its credentials. Endpoint is empty for
+// AWS S3; Region empty means us-east-1.
+type BackupLocation struct {
+	Bucket   string `json:"bucket"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Region   string `json:"region,omitempty"`
 }
 
 // Monitoring is which monitoring components are on.

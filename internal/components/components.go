@@ -153,10 +153,19 @@ type Options struct {
 }
 
 // BackupStorage is an S3-compatible bucket Velero keeps backups in. Endpoint is empty for AWS S3;
-// Region is us-east-1 when empty.
+// Region is us-east-1 when empty. Without credentials (a re-run without the backup flags), the
+// cluster keeps the ones it has.
 type BackupStorage struct {
 	Bucket, Endpoint, Region, AccessKeyID, SecretAccessKey string
 }
+
+// Location is where the bucket is, without its credentials: what the cluster record keeps.
+func (b *BackupStorage) Location() *cluster.BackupLocation {
+	return &cluster.BackupLocation{Bucket: b.Bucket, Endpoint: b.Endpoint, Region: b.Region}
+}
+
+// keepsCredentials says that the cluster's credentials Secret stays as it is.
+func (b *BackupStorage) keepsCredentials() bool { return b.AccessKeyID == "" && b.SecretAccessKey == "" }
 
 // Validate says which of the flags that external backup storage needs are missing.
 func (b *BackupStorage) Validate() error {
@@ -207,10 +216,10 @@ func Render(o Options) ([]Component, error) {
 		steps = append(steps, r.longhorn)
 	}
 	steps = append(steps, r.dex, r.zot, r.keda)
-	switch {
-	case o.Backups != nil:
+	switch mode, _ := BackupsOf(o); mode {
+	case cluster.BackupsExternal:
 		steps = append(steps, r.velero)
-	case o.Sizing.Storage == cluster.StorageLonghorn:
+	case cluster.BackupsInCluster:
 		// No external storage: backups go to MinIO on Longhorn. A local cluster gets no backups,
 		// since a backup on the same disk would be lost with it.
 		steps = append(steps, r.minio, r.velero)
@@ -310,8 +319,8 @@ func checkBackups(b *BackupStorage) error {
 	switch {
 	case b.Bucket == "":
 		return errors.New("backup storage has no bucket")
-	case b.AccessKeyID == "" || b.SecretAccessKey == "":
-		return errors.New("backup storage needs an access key ID and a secret access key")
+	case (b.AccessKeyID == "") != (b.SecretAccessKey == ""):
+		return errors.New("backup storage needs both an access key ID and a secret access key, or neither to keep the cluster's")
 	}
 	if b.Endpoint != "" {
 		u, err := url.Parse(b.Endpoint)
@@ -765,12 +774,15 @@ func (r *renderer) velero() (Component, error) {
 		location["bucket"] = b.Bucket
 		location["config"] = config
 		credentials = veleroCredentialsSecret
-		// Replaced on every run: re-running install is how operators rotate backup keys.
-		extra = append(extra, typed("v1", "Secret", &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: veleroCredentialsSecret, Namespace: veleroNamespace},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       map[string][]byte{"cloud": awsCredentials(b.AccessKeyID, b.SecretAccessKey)},
-		}))
+		// Replaced on every run that gives them: re-running install is how operators rotate
+		// backup keys. Without them the cluster's Secret stays.
+		if !b.keepsCredentials() {
+			extra = append(extra, typed("v1", "Secret", &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: veleroCredentialsSecret, Namespace: veleroNamespace},
+				Type:       corev1.SecretTypeOpaque,
+				Data:       map[string][]byte{"cloud": awsCredentials(b.AccessKeyID, b.SecretAccessKey)},
+			}))
+		}
 	} else {
 		location["bucket"] = minioBucket
 		location["config"] = map[string]any{
@@ -902,6 +914,11 @@ func (r *renderer) dex() (Component, error) {
 	}
 	users := existingUsers(r.dexConfig)
 	if r.o.AdminEmail != "" && !hasUser(users, r.o.AdminEmail) {
+		if usesHashFromEnv(users, adminHashEnv) {
+			// The first admin's password hash comes from the environment; a second admin given
+			// the same way would log in with the first one's password.
+			return Component{}, fmt.Errorf("the console already has its first admin: add %s in the console instead", r.o.AdminEmail)
+		}
 		id, err := randomToken(16)
 		if err != nil {
 			return Component{}, err

@@ -86,15 +86,29 @@ func (in *installer) plan(ctx context.Context) error {
 	return r.Run(ctx, &workflow.Workflow{Name: "install", Steps: steps})
 }
 
-// componentOptions renders the components for this cluster.
+// componentOptions renders the components for this cluster. A re-run starts from what the
+// cluster record says (components.Recorded) and changes only what a flag asks for: new backup
+// flags replace the recorded storage and its credentials, and the cluster's address is where
+// SSH reaches it now.
 func (in *installer) componentOptions(ctx context.Context) (components.Options, error) {
-	mon := cluster.Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring}
-	if in.rerun {
-		mon = in.record.Monitoring
-	}
 	o := components.Options{
-		Sizing: in.sizing, Monitoring: mon, AdminEmail: in.o.AdminEmail, ServerAddress: in.o.Host,
-		Backups: in.o.Backups, Pinned: in.pinned, KipVersion: buildinfo.Version,
+		Sizing:     in.sizing,
+		Monitoring: cluster.Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring},
+		AdminEmail: in.o.AdminEmail, Pinned: in.pinned, KipVersion: buildinfo.Version,
+	}
+	if in.rerun {
+		var err error
+		if o, err = components.Recorded(in.record, in.pinned, buildinfo.Version); err != nil {
+			return o, err
+		}
+		o.Sizing = in.sizing
+		if in.o.AdminEmail != "" {
+			o.AdminEmail = in.o.AdminEmail
+		}
+	}
+	o.ServerAddress = in.address
+	if in.o.Backups != nil {
+		o.Backups = in.o.Backups
 	}
 	if in.clients != nil {
 		dex, err := components.ReadDexConfig(ctx, in.clients)
@@ -184,19 +198,11 @@ func (in *installer) intendedRecord(o components.Options, comps []components.Com
 			versions[c.Name] = c.Version
 		}
 	}
-	backups := ""
-	switch {
-	case o.Backups != nil:
-		backups = "external"
-	case in.sizing.Storage == cluster.StorageLonghorn:
-		backups = "in-cluster"
-	}
-	if in.rerun && o.Backups == nil && in.record.Backups == "external" {
-		backups = "external" // credentials are kept in the cluster; a re-run without the flags keeps them
-	}
+	backups, location := components.BackupsOf(o)
 	return cluster.Record{
-		Profile: in.sizing.Profile.Name, Storage: in.sizing.Storage, Network: in.network, Server: in.o.Host,
-		KipVersion: buildinfo.Version, Versions: versions, Monitoring: o.Monitoring, Backups: backups,
+		Profile: in.sizing.Profile.Name, Storage: in.sizing.Storage, Network: in.network, Server: in.address,
+		KipVersion: buildinfo.Version, Versions: versions, Monitoring: o.Monitoring,
+		Backups: backups, BackupLocation: location, AdminEmail: o.AdminEmail,
 		InstalledAt: time.Now().UTC(),
 	}
 }
@@ -204,7 +210,12 @@ func (in *installer) intendedRecord(o components.Options, comps []components.Com
 // sameRecord compares the fields a run decides, not its timestamps.
 func sameRecord(a, b cluster.Record) bool {
 	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
-		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups
+		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups &&
+		ptrEqual(a.BackupLocation, b.BackupLocation) && a.AdminEmail == b.AdminEmail
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 // serverNodePending says why the server's node (the one with the server's address) is not

@@ -145,7 +145,7 @@ type hostFile struct {
 func (in *installer) k3sFiles() ([]hostFile, error) {
 	cfg := k3s.ServerConfig{
 		NodeIP:                   in.nodeIP,
-		TLSSANs:                  []string{in.o.Host},
+		TLSSANs:                  []string{in.address},
 		FlannelBackend:           in.network,
 		Disable:                  []string{"traefik"},
 		AuthenticationConfigPath: AuthenticationConfigPath,
@@ -154,7 +154,7 @@ func (in *installer) k3sFiles() ([]hostFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	authn, err := authenticationConfig(in.o.Host)
+	authn, err := authenticationConfig(in.address)
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +476,7 @@ func (in *installer) kubeconfig(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		port = "6443"
 	}
-	cluster.Server = "https://" + net.JoinHostPort(in.o.Host, port)
+	cluster.Server = "https://" + net.JoinHostPort(in.address, port)
 	out := clientcmdapi.NewConfig()
 	out.Clusters[in.name] = cluster
 	out.AuthInfos[in.name] = user
@@ -526,6 +526,10 @@ func waitReady(ctx context.Context, c *kube.Clients, apiHost string, timeout tim
 		reqCancel()
 		if err == nil && strings.TrimSpace(string(body)) == "ok" {
 			return nil
+		}
+		if dnsErr := (*net.DNSError)(nil); errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			// A name that does not exist will not exist in five minutes either.
+			return fmt.Errorf("the API at %s cannot be reached: %w", apiHost, err)
 		}
 		if err != nil {
 			last = err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/mail"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +35,7 @@ type Options struct {
 	// them on the host.
 	AirgapBundle string
 	SSHPort      int  // --ssh-port; 0 for the saved port, ~/.ssh/config or 22
+	SSHPortSet   bool // --ssh-port was given (so 0 is a mistake, not "unset")
 	Firewall     bool // --firewall: kip manages the host firewall unless an operator runs one
 	DryRun       bool // --dry-run
 }
@@ -42,8 +45,8 @@ func (o *Options) Validate() error {
 	if o.Host == "" {
 		return cli.Usagef("--host is required: the server's address, e.g. kip install --host 203.0.113.10")
 	}
-	if strings.ContainsAny(o.Host, " /@") {
-		return cli.Usagef("--host %q: give the server's address or name only; set the user with --ssh-user and the port with --ssh-port", o.Host)
+	if err := validHost(o.Host); err != nil {
+		return err
 	}
 	if o.AdminEmail != "" {
 		if a, err := mail.ParseAddress(o.AdminEmail); err != nil || a.Address != o.AdminEmail {
@@ -60,7 +63,7 @@ func (o *Options) Validate() error {
 	default:
 		return cli.Usagef("--storage %q: choose local or longhorn", o.Storage)
 	}
-	if o.SSHPort < 0 || o.SSHPort > 65535 {
+	if o.SSHPort < 0 || o.SSHPort > 65535 || o.SSHPortSet && o.SSHPort == 0 {
 		return cli.Usagef("--ssh-port %d: give a port from 1 to 65535", o.SSHPort)
 	}
 	if o.Backups != nil {
@@ -71,6 +74,43 @@ func (o *Options) Validate() error {
 	if o.AirgapBundle != "" {
 		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
 			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
+		}
+	}
+	return nil
+}
+
+// validHost checks --host: an IPv4 or IPv6 address, a DNS name, or a Host alias of
+// ~/.ssh/config. A port, a user or anything that looks like a flag is a usage error.
+func validHost(h string) error {
+	usage := func(why string) error {
+		return cli.Usagef("--host %q: %s", h, why)
+	}
+	if addr, err := netip.ParseAddr(h); err == nil {
+		if addr.Zone() != "" {
+			return usage("give the address without a zone")
+		}
+		return nil
+	}
+	switch {
+	case strings.HasPrefix(h, "-"):
+		return usage("give the server's address or name, e.g. --host 203.0.113.10")
+	case strings.ContainsAny(h, "@/ "):
+		return usage("give the server's address or name only; set the user with --ssh-user and the port with --ssh-port")
+	}
+	if name, port, err := net.SplitHostPort(h); err == nil {
+		return usage(fmt.Sprintf("give the port with --ssh-port: --host %s --ssh-port %s", name, port))
+	}
+	if strings.Trim(h, "0123456789.") == "" {
+		return usage("not an IPv4 address: each of its four numbers is 0 to 255, e.g. 203.0.113.10")
+	}
+	if len(h) > 253 {
+		return usage("a name is at most 253 characters")
+	}
+	for _, label := range strings.Split(h, ".") {
+		ok := label != "" && len(label) <= 63 && !strings.HasPrefix(label, "-") && !strings.HasSuffix(label, "-") &&
+			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == ""
+		if !ok {
+			return usage("not an IP address or a host name (letters, digits, hyphens and dots)")
 		}
 	}
 	return nil
@@ -88,10 +128,11 @@ type installer struct {
 	saved    *config.Cluster // what config.yaml holds for it, nil when nothing yet
 	kubePath string          // where its kubeconfig is saved
 
-	c      *sshx.Client
-	facts  *sshx.Facts
-	family host.Family
-	state  *hostState
+	c       *sshx.Client
+	address string // the server's address for the cluster: --host after ~/.ssh/config's HostName
+	facts   *sshx.Facts
+	family  host.Family
+	state   *hostState
 
 	// Decisions, made before anything changes.
 	rerun   bool           // the cluster exists and has kip's record
@@ -211,6 +252,9 @@ func (in *installer) examine(ctx context.Context) error {
 	if in.c, err = in.f.SSH(ctx, cfg); err != nil {
 		return err
 	}
+	// The cluster's address (API URL, TLS name, the console's and Dex's domain) is the host as
+	// SSH reaches it, after ~/.ssh/config's HostName: an alias means nothing to anyone else.
+	in.address = in.c.Host()
 	if in.facts, err = in.c.Facts(ctx, DiskPaths...); err != nil {
 		return err
 	}
@@ -291,7 +335,7 @@ func (in *installer) decide(ctx context.Context) error {
 	if in.move, err = k3s.PlanMove(in.state.k3sVersion, k3sPin.Version); err != nil {
 		return err
 	}
-	if in.nodeIP, err = nodeIP(in.facts, in.o.Host); err != nil {
+	if in.nodeIP, err = nodeIP(in.facts, in.address); err != nil {
 		return err
 	}
 	if in.o.AirgapBundle != "" {
@@ -374,6 +418,8 @@ func (in *installer) keepRecorded() error {
 		return fmt.Errorf("this cluster uses Longhorn, and a Longhorn cluster stays on Longhorn: omit --storage")
 	case in.o.Profile != "" && in.o.Profile != rec.Profile:
 		return fmt.Errorf("this cluster uses the %s profile and kip install keeps it: change it with 'kip platform profile set %s', or omit --profile", rec.Profile, in.o.Profile)
+	case in.o.AdminEmail != "" && rec.AdminEmail != "" && in.o.AdminEmail != rec.AdminEmail:
+		return fmt.Errorf("this cluster's first admin is %s and kip install sets the first admin once: add %s in the console, or omit --admin-email", rec.AdminEmail, in.o.AdminEmail)
 	}
 	p, err := cluster.ProfileNamed(rec.Profile)
 	if err != nil {

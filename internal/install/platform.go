@@ -69,10 +69,12 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 	if err != nil {
 		return nil, err
 	}
-	return components.Render(components.Options{
-		Sizing: cluster.Sizing{Profile: profile, Storage: pl.rec.Storage}, Monitoring: mon, ServerAddress: pl.rec.Server,
-		Pinned: pl.pinned, KipVersion: buildinfo.Version, ExistingDexConfig: dex,
-	})
+	o, err := components.Recorded(pl.rec, pl.pinned, buildinfo.Version)
+	if err != nil {
+		return nil, err
+	}
+	o.Sizing.Profile, o.Monitoring, o.ExistingDexConfig = profile, mon, dex
+	return components.Render(o)
 }
 
 // run runs steps as one workflow under the cluster lock, then updates the record with mutate.
