@@ -165,7 +165,9 @@ func (b *BackupStorage) Location() *cluster.BackupLocation {
 }
 
 // keepsCredentials says that the cluster's credentials Secret stays as it is.
-func (b *BackupStorage) keepsCredentials() bool { return b.AccessKeyID == "" && b.SecretAccessKey == "" }
+func (b *BackupStorage) keepsCredentials() bool {
+	return b.AccessKeyID == "" && b.SecretAccessKey == ""
+}
 
 // Validate says which of the flags that external backup storage needs are missing.
 func (b *BackupStorage) Validate() error {

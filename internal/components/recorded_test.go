@@ -73,4 +73,3 @@ func TestRecordedRefusesWhatItCannotRender(t *testing.T) {
 		t.Errorf("external without a bucket: %v, want the flag that fixes it", err)
 	}
 }
-
