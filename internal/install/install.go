@@ -261,11 +261,17 @@ func (in *installer) examine(ctx context.Context) error {
 	if in.state, err = readHostState(ctx, in.c); err != nil {
 		return err
 	}
-	// On a host whose k3s has a cluster, the cluster's record decides the profile and storage
-	// (see decide): preflight then checks the host without them.
+	// On a host whose k3s has a cluster, the cluster's record decides the profile and storage:
+	// preflight checks what they need.
+	if err := in.readExisting(ctx); err != nil {
+		return err
+	}
 	want := Request{Profile: in.o.Profile, Storage: in.o.Storage}
-	if in.state.serverData {
-		want = Request{}
+	if in.rerun {
+		if err := in.keepRecorded(); err != nil {
+			return err
+		}
+		want.Recorded = &in.sizing
 	}
 	rep, err := Preflight(ctx, in.c, in.facts, want)
 	if err != nil {
@@ -275,7 +281,9 @@ func (in *installer) examine(ctx context.Context) error {
 	if err := rep.Err(); err != nil {
 		return err
 	}
-	in.sizing = rep.Sizing
+	if !in.rerun {
+		in.sizing = rep.Sizing
+	}
 	in.family, err = host.Identify(in.facts.OS)
 	return err
 }
@@ -306,23 +314,7 @@ func withFix(msg, fix string) string {
 // decide settles, before anything changes, what this run does: fresh install or re-run, the
 // sizing, the pod network, the k3s move and the node address.
 func (in *installer) decide(ctx context.Context) error {
-	if err := in.readExisting(ctx); err != nil {
-		return err
-	}
-	if in.rerun {
-		if err := in.keepRecorded(); err != nil {
-			return err
-		}
-	} else {
-		if in.state.serverData {
-			// k3s runs without kip's record (an install stopped before recording it): the
-			// flags decide, as on a fresh host.
-			sizing, err := cluster.Choose(int(in.facts.MemTotalMiB), in.facts.CPUs, in.o.Profile, in.o.Storage)
-			if err != nil {
-				return err
-			}
-			in.sizing = sizing
-		}
+	if !in.rerun {
 		in.network = cluster.NetworkVXLAN
 		if wireGuardUsable(in.facts.Modules["wireguard"]) {
 			in.network = cluster.NetworkWireGuard
@@ -428,11 +420,6 @@ func (in *installer) keepRecorded() error {
 	in.sizing = cluster.Sizing{Profile: p, Storage: rec.Storage,
 		ProfileReason: "recorded on the cluster", StorageReason: "recorded on the cluster; kip install never switches it"}
 	in.network = rec.Network
-	if rec.Storage == cluster.StorageLonghorn {
-		if err := host.CheckLonghorn(in.facts.OS, in.facts.Kernel); err != nil {
-			in.p.Warn(err.Error())
-		}
-	}
 	return nil
 }
 

@@ -43,6 +43,9 @@ var DiskPaths = []string{cluster.RancherDir, cluster.LonghornDir}
 type Request struct {
 	Profile string // --profile
 	Storage string // --storage
+	// Recorded, on a host whose cluster has kip's record, is the recorded profile and storage:
+	// preflight checks what they need, never what a new install on this host would pick.
+	Recorded *cluster.Sizing
 }
 
 // Status is a check's outcome.
@@ -128,6 +131,9 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 
 	storage := want.Storage
 	sizing, err := cluster.Choose(int(min(f.MemTotalMiB, math.MaxInt32)), f.CPUs, want.Profile, want.Storage)
+	if want.Recorded != nil {
+		sizing, err = *want.Recorded, nil
+	}
 	if err != nil {
 		detail, fix := splitFix(err)
 		add(Check{Name: "profile", Status: StatusFail, Detail: detail, Fix: fix})
@@ -138,7 +144,12 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 	}
 	if storage == cluster.StorageLonghorn {
 		add(checkLonghornDisk(f.Disks))
-		add(checkLonghornOS(f.OS, f.Kernel))
+		os := checkLonghornOS(f.OS, f.Kernel)
+		if want.Recorded != nil && os.Status == StatusFail {
+			// The cluster already runs Longhorn here: say so, but a re-run changes nothing of it.
+			os.Status = StatusWarn
+		}
+		add(os)
 	}
 	add(checkWireGuard(f.Modules["wireguard"]))
 	if storage == cluster.StorageLonghorn {

@@ -266,6 +266,13 @@ func TestPreflightChecks(t *testing.T) {
 		return func(f *sshx.Facts) { f.Modules[name] = s }
 	}
 	longhorn := Request{Storage: cluster.StorageLonghorn}
+	recorded := func(profile, storage string) Request {
+		p, err := cluster.ProfileNamed(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Request{Recorded: &cluster.Sizing{Profile: p, Storage: storage, ProfileReason: "recorded on the cluster", StorageReason: "recorded"}}
+	}
 	for _, tc := range []struct {
 		name  string
 		facts func(*sshx.Facts)
@@ -307,6 +314,12 @@ func TestPreflightChecks(t *testing.T) {
 		{name: "rocky 9.6 longhorn", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), want: longhorn, check: "longhorn os", st: StatusOK},
 		{name: "rocky 9.7 longhorn", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: longhorn, check: "longhorn os", st: StatusFail, has: "Rocky Linux 9.7 cannot run Longhorn"},
 		{name: "rocky 9.7 local", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: Request{Storage: cluster.StorageLocal}, check: "longhorn os"},
+		// A re-run checks what the recorded profile and storage need: a local nano cluster on a
+		// server resized to 8 GiB is not checked against Longhorn's rules (before, preflight picked
+		// the small profile on Longhorn for it, as for a new install, and refused Rocky 9.7).
+		{name: "re-run of local nano on 8 GiB rocky 9.7", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: recorded("nano", cluster.StorageLocal), check: "longhorn os"},
+		{name: "re-run of local nano names the record", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: recorded("nano", cluster.StorageLocal), check: "profile", st: StatusOK, has: "nano (recorded on the cluster); storage local"},
+		{name: "re-run of longhorn on rocky 9.7 warns", facts: rocky("9.7", "5.14.0-611.5.1.el9_7.x86_64"), want: recorded("small", cluster.StorageLonghorn), check: "longhorn os", st: StatusWarn, has: "Rocky Linux 9.7 cannot run Longhorn"},
 
 		{name: "wireguard loaded", facts: module("wireguard", sshx.ModuleLoaded), check: "wireguard", st: StatusOK, has: "pod network: WireGuard"},
 		{name: "wireguard loadable", check: "wireguard", st: StatusOK, has: "pod network: WireGuard"},
