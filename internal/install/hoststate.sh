@@ -10,3 +10,7 @@ fi
 section server-data
 if [ -d /var/lib/rancher/k3s/server/tls ]; then echo yes; fi
 
+# systemd's ID of k3s's current run: a new one means k3s restarted since.
+section k3s-invocation
+systemctl show k3s -p InvocationID --value 2>/dev/null || true
+

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +33,11 @@ var hostStateScript string
 type hostState struct {
 	k3sVersion string // the installed k3s release, "" when none
 	serverData bool   // k3s has run as a server here: it has a cluster
-	firewall   host.FirewallState
+	// k3sInvocation is systemd's InvocationID of k3s's run when kip looked ("" when it was not
+	// running): k3s has restarted since exactly when its unit reports another one. The host's
+	// own ID, so that no clock is compared with another machine's.
+	k3sInvocation string
+	firewall      host.FirewallState
 }
 
 func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
@@ -42,11 +45,14 @@ func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data"})
+	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "k3s-invocation"})
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	st := &hostState{serverData: strings.TrimSpace(sections["server-data"]) == "yes", k3sVersion: parseK3sVersion(sections["k3s-version"])}
+	st := &hostState{
+		serverData: strings.TrimSpace(sections["server-data"]) == "yes", k3sVersion: parseK3sVersion(sections["k3s-version"]),
+		k3sInvocation: strings.TrimSpace(sections["k3s-invocation"]),
+	}
 	if st.firewall, err = host.ReadFirewall(ctx, c); err != nil {
 		return nil, err
 	}
@@ -76,11 +82,19 @@ func (in *installer) binaryVersion(ctx context.Context, path string) (string, er
 type unitState struct {
 	state           string // ActiveState: active, activating, failed, inactive…
 	active, enabled bool
-	since           time.Time // when it last became active
+	invocation      string // systemd's InvocationID of the current run, "" when none
+}
+
+// restartedSince reports whether k3s runs in another systemd invocation than the one kip saw
+// (before; "" when it was not running then). A re-run restarts k3s once so that it loads the
+// configuration kip wrote; the invocation ID, not a timestamp, decides, so that neither clock
+// skew between the operator's machine and the host nor a one-second timestamp can mislead it.
+func restartedSince(before string, u unitState) bool {
+	return u.active && u.invocation != "" && u.invocation != before
 }
 
 func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
-	out, err := in.c.Output(ctx, "systemctl show k3s -p ActiveState -p UnitFileState -p ActiveEnterTimestamp --timestamp=unix")
+	out, err := in.c.Output(ctx, "systemctl show k3s -p ActiveState -p UnitFileState -p InvocationID")
 	if err != nil {
 		return unitState{}, fmt.Errorf("systemctl show k3s: %w", err)
 	}
@@ -92,10 +106,8 @@ func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
 			u.state, u.active = v, v == "active"
 		case "UnitFileState":
 			u.enabled = v == "enabled"
-		case "ActiveEnterTimestamp":
-			if secs, err := strconv.ParseInt(strings.TrimPrefix(v, "@"), 10, 64); err == nil && secs > 0 {
-				u.since = time.Unix(secs, 0)
-			}
+		case "InvocationID":
+			u.invocation = v
 		}
 	}
 	return u, nil
@@ -333,8 +345,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				if err != nil || !u.active {
 					return false, err
 				}
-				// A re-run restarts k3s once so that it loads the configuration kip wrote.
-				return !in.state.serverData || !u.since.Before(in.started.Truncate(time.Second)), nil
+				return !in.state.serverData || restartedSince(in.state.k3sInvocation, u), nil
 			},
 			Apply: func(ctx context.Context) error { return in.startK3s(ctx, unitName, configChanged) },
 		},

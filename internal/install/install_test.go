@@ -126,3 +126,26 @@ func TestParseK3sVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedSince: whether k3s restarted since kip looked is decided by systemd's invocation
+// ID. Before, kip compared the unit's ActiveEnterTimestamp (the host's clock) with its own start
+// (the operator's clock): a host 10 minutes ahead counted a k3s that had not restarted as
+// restarted, and one behind restarted k3s again on every check.
+func TestRestartedSince(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		before string
+		u      unitState
+		want   bool
+	}{
+		{"same run", "a1", unitState{active: true, invocation: "a1"}, false},
+		{"restarted", "a1", unitState{active: true, invocation: "b2"}, true},
+		{"started after being stopped", "", unitState{active: true, invocation: "b2"}, true},
+		{"not running now", "a1", unitState{state: "failed", invocation: ""}, false},
+		{"activating, no ID yet", "", unitState{state: "activating"}, false},
+	} {
+		if got := restartedSince(tt.before, tt.u); got != tt.want {
+			t.Errorf("%s: restartedSince = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
