@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"sync"
 
 	"kipper.run/kip/internal/config"
@@ -43,6 +44,8 @@ func (g *GlobalOptions) Validate() error {
 type Factory struct {
 	IO     *IOStreams
 	Global GlobalOptions
+	// Args is the command line after "kip" (nil: os.Args[1:]), for CommandLine.
+	Args []string
 
 	once     sync.Once
 	printer  *Printer
@@ -102,9 +105,20 @@ func (f *Factory) SSHKeyPath(saved *config.Cluster) string {
 	}
 }
 
-// Debugf prints a diagnostic line when -v is given.
+// Debugf prints a diagnostic line through the printer when -v is given.
 func (f *Factory) Debugf(format string, args ...any) {
 	if f.Global.Verbose > 0 {
-		fmt.Fprintf(f.IO.ErrOut, "  "+format+"\n", args...)
+		f.Printer().Debug(fmt.Sprintf(format, args...))
 	}
+}
+
+// CommandLine is the kip command being run, each word quoted as a shell would need, so that a
+// hint to run it again ("continue with …") works as written. It names lock holders and the
+// workflows they start.
+func (f *Factory) CommandLine() string {
+	args := f.Args
+	if args == nil {
+		args = os.Args[1:]
+	}
+	return sshx.Command("kip", args...)
 }

@@ -123,3 +123,14 @@ func TestSSHDialFailureIsReported(t *testing.T) {
 		t.Fatal("kip connected before it had a usable key")
 	}
 }
+
+// TestCommandLine: lock holders name the whole command, quoted so that "continue with" hints
+// run as written.
+func TestCommandLine(t *testing.T) {
+	f := NewFactory(&IOStreams{})
+	f.Args = []string{"install", "--host", "203.0.113.10", "--admin-email", "admin@example.com", "--airgap-bundle", "./k3s bundle"}
+	want := "kip install --host 203.0.113.10 --admin-email admin@example.com --airgap-bundle './k3s bundle'"
+	if got := f.CommandLine(); got != want {
+		t.Errorf("CommandLine = %q, want %q", got, want)
+	}
+}

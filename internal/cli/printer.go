@@ -78,6 +78,15 @@ func (p *Printer) Info(msg string) {
 	fmt.Fprintf(p.w, "  %s\n", msg)
 }
 
+// Debug prints a faint diagnostic line (kip -v), clearing a running spinner first so that the
+// two never write over each other.
+func (p *Printer) Debug(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopSpinnerLocked()
+	fmt.Fprintf(p.w, "  %s\n", p.faint.Render(msg))
+}
+
 // StepStarted shows that work has begun: a spinner on a terminal, a "… title" line elsewhere
 // so that logs show what was running when something hung.
 func (p *Printer) StepStarted(title string) {

@@ -55,7 +55,7 @@ func (in *installer) runCluster(ctx context.Context) error {
 	}
 	r := &workflow.Runner{
 		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText("kip install"), KipVersion: buildinfo.Version, Report: in.p,
+		Holder: kube.HolderText(in.f.CommandLine()), KipVersion: buildinfo.Version, Report: in.p,
 	}
 	return r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps})
 }

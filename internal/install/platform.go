@@ -94,7 +94,7 @@ func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step,
 	})
 	r := &workflow.Runner{
 		Dynamic: pl.cl.Dynamic, Lock: workflow.ClusterLock(pl.cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText("kip platform"), KipVersion: buildinfo.Version, Report: pl.p,
+		Holder: kube.HolderText(pl.f.CommandLine()), KipVersion: buildinfo.Version, Report: pl.p,
 	}
 	return r.Run(ctx, &workflow.Workflow{Name: name, Steps: steps})
 }
