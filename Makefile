@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
 TESTFLAGS ?= -timeout 40m
 
-.PHONY: all build test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
+.PHONY: all build build-fault test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
 
 all: build
 
@@ -13,9 +13,17 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kip ./cmd/kip
 
-## test: install test dependencies, build the test environment, lint, run every test tier
+## build-fault: build bin/kip-fault, kip with the step runner's fault points (-tags kipfault, KIP_FAULT_KILL); for tests only, never shipped
+build-fault:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags kipfault -ldflags "$(LDFLAGS)" -o bin/kip-fault ./cmd/kip
+
+# FAULT_TEST_PKGS are the packages with tests built only with -tags kipfault.
+FAULT_TEST_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test 2>/dev/null))))
+
+## test: install test dependencies, build the test environment, lint, run every test tier, then the packages with fault-injection tests (-tags kipfault) again
 test: test-deps testenv lint
 	$(GO) test $(TESTFLAGS) ./...
+	$(if $(FAULT_TEST_PKGS),$(GO) test $(TESTFLAGS) -tags kipfault $(FAULT_TEST_PKGS))
 
 ## test-deps: install the Debian packages the tests use (sshd, sudo, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
 test-deps:
@@ -51,6 +59,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags kipfault ./...
 	@for f in $$(git ls-files '*.sh' .ci/run 2>/dev/null); do sh -n "$$f" || exit 1; done
 
 ## docs: regenerate the CLI reference in docs/cli from the commands

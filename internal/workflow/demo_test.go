@@ -48,27 +48,25 @@ type demo struct {
 	kube   kubernetes.Interface
 	ns     string
 	intent demoIntent
-	// hook, when set, is called at "check:<step>" (the step's first Check, after the previous
-	// step's progress record), "apply:<step>" (Apply started, after the intent record) and
-	// "applied:<step>" (Apply's change made, before the progress record).
+	// hook, when set, is called in the test's own process at "apply:<step>" (Apply started, after
+	// the intent record) and "applied:<step>" (Apply's change made, before the progress record).
+	// TestKilledRunResumes kills at these boundaries with the runner's own fault points instead.
 	hook func(point string)
 	// fail makes a step's Apply return an error before it changes anything.
 	fail map[string]error
 	// noop makes a step's Apply change nothing, so that its check still fails afterwards.
 	noop map[string]bool
 	// extra steps run after the five.
-	extra   []workflow.Step
-	checked map[string]bool
+	extra []workflow.Step
 }
 
 func newDemo(client kubernetes.Interface, ns string) *demo {
 	return &demo{
-		kube:    client,
-		ns:      ns,
-		intent:  demoIntent{Replicas: 3},
-		fail:    map[string]error{},
-		noop:    map[string]bool{},
-		checked: map[string]bool{},
+		kube:   client,
+		ns:     ns,
+		intent: demoIntent{Replicas: 3},
+		fail:   map[string]error{},
+		noop:   map[string]bool{},
 	}
 }
 
@@ -114,13 +112,7 @@ func (d *demo) at(point string) {
 func (d *demo) step(name, title, done, already string, check func(context.Context) (bool, error), plan func() []string, change func(context.Context) error) workflow.Step {
 	s := workflow.Step{
 		Name: name, Title: title, Done: done, Already: already,
-		Check: func(ctx context.Context) (bool, error) {
-			if !d.checked[name] {
-				d.checked[name] = true
-				d.at("check:" + name)
-			}
-			return check(ctx)
-		},
+		Check: check,
 		Apply: func(ctx context.Context) error {
 			d.at("apply:" + name)
 			if err := d.fail[name]; err != nil {

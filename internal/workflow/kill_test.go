@@ -1,13 +1,16 @@
+//go:build kipfault
+
 package workflow_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,22 +19,33 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
 )
 
 // The helper process: the test binary run again with these set runs the demo workflow against
-// the parent's API server, prints "at <point>" on stdout when it reaches the kill point and waits
-// there to be killed.
+// the parent's API server, with workflow.FaultEnv naming the point where the runner kills it.
 const (
 	helperKubeconfig = "KIP_WORKFLOW_HELPER_KUBECONFIG"
 	helperNamespace  = "KIP_WORKFLOW_HELPER_NAMESPACE"
-	helperKillAt     = "KIP_WORKFLOW_HELPER_KILL_AT"
-	// finishedPoint is after Run returned: the finished record written, the lock released.
-	finishedPoint = "finished"
 )
 
-// helperProcess is the helper's whole run: it returns only when the run failed or never
-// reached the kill point, and otherwise waits there to be killed.
+func init() {
+	asHelper = func() {
+		kubeconfig := os.Getenv(helperKubeconfig)
+		if kubeconfig == "" {
+			return
+		}
+		if err := helperProcess(kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// helperProcess is the helper's whole run. The runner kills it at the fault point; it returns
+// only when the run failed or ended without reaching that point.
 func helperProcess(kubeconfig string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -46,44 +60,42 @@ func helperProcess(kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	ns, point := os.Getenv(helperNamespace), os.Getenv(helperKillAt)
-	waitToBeKilled := func() {
-		fmt.Printf("at %s\n", point)
-		time.Sleep(time.Hour)
-	}
-	d := newDemo(client, ns)
-	d.hook = func(at string) {
-		if at == point {
-			waitToBeKilled()
-		}
-	}
-	if err := newRunner(client, dyn, ns, kube.HolderText("kip demo"), os.Stderr).Run(context.Background(), d.workflow()); err != nil {
+	ns := os.Getenv(helperNamespace)
+	if err := newRunner(client, dyn, ns, kube.HolderText("kip demo"), os.Stderr).Run(context.Background(), newDemo(client, ns).workflow()); err != nil {
 		return err
 	}
-	if point == finishedPoint {
-		waitToBeKilled()
-	}
-	return fmt.Errorf("the run never reached %s", point)
+	return fmt.Errorf("the run ended without reaching %s", os.Getenv(workflow.FaultEnv))
 }
 
-// killPoints are the demo's step boundaries: for every step, after its intent record (Apply
-// started), after its change but before its progress record, and after that record (the next
-// step's first check; for the last step, the finished record).
+// killPoints are the demo's step boundaries, as the runner's fault points: for every step,
+// before (its intent recorded, Apply not started), after (its change made, its progress record
+// not written) and done (its record written: the next step's check comes next; after the last
+// step, the finished record is written).
 func killPoints() []string {
 	var points []string
-	for i, step := range demoSteps {
-		next := finishedPoint
-		if i+1 < len(demoSteps) {
-			next = "check:" + demoSteps[i+1]
-		}
-		points = append(points, "apply:"+step, "applied:"+step, next)
+	for _, step := range demoSteps {
+		points = append(points, "before:"+step, "after:"+step, "done:"+step)
 	}
 	return points
 }
 
-// TestKilledRunResumes kills a run (SIGKILL) at every step boundary and runs the workflow again:
-// the second run waits out the dead run's lock, takes it over, resumes, and ends exactly where an
-// uninterrupted run does, with every step's change made once.
+// resumesAt is the step a run killed at point resumes from, "" when the killed run finished.
+func resumesAt(point string) string {
+	kind, step, _ := strings.Cut(point, ":")
+	if kind != "done" {
+		return step // the step being applied
+	}
+	for i, s := range demoSteps[:len(demoSteps)-1] {
+		if s == step {
+			return demoSteps[i+1]
+		}
+	}
+	return ""
+}
+
+// TestKilledRunResumes kills a run (SIGKILL, by the runner's own fault points) at every step
+// boundary and runs the workflow again: the second run takes over the dead run's lock, resumes,
+// and ends exactly where an uninterrupted run does, with every step's change made once.
 func TestKilledRunResumes(t *testing.T) {
 	env := testenv.Get(t)
 	client, dyn := clients(t, env.Config)
@@ -104,13 +116,8 @@ func TestKilledRunResumes(t *testing.T) {
 			pid := runUntilKilled(t, env, ns, point)
 
 			var out bytes.Buffer
-			run := func() error {
-				return newRunner(client, dyn, ns, testHolder, &out).Run(t.Context(), newDemo(client, ns).workflow())
-			}
 			// The dead run was a process on this machine: its lock is taken over at once.
-			err := run()
-			deadHolder := fmt.Sprintf("pid %d", pid)
-			if err != nil {
+			if err := newRunner(client, dyn, ns, testHolder, &out).Run(t.Context(), newDemo(client, ns).workflow()); err != nil {
 				t.Fatalf("run after the kill: %v\n%s", err, out.String())
 			}
 
@@ -121,17 +128,14 @@ func TestKilledRunResumes(t *testing.T) {
 			if p.Status != wantProgress.Status || string(p.Intent) != string(wantProgress.Intent) || p.FinishedAt == nil {
 				t.Errorf("progress = %+v, want it finished like %+v", p, wantProgress)
 			}
-			if point == finishedPoint {
-				if !strings.Contains(out.String(), "already") || strings.Contains(out.String(), "Resuming") {
-					t.Errorf("run after a finished run printed:\n%s", out.String())
-				}
-				return
-			}
-			_, resumeAt, _ := strings.Cut(point, ":") // the step being applied, or the next one
 			wantOut := []string{
 				"! Took over the cluster lock from kip demo by ",
-				deadHolder + ": its process no longer runs\n",
-				"Resuming demo from step " + title(resumeAt) + " (started ",
+				fmt.Sprintf("pid %d: its process no longer runs\n", pid),
+			}
+			if step := resumesAt(point); step != "" {
+				wantOut = append(wantOut, "Resuming demo from step "+title(step)+" (started ")
+			} else if strings.Contains(out.String(), "Resuming") || !strings.Contains(out.String(), "already") {
+				t.Errorf("run after a finished run printed:\n%s", out.String())
 			}
 			for _, s := range wantOut {
 				if !strings.Contains(out.String(), s) {
@@ -152,48 +156,29 @@ func title(step string) string {
 	return step
 }
 
-// runUntilKilled starts the helper process, waits for it to reach point, SIGKILLs it and
-// returns its pid.
+// runUntilKilled runs the helper process with the fault point set, checks that the runner
+// killed it there with SIGKILL, and returns its pid.
 func runUntilKilled(t *testing.T, env *testenv.Env, ns, point string) int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperKubeconfig+"="+env.KubeconfigPath, helperNamespace+"="+ns, helperKillAt+"="+point)
-	var output bytes.Buffer // stderr, and stdout as far as it was read
-	cmd.Stderr = &output
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	reached := make(chan bool, 1)
-	var read []string
-	go func() {
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() {
-			if lines.Text() == "at "+point {
-				reached <- true
-				return
-			}
-			read = append(read, lines.Text())
-		}
-		reached <- false
-	}()
-	select {
-	case ok := <-reached:
-		if !ok {
-			_ = cmd.Wait()
-			t.Fatalf("helper exited before %s:\n%s%s", point, output.String(), strings.Join(read, "\n"))
-		}
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), helperKubeconfig+"="+env.KubeconfigPath, helperNamespace+"="+ns, workflow.FaultEnv+"="+point)
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	err := cmd.Run()
+	if ctx.Err() != nil {
 		t.Fatalf("helper did not reach %s in a minute:\n%s", point, output.String())
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("helper: %v, want it killed at %s:\n%s", err, point, output.String())
 	}
-	_ = cmd.Wait()
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("helper ended with %v, want SIGKILL at %s:\n%s", err, point, output.String())
+	}
+	if !strings.Contains(output.String(), "kipfault: SIGKILL at "+point+" ") {
+		t.Fatalf("helper was killed, but not at %s:\n%s", point, output.String())
+	}
 	return cmd.Process.Pid
 }

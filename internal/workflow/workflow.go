@@ -4,6 +4,23 @@
 // record. The runner owns everything around the steps: the cluster lock, printing, dry runs, the
 // progress record that says where to resume and what was intended, and stopping between steps
 // on Ctrl-C. docs/records.md documents the progress record.
+//
+// # Fault injection
+//
+// For tests, a binary built with -tags kipfault kills itself with SIGKILL at the step boundary
+// that FaultEnv (KIP_FAULT_KILL) names, as <point>:<step> where <step> is a step's Name or
+// Title:
+//
+//   - before:<step>: the step's intent is recorded (its "applying" record written), its Apply
+//     has not started;
+//   - after:<step>: its Apply returned without error; the check after it and the progress
+//     record have not run;
+//   - done:<step>: the runner is through with the step and its record is written; the next
+//     step's check comes next, or, after the last step, the finished record is written and the
+//     lock is still held.
+//
+// Host workflows (no progress record) have the same points. Without the tag, or without the
+// variable, the points do nothing; kip as shipped is built without the tag.
 package workflow
 
 import (
@@ -21,6 +38,10 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/stop"
 )
+
+// FaultEnv is the environment variable naming the fault point at which a binary built with
+// -tags kipfault kills itself (see the package documentation).
+const FaultEnv = "KIP_FAULT_KILL"
 
 // Step is one named piece of a workflow.
 type Step struct {
@@ -320,15 +341,17 @@ func (x *run) apply(ctx context.Context) error {
 		if !slices.Contains(x.p.Completed, s.Name) {
 			x.p.Completed = append(x.p.Completed, s.Name)
 		}
-		if !applied || i == last {
-			// A step found done changed nothing: the next write records it. The last step's
-			// record is the finished one below.
-			continue
+		if i == last {
+			break // its record is the finished one below
 		}
-		x.p.Status, x.p.Step, x.p.StepStartedAt = StatusRunning, x.wf.Steps[i+1].Name, nil
-		if err := x.save(ctx); err != nil {
-			return x.fail(ctx, s, err)
+		// A step found done changed nothing: the next write records it.
+		if applied {
+			x.p.Status, x.p.Step, x.p.StepStartedAt = StatusRunning, x.wf.Steps[i+1].Name, nil
+			if err := x.save(ctx); err != nil {
+				return x.fail(ctx, s, err)
+			}
 		}
+		fault("done", &s)
 	}
 	finished := time.Now()
 	x.p = Progress{
@@ -337,6 +360,9 @@ func (x *run) apply(ctx context.Context) error {
 	}
 	if err := x.saveIfRecorded(ctx); err != nil {
 		return fmt.Errorf("workflow %s: %w", x.wf.Name, err)
+	}
+	if last >= 0 {
+		fault("done", &x.wf.Steps[last])
 	}
 	return nil
 }
@@ -358,9 +384,11 @@ func (x *run) step(ctx context.Context, s Step) (applied bool, err error) {
 	if err := x.save(ctx); err != nil {
 		return false, x.fail(ctx, s, err)
 	}
+	fault("before", &s)
 	if err := s.Apply(ctx); err != nil {
 		return false, x.stepError(ctx, s, err)
 	}
+	fault("after", &s)
 	if done, err = s.Check(ctx); err != nil {
 		return false, x.stepError(ctx, s, fmt.Errorf("check: %w", err))
 	}

@@ -1,7 +1,9 @@
-// Package e2e runs the real kip binary against lab hosts (test/lab): it builds bin/kip and the
-// k3s stand-in, brings a lab up once per test package, runs kip as a subprocess with its own
-// KIP_HOME, and gives tests what they need to look at hosts and the cluster and to break things
-// while a command runs (kill a host, cut its network).
+// Package e2e runs the real kip binary against lab hosts (test/lab): it builds bin/kip-fault (kip
+// with the runner's fault points, make build-fault) and the k3s stand-in, brings a lab up once
+// per test package, runs kip as a subprocess with its own KIP_HOME, and gives tests what they
+// need to look at hosts and the cluster and to break things while a command runs (kill a host,
+// cut its network, or have kip kill itself at a step boundary: Suite.StartEnv with
+// workflow.FaultEnv).
 //
 // A package of end-to-end tests starts with
 //
@@ -36,7 +38,8 @@ const StandinBinDir = "/opt/kip-testenv"
 // Suite is what a package's end-to-end tests share.
 type Suite struct {
 	Lab *lab.Lab
-	// KipBin is the kip binary under test, built from this checkout.
+	// KipBin is the kip binary under test, built from this checkout with -tags kipfault (make
+	// build-fault): without workflow.FaultEnv in its environment it behaves as bin/kip does.
 	KipBin string
 	// Bundle is an airgap bundle directory laid out like a k3s release's assets (k3s and
 	// sha256sum-amd64.txt) holding the k3s stand-in, for kip's airgap path.
@@ -88,8 +91,8 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 	if _, err := os.Stat(filepath.Join(bins, "kube-apiserver")); err != nil {
 		return nil, fmt.Errorf("test control-plane binaries not built: run make testenv (%v)", err)
 	}
-	s := &Suite{KipBin: filepath.Join(root, "bin", "kip")}
-	for _, target := range []string{"build", "k3s-standin"} {
+	s := &Suite{KipBin: filepath.Join(root, "bin", "kip-fault")}
+	for _, target := range []string{"build-fault", "k3s-standin"} {
 		cmd := exec.CommandContext(ctx, "make", "-C", root, target)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("make %s: %v\n%s", target, err, out)
@@ -166,7 +169,10 @@ func (s *Suite) Home(t testing.TB) string {
 // Result is how a kip run ended.
 type Result struct {
 	Stdout, Stderr string
-	ExitCode       int
+	// ExitCode is kip's exit status, -1 when a signal ended it.
+	ExitCode int
+	// Signal is the signal that ended kip, 0 when it exited.
+	Signal syscall.Signal
 }
 
 // Process is a kip command running in the background, so that a test can break a host (Kill,
@@ -182,9 +188,16 @@ type Process struct {
 // Start runs kip with args in the background, with KIP_HOME=home, no terminal and no colour.
 func (s *Suite) Start(t testing.TB, home string, args ...string) *Process {
 	t.Helper()
+	return s.StartEnv(t, home, nil, args...)
+}
+
+// StartEnv is Start with env (KEY=value) added to kip's environment for this run, e.g.
+// workflow.FaultEnv+"=before:Start k3s".
+func (s *Suite) StartEnv(t testing.TB, home string, env []string, args ...string) *Process {
+	t.Helper()
 	p := &Process{done: make(chan struct{})}
 	p.cmd = exec.Command(s.KipBin, args...)
-	p.cmd.Env = append(os.Environ(), "KIP_HOME="+home, "NO_COLOR=1", "TERM=dumb")
+	p.cmd.Env = append(append(os.Environ(), "KIP_HOME="+home, "NO_COLOR=1", "TERM=dumb"), env...)
 	p.cmd.Stdin = nil
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
@@ -201,7 +214,7 @@ func (s *Suite) Start(t testing.TB, home string, args ...string) *Process {
 			<-p.done
 		}
 	})
-	t.Logf("kip %s", strings.Join(args, " "))
+	t.Log(strings.Join(append(append(env[:len(env):len(env)], "kip"), args...), " "))
 	return p
 }
 
@@ -209,6 +222,12 @@ func (s *Suite) Start(t testing.TB, home string, args ...string) *Process {
 func (s *Suite) Kip(t testing.TB, home string, args ...string) Result {
 	t.Helper()
 	return s.Start(t, home, args...).Wait(t, 30*time.Minute)
+}
+
+// KipEnv runs kip with args to completion, with env added to its environment (see StartEnv).
+func (s *Suite) KipEnv(t testing.TB, home string, env []string, args ...string) Result {
+	t.Helper()
+	return s.StartEnv(t, home, env, args...).Wait(t, 30*time.Minute)
 }
 
 // Stderr returns what kip has written to stderr so far.
@@ -243,10 +262,17 @@ func (p *Process) Wait(t testing.TB, timeout time.Duration) Result {
 	case p.err == nil:
 	case errors.As(p.err, &exit):
 		r.ExitCode = exit.ExitCode()
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = ws.Signal()
+		}
 	default:
 		t.Fatalf("kip: %v", p.err)
 	}
-	t.Logf("kip exited %d\n%s", r.ExitCode, r.Stderr)
+	if r.Signal != 0 {
+		t.Logf("kip ended by %v\n%s", r.Signal, r.Stderr)
+	} else {
+		t.Logf("kip exited %d\n%s", r.ExitCode, r.Stderr)
+	}
 	return r
 }
 

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"kipper.run/kip/internal/install"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
 )
@@ -70,6 +73,50 @@ func plannedTitles(stderr string) []string {
 		}
 	}
 	return titles
+}
+
+// restartK3s is the title of the one step a new run applies again however the last one ended:
+// once k3s has served, every run restarts it once so that it loads the configuration kip wrote.
+const restartK3s = "Restart k3s on kip's configuration"
+
+// killedAtEachStep runs install again and again, killed by kip's own fault points
+// (workflow.FaultEnv) before and then after the change of the next step, until there is none. The
+// next step is the first that a fresh dry run plans and that was not killed at yet: the dry run on
+// a bare host names the components without their versions and lists none of the steps that need
+// the cluster. A run after one killed after a step's change must find that step done. It returns
+// the titles killed at, in order.
+func killedAtEachStep(t *testing.T, s *e2e.Suite, home string, h *lab.Host) []string {
+	t.Helper()
+	var killed []string
+	for range 100 {
+		r := s.Kip(t, home, installArgs(s, h, s.Bundle, "--dry-run")...)
+		if r.ExitCode != 0 {
+			t.Fatalf("--dry-run after kills at %q: exit %d\n%s", killed, r.ExitCode, r.Stderr)
+		}
+		next := ""
+		for _, title := range plannedTitles(r.Stderr) {
+			if !slices.Contains(killed, title) {
+				next = title
+				break
+			}
+		}
+		if next == "" {
+			return killed
+		}
+		for _, point := range []string{"before:" + next, "after:" + next} {
+			r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=" + point}, installArgs(s, h, s.Bundle)...)
+			if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at "+point+" ") {
+				t.Fatalf("install with %s=%s: exit %d (signal %v), want it killed there:\n%s", workflow.FaultEnv, point, r.ExitCode, r.Signal, r.Stderr)
+			}
+			if n := len(killed); n > 0 && killed[n-1] != restartK3s && strings.Contains(r.Stderr, "\n… "+killed[n-1]+"\n") {
+				t.Fatalf("install with %s=%s applied step %q again, which the run killed after its change had made:\n%s", workflow.FaultEnv, point, killed[n-1], r.Stderr)
+			}
+		}
+		killed = append(killed, next)
+		t.Logf("killed install before and after step %q", next)
+	}
+	t.Fatalf("install still plans steps after kills at %q", killed)
+	return nil
 }
 
 // TestInstallNano is the nano path end to end on a 4 GiB host: refusals that change nothing
@@ -132,22 +179,14 @@ func TestInstallNano(t *testing.T) {
 	}
 	untouched(ctx, t, h)
 
-	// Killed as each step starts, the same command continues; then it completes.
-	for i, title := range titles {
-		p := s.Start(t, home, installArgs(s, h, s.Bundle)...)
-		started := regexp.MustCompile(`(?m)^… ` + regexp.QuoteMeta(title))
-		deadline := time.Now().Add(10 * time.Minute)
-		for !started.MatchString(p.Stderr()) && !p.Exited() && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+	// Killed before and after each step's change (by kip's own fault points), the same command
+	// continues; then it completes. Every step the dry run planned was killed at, under its title
+	// or, for a component, under its title with the version the dry run on a bare host leaves out.
+	killed := killedAtEachStep(t, s, home, h)
+	for _, title := range titles {
+		if !slices.ContainsFunc(killed, func(k string) bool { return k == title || strings.HasPrefix(k, title+" ") }) {
+			t.Errorf("install was never killed at step %q the dry run planned; killed at %q", title, killed)
 		}
-		if p.Exited() {
-			t.Fatalf("kill %d: install ended before step %q started:\n%s", i, title, p.Stderr())
-		}
-		if err := p.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		p.Wait(t, time.Minute)
-		t.Logf("killed install as %q started", title)
 	}
 	start := time.Now()
 	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
@@ -167,8 +206,8 @@ func TestInstallNano(t *testing.T) {
 		t.Fatalf("kubeconfig %s: %v, mode %v; want 0600", kubeconfig, err, st)
 	}
 	c := clientsFor(t, kubeconfig)
-	rec, found, err := install.ReadClusterRecord(ctx, c.Dynamic)
-	if err != nil || !found || rec.Profile != "nano" || rec.Storage != install.StorageLocal || rec.Network != install.NetworkVXLAN || rec.Monitoring.Prometheus {
+	rec, found, err := cluster.ReadRecord(ctx, c.Dynamic)
+	if err != nil || !found || rec.Profile != "nano" || rec.Storage != cluster.StorageLocal || rec.Network != cluster.NetworkVXLAN || rec.Monitoring.Prometheus {
 		t.Fatalf("cluster record %+v, found %v, %v", rec, found, err)
 	}
 	sc, err := c.Kube.StorageV1().StorageClasses().Get(ctx, "local-path", metav1.GetOptions{})
@@ -230,7 +269,7 @@ func TestInstallNano(t *testing.T) {
 	if users := consoleUsers(ctx, t, c); !slices.Contains(users, "dev@example.com") || !slices.Contains(users, "admin@example.com") {
 		t.Errorf("Dex users after the re-run: %q; want the console's dev@example.com kept beside the admin", users)
 	}
-	if rec2, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || rec2.Storage != install.StorageLocal || !rec2.InstalledAt.Equal(rec.InstalledAt) {
+	if rec2, _, err := cluster.ReadRecord(ctx, c.Dynamic); err != nil || rec2.Storage != cluster.StorageLocal || !rec2.InstalledAt.Equal(rec.InstalledAt) {
 		t.Errorf("record after re-run %+v, %v", rec2, err)
 	}
 
@@ -250,7 +289,7 @@ func TestInstallNano(t *testing.T) {
 	if _, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").Get(ctx, "prometheus", metav1.GetOptions{}); err != nil {
 		t.Errorf("prometheus chart after enable: %v", err)
 	}
-	if rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || !rec.Monitoring.Prometheus || rec.Monitoring.Loki {
+	if rec, _, err := cluster.ReadRecord(ctx, c.Dynamic); err != nil || !rec.Monitoring.Prometheus || rec.Monitoring.Loki {
 		t.Errorf("record after enable: %+v %v", rec.Monitoring, err)
 	}
 	if r = s.Kip(t, home, "platform", "disable", "prometheus"); r.ExitCode != 2 || !strings.Contains(r.Stderr, "--yes is required") {
@@ -262,7 +301,7 @@ func TestInstallNano(t *testing.T) {
 	if _, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").Get(ctx, "prometheus", metav1.GetOptions{}); err == nil {
 		t.Error("the prometheus chart is still there after disable")
 	}
-	if rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic); err != nil || rec.Monitoring.Prometheus {
+	if rec, _, err := cluster.ReadRecord(ctx, c.Dynamic); err != nil || rec.Monitoring.Prometheus {
 		t.Errorf("record after disable: %+v %v", rec.Monitoring, err)
 	}
 
@@ -313,8 +352,8 @@ func TestInstallLonghorn(t *testing.T) {
 		t.Errorf("Longhorn's packages: %q %v", out, err)
 	}
 	c := clientsFor(t, filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml"))
-	rec, _, err := install.ReadClusterRecord(ctx, c.Dynamic)
-	if err != nil || rec.Storage != install.StorageLonghorn || rec.Profile != "small" || rec.Backups != "in-cluster" {
+	rec, _, err := cluster.ReadRecord(ctx, c.Dynamic)
+	if err != nil || rec.Storage != cluster.StorageLonghorn || rec.Profile != "small" || rec.Backups != "in-cluster" {
 		t.Fatalf("cluster record %+v, %v", rec, err)
 	}
 	settings := schema.GroupVersionResource{Group: "longhorn.io", Version: "v1beta2", Resource: "settings"}
@@ -369,11 +408,11 @@ func nodeReady(n *corev1.Node) bool {
 // consoleUsers are the static users in the cluster's Dex config.
 func consoleUsers(ctx context.Context, t *testing.T, c *kube.Clients) []string {
 	t.Helper()
-	cfg, err := install.ReadDexConfig(ctx, c)
+	cfg, err := components.ReadDexConfig(ctx, c)
 	if err != nil || cfg == nil {
 		t.Fatalf("read the Dex config: %v (found: %v)", err, cfg != nil)
 	}
-	users, err := install.DexUsers(cfg)
+	users, err := components.DexUsers(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
