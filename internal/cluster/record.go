@@ -73,6 +73,11 @@ type BackupLocation struct {
 	Region   string `json:"region,omitempty"`
 }
 
+// Equal reports whether a and b name the same bucket; two nil locations are equal.
+func (a *BackupLocation) Equal(b *BackupLocation) bool {
+	return a == b || a != nil && b != nil && *a == *b
+}
+
 // Monitoring is which monitoring components are on.
 type Monitoring struct {
 	Prometheus bool `json:"prometheus"`
@@ -95,4 +100,27 @@ func UpdateRecord(ctx context.Context, dyn dynamic.Interface, mutate func(rec *R
 			rec.UpdatedAt = time.Now().UTC()
 			return nil
 		})
+}
+
+// Intent is what one run of kip install decided before it changed anything: kept on the
+// server (install's IntentPath) from its first host change until it finishes, so that a run
+// after an interruption continues that install, or refuses naming what its flags would change,
+// and never does half of each. It holds no secret.
+type Intent struct {
+	Profile        string          `json:"profile"`
+	Storage        string          `json:"storage"`
+	Network        string          `json:"network"`
+	Backups        string          `json:"backups,omitempty"`
+	BackupLocation *BackupLocation `json:"backupLocation,omitempty"`
+	AdminEmail     string          `json:"adminEmail,omitempty"`
+	// StartedBy is the command line that started the install, StartedAt when.
+	StartedBy string    `json:"startedBy"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// Same reports whether two intents decide the same cluster (who started them and when aside).
+func (i Intent) Same(o Intent) bool {
+	i.StartedBy, i.StartedAt, o.StartedBy, o.StartedAt = "", time.Time{}, "", time.Time{}
+	return i.Profile == o.Profile && i.Storage == o.Storage && i.Network == o.Network && i.Backups == o.Backups &&
+		i.BackupLocation.Equal(o.BackupLocation) && i.AdminEmail == o.AdminEmail
 }

@@ -86,29 +86,15 @@ func (in *installer) plan(ctx context.Context) error {
 	return r.Run(ctx, &workflow.Workflow{Name: "install", Steps: steps})
 }
 
-// componentOptions renders the components for this cluster. A re-run starts from what the
-// cluster record says (components.Recorded) and changes only what a flag asks for: new backup
-// flags replace the recorded storage and its credentials, and the cluster's address is where
-// SSH reaches it now.
+// componentOptions renders the components for this cluster, with what settle decided.
 func (in *installer) componentOptions(ctx context.Context) (components.Options, error) {
-	o := components.Options{
-		Sizing:     in.sizing,
-		Monitoring: cluster.Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring},
-		AdminEmail: in.o.AdminEmail, Pinned: in.pinned, KipVersion: buildinfo.Version,
-	}
+	mon := cluster.Monitoring{Prometheus: in.sizing.Profile.Monitoring, Loki: in.sizing.Profile.Monitoring}
 	if in.rerun {
-		var err error
-		if o, err = components.Recorded(in.record, in.pinned, buildinfo.Version); err != nil {
-			return o, err
-		}
-		o.Sizing = in.sizing
-		if in.o.AdminEmail != "" {
-			o.AdminEmail = in.o.AdminEmail
-		}
+		mon = in.record.Monitoring
 	}
-	o.ServerAddress = in.address
-	if in.o.Backups != nil {
-		o.Backups = in.o.Backups
+	o := components.Options{
+		Sizing: in.sizing, Monitoring: mon, AdminEmail: in.adminEmail, ServerAddress: in.address,
+		Backups: in.backups, Pinned: in.pinned, KipVersion: buildinfo.Version,
 	}
 	if in.clients != nil {
 		dex, err := components.ReadDexConfig(ctx, in.clients)
@@ -182,7 +168,7 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 			})
 			return err
 		},
-	}, in.verifyStep(intent))
+	}, in.verifyStep(intent), in.finishStep())
 	return steps, intent, nil
 }
 
@@ -211,11 +197,7 @@ func (in *installer) intendedRecord(o components.Options, comps []components.Com
 func sameRecord(a, b cluster.Record) bool {
 	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
 		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups &&
-		ptrEqual(a.BackupLocation, b.BackupLocation) && a.AdminEmail == b.AdminEmail
-}
-
-func ptrEqual[T comparable](a, b *T) bool {
-	return a == b || a != nil && b != nil && *a == *b
+		a.BackupLocation.Equal(b.BackupLocation) && a.AdminEmail == b.AdminEmail
 }
 
 // serverNodePending says why the server's node (the one with the server's address) is not

@@ -37,6 +37,7 @@ type hostState struct {
 	// running): k3s has restarted since exactly when its unit reports another one. The host's
 	// own ID, so that no clock is compared with another machine's.
 	k3sInvocation string
+	intent        *cluster.Intent // an unfinished install's intent, nil when none
 	firewall      host.FirewallState
 }
 
@@ -45,13 +46,16 @@ func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
-	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "k3s-invocation"})
+	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "k3s-invocation", "intent"})
 	if err != nil {
 		return nil, fmt.Errorf("examine k3s on the host: %w", err)
 	}
 	st := &hostState{
 		serverData: strings.TrimSpace(sections["server-data"]) == "yes", k3sVersion: parseK3sVersion(sections["k3s-version"]),
 		k3sInvocation: strings.TrimSpace(sections["k3s-invocation"]),
+	}
+	if st.intent, err = parseIntent(sections["intent"]); err != nil {
+		return nil, err
 	}
 	if st.firewall, err = host.ReadFirewall(ctx, c); err != nil {
 		return nil, err
@@ -180,7 +184,7 @@ func (in *installer) k3sFiles() ([]hostFile, error) {
 // hostSteps are the steps on the server's host, up to a running k3s and a saved kubeconfig.
 func (in *installer) hostSteps() ([]workflow.Step, error) {
 	longhorn := in.sizing.Storage == cluster.StorageLonghorn
-	var steps []workflow.Step
+	steps := []workflow.Step{in.intentStep()}
 	if longhorn {
 		pkgs := in.family.LonghornPackages
 		steps = append(steps, workflow.Step{

@@ -135,14 +135,19 @@ type installer struct {
 	state   *hostState
 
 	// Decisions, made before anything changes.
-	rerun   bool           // the cluster exists and has kip's record
-	record  cluster.Record // the existing record, on a re-run
-	sizing  cluster.Sizing
-	network string
-	move    k3s.Move
-	bundle  *k3s.Binary // the k3s binary from --airgap-bundle, verified
-	nodeIP  string
-	fw      bool // kip manages the host firewall
+	rerun   bool // the cluster exists and has kip's record
+	resumed bool // the server holds an unfinished install's intent, which this run continues
+	// adminEmail and backups are this run's first admin and external backup storage: the flags,
+	// else what the cluster record or the unfinished install's intent says.
+	adminEmail string
+	backups    *components.BackupStorage
+	record     cluster.Record // the existing record, on a re-run
+	sizing     cluster.Sizing
+	network    string
+	move       k3s.Move
+	bundle     *k3s.Binary // the k3s binary from --airgap-bundle, verified
+	nodeIP     string
+	fw         bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
 }
@@ -266,11 +271,11 @@ func (in *installer) examine(ctx context.Context) error {
 	if err := in.readExisting(ctx); err != nil {
 		return err
 	}
+	if err := in.settle(); err != nil {
+		return err
+	}
 	want := Request{Profile: in.o.Profile, Storage: in.o.Storage}
-	if in.rerun {
-		if err := in.keepRecorded(); err != nil {
-			return err
-		}
+	if in.rerun || in.resumed {
 		want.Recorded = &in.sizing
 	}
 	rep, err := Preflight(ctx, in.c, in.facts, want)
@@ -281,7 +286,7 @@ func (in *installer) examine(ctx context.Context) error {
 	if err := rep.Err(); err != nil {
 		return err
 	}
-	if !in.rerun {
+	if !in.rerun && !in.resumed {
 		in.sizing = rep.Sizing
 	}
 	in.family, err = host.Identify(in.facts.OS)
@@ -314,7 +319,7 @@ func withFix(msg, fix string) string {
 // decide settles, before anything changes, what this run does: fresh install or re-run, the
 // sizing, the pod network, the k3s move and the node address.
 func (in *installer) decide(ctx context.Context) error {
-	if !in.rerun {
+	if !in.rerun && !in.resumed {
 		in.network = cluster.NetworkVXLAN
 		if wireGuardUsable(in.facts.Modules["wireguard"]) {
 			in.network = cluster.NetworkWireGuard
