@@ -54,13 +54,14 @@ lab-down:
 demo: test-deps testenv build k3s-standin
 	$(GO) run ./test/demo
 
-## lint: formatting, vet, shell syntax of embedded scripts
+## lint: formatting, vet, shell syntax of embedded scripts, no tracked file over 1 MiB or executable binary
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags kipfault ./...
 	@for f in $$(git ls-files '*.sh' .ci/run 2>/dev/null); do sh -n "$$f" || exit 1; done
+	sh tools/check-tree.sh
 
 ## docs: regenerate the CLI reference in docs/cli from the commands
 docs:
