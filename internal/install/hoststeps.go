@@ -288,7 +288,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 		},
 		{
 			Name: "k3s-config", Title: "Write k3s's configuration",
-			Done: "Wrote k3s's configuration (previous one kept at " + k3s.ConfigBackupPath + ")", Already: "k3s's configuration already as kip writes it",
+			Done: "Wrote k3s's configuration (the previous files kept as *" + k3s.BackupSuffix + ")", Already: "k3s's configuration already as kip writes it",
 			Check: func(ctx context.Context) (bool, error) {
 				if filesErr != nil {
 					return false, filesErr
@@ -307,8 +307,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				for _, f := range files {
 					dirs = append(dirs, path.Dir(f.path))
 				}
-				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && if [ -f "+sshx.Quote(k3s.ConfigPath)+" ]; then "+
-					sshx.Command("cp", "-p", k3s.ConfigPath, k3s.ConfigBackupPath)+"; fi"); err != nil {
+				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && "+backupFiles(files)); err != nil {
 					return err
 				}
 				for _, f := range files {
@@ -446,18 +445,46 @@ func (in *installer) startK3s(ctx context.Context, unit string, configChanged bo
 }
 
 func (in *installer) recoverStart(ctx context.Context, unit string, configChanged bool, cause error) error {
+	files, err := in.k3sFiles()
+	if err != nil {
+		return err
+	}
 	if !in.state.serverData || !configChanged {
 		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u k3s' on the server; kip's configuration is %s, the previous one %s)", cause, k3s.ConfigPath, k3s.ConfigBackupPath)
 	}
-	in.p.Warn("k3s did not come back on the new configuration: restoring " + k3s.ConfigBackupPath + " and restarting k3s on it")
-	restore := sshx.Command("cp", "-p", k3s.ConfigBackupPath, k3s.ConfigPath) + " && " + sshx.Command("systemctl", "restart", unit)
+	in.p.Warn("k3s did not come back on the new configuration: restoring the previous files (*" + k3s.BackupSuffix + ") and restarting k3s on them")
+	restore := restoreFiles(files) + " && " + sshx.Command("systemctl", "restart", unit)
 	if err := in.run(ctx, "restore k3s's previous configuration", restore); err != nil {
+		if errors.Is(err, sshx.ErrUnreachable) {
+			return fmt.Errorf("k3s did not come up on the new configuration (%v), and kip lost the server before it could restore the previous one (%w): "+
+				"when the server answers again, run the same kip install to continue; the previous files are beside the new ones as *%s", cause, err, k3s.BackupSuffix)
+		}
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", cause, err, k3s.ConfigBackupPath)
 	}
 	if _, err := in.connectAPI(ctx, k3sReadyTimeout); err != nil {
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", cause, err)
 	}
-	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; the configuration kip wrote is replaced, see 'journalctl -u k3s' for why it failed", cause)
+	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u k3s' on the server for why the new one failed", cause)
+}
+
+// backupFiles is a shell command that keeps each file's previous content beside it
+// (k3s.BackupSuffix), and notes a file that did not exist by removing its old backup, so that a
+// restore removes it again.
+func backupFiles(files []hostFile) string {
+	cmd := "for f in"
+	for _, f := range files {
+		cmd += " " + sshx.Quote(f.path)
+	}
+	return cmd + `; do if [ -f "$f" ]; then cp -p "$f" "$f` + k3s.BackupSuffix + `"; else rm -f "$f` + k3s.BackupSuffix + `"; fi; done`
+}
+
+// restoreFiles is a shell command that puts back what backupFiles kept.
+func restoreFiles(files []hostFile) string {
+	cmd := "for f in"
+	for _, f := range files {
+		cmd += " " + sshx.Quote(f.path)
+	}
+	return cmd + `; do if [ -f "$f` + k3s.BackupSuffix + `" ]; then cp -p "$f` + k3s.BackupSuffix + `" "$f"; else rm -f "$f"; fi; done`
 }
 
 // kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,

@@ -10,11 +10,15 @@ import (
 // Paths k3s and kip use on a server.
 const (
 	ConfigPath       = "/etc/rancher/k3s/config.yaml"
-	ConfigBackupPath = "/etc/rancher/k3s/config.yaml.kipper-bak"
+	ConfigBackupPath = ConfigPath + BackupSuffix
 	KubeconfigPath   = "/etc/rancher/k3s/k3s.yaml"
 	AuditPolicyPath  = "/var/lib/rancher/k3s/server/kipper-audit-policy.yaml"
 	AuditLogPath     = "/var/lib/rancher/k3s/server/logs/audit.log"
 )
+
+// BackupSuffix names the copy kip keeps of a file it rewrites on a server, beside it: the
+// previous config.yaml is config.yaml.kipper-bak.
+const BackupSuffix = ".kipper-bak"
 
 // Flannel backends: WireGuard when the server can load the module, VXLAN otherwise.
 const (

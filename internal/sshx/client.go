@@ -130,6 +130,16 @@ func (c *Client) checkSudo(ctx context.Context) error {
 		c.cfg.User, c.cfg.Host)
 }
 
+// ErrUnreachable is in the chain of an error that says the host could not be reached: every
+// attempt to connect failed on the network, or the connection dropped while a command ran.
+// errors.Is(err, ErrUnreachable) tells such an error from a command that failed on the host.
+var ErrUnreachable = errors.New("host unreachable")
+
+type unreachable struct{ error }
+
+func (u unreachable) Unwrap() error        { return u.error }
+func (u unreachable) Is(target error) bool { return target == ErrUnreachable }
+
 // live returns the open connection, connecting first if there is none or it has ended.
 func (c *Client) live(ctx context.Context) (*conn, error) {
 	select {
@@ -173,7 +183,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		case !transient(err):
 			return nil, err
 		case attempt == len(dialBackoff):
-			return nil, fmt.Errorf("%w (gave up after %d attempts)", err, attempt+1)
+			return nil, unreachable{fmt.Errorf("%w (gave up after %d attempts)", err, attempt+1)}
 		}
 		wait := dialBackoff[attempt]
 		c.cfg.notify("Connecting to %s failed (%v); retrying in %s", c.label, err, wait)

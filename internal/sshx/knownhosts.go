@@ -122,20 +122,40 @@ func (h hostKeys) trust(addr string, remote net.Addr, key ssh.PublicKey) error {
 	return nil
 }
 
-// hostKeyError refuses a host whose key has changed.
-type hostKeyError struct{ error }
+// hostKeyError refuses a host whose key has changed; forget is the command that removes the
+// known key from kip's known_hosts.
+type hostKeyError struct {
+	error
+	forget string
+}
+
+// HostKeyChanged reports whether err refuses a host because its key is not the one kip's
+// known_hosts holds for it, and returns the command that removes the known key once the new one
+// is verified: ssh-keygen -f FILE -R HOST, HOST written [host]:port for a port other than 22.
+func HostKeyChanged(err error) (forget string, ok bool) {
+	var e hostKeyError
+	if !errors.As(err, &e) {
+		return "", false
+	}
+	return e.forget, true
+}
 
 // changed explains a host key that differs from the known one(s) and how to accept it.
 func (h hostKeys) changed(addr string, known []knownhosts.KnownKey, offered ssh.PublicKey) error {
 	return hostKeyError{fmt.Errorf("host key for %s has changed: the server offered %s %s but kip knows %s; %s",
-		addr, offered.Type(), ssh.FingerprintSHA256(offered), describeKeys(known), h.remedy(addr, known))}
+		addr, offered.Type(), ssh.FingerprintSHA256(offered), describeKeys(known), h.remedy(addr, known)), h.forget(addr)}
 }
 
 // unoffered explains a server that offers no host key of the types known for it, which is a
 // changed key too.
 func (h hostKeys) unoffered(addr string, known []knownhosts.KnownKey, err error) error {
 	return hostKeyError{fmt.Errorf("host key for %s has changed: the server offers no key of the type kip knows, %s; %s (%w)",
-		addr, describeKeys(known), h.remedy(addr, known), err)}
+		addr, describeKeys(known), h.remedy(addr, known), err), h.forget(addr)}
+}
+
+// forget is the command that removes addr's known keys from kip's known_hosts.
+func (h hostKeys) forget(addr string) string {
+	return fmt.Sprintf("ssh-keygen -f %s -R %s", Quote(h.path), Quote(knownhosts.Normalize(addr)))
 }
 
 func describeKeys(known []knownhosts.KnownKey) string {
@@ -153,8 +173,8 @@ func (h hostKeys) remedy(addr string, known []knownhosts.KnownKey) string {
 		lines = append(lines, strconv.Itoa(k.Line))
 	}
 	return fmt.Sprintf("someone may be intercepting the connection. If the server was really reinstalled, "+
-		"remove line %s from %s (ssh-keygen -f %s -R %s) and connect again",
-		strings.Join(lines, ", "), h.path, Quote(h.path), Quote(knownhosts.Normalize(addr)))
+		"remove line %s from %s (%s) and connect again",
+		strings.Join(lines, ", "), h.path, h.forget(addr))
 }
 
 // hostKeyAlgorithms returns the host key algorithms that can present the known keys, or nil (the

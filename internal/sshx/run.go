@@ -250,5 +250,5 @@ func (c *Client) lost(cn *conn, cmd string, err error) error {
 	if !cn.ended(time.Second) {
 		return c.wrapErr(fmt.Errorf("command %q ended without an exit status: %w; it may or may not have completed", short(cmd), err))
 	}
-	return fmt.Errorf("connection to %s lost while running %q: %w; the command may or may not have completed", c.label, short(cmd), cn.err)
+	return unreachable{fmt.Errorf("connection to %s lost while running %q: %w; the command may or may not have completed", c.label, short(cmd), cn.err)}
 }
