@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
@@ -316,6 +317,8 @@ func TestInstallNano(t *testing.T) {
 	if _, err := h.Run(ctx, "systemctl start k3s"); err != nil {
 		t.Fatal(err)
 	}
+
+	restartRecovery(ctx, t, s, home, h)
 }
 
 // TestInstallLonghorn installs on an 8 GiB host: the small profile with Longhorn, its host
@@ -393,6 +396,70 @@ func TestInstallLonghorn(t *testing.T) {
 	r = s.Kip(t, home, "status", "-o", "json")
 	if r.ExitCode != 0 || !strings.Contains(r.Stdout, `"longhorn"`) {
 		t.Errorf("kip status -o json: exit %d\n%s", r.ExitCode, r.Stdout)
+	}
+
+	externalBackupsKept(ctx, t, s, home, h, c)
+}
+
+// externalBackupsKept re-runs install with external backup storage, then again without the
+// backup flags: the second run keeps Velero on the bucket and the credentials the cluster holds.
+// Before, it rendered Velero pointed at in-cluster MinIO while the record still said external.
+// The bucket's endpoint need not answer: no Velero runs in the lab.
+func externalBackupsKept(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host, c *kube.Clients) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "secret-key")
+	if err := os.WriteFile(keyFile, []byte("wJalrXUtnFEMIEXAMPLEKEY\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, installArgs(s, h, s.Bundle, "--backup-storage-bucket", "kip-backups", "--backup-storage-endpoint", "https://s3.example.com",
+		"--backup-storage-access-key-id", "AKIAEXAMPLE", "--backup-storage-secret-access-key-file", keyFile)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("re-run with external backup storage: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if strings.Contains(r.Stderr, "wJalrXUtnFEMIEXAMPLEKEY") {
+		t.Error("install printed the secret key")
+	}
+	creds, err := c.Kube.CoreV1().Secrets("velero").Get(ctx, "velero-credentials", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("velero-credentials after the re-run with keys: %v", err)
+	}
+	want := &cluster.BackupLocation{Bucket: "kip-backups", Endpoint: "https://s3.example.com"}
+
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("re-run without the backup flags: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	rec, _, err := cluster.ReadRecord(ctx, c.Dynamic)
+	if err != nil || rec.Backups != cluster.BackupsExternal || !rec.BackupLocation.Equal(want) {
+		t.Fatalf("record after the re-run without flags: %+v %v", rec, err)
+	}
+	helmCharts := schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
+	chart, err := c.Dynamic.Resource(helmCharts).Namespace("kube-system").Get(ctx, "velero", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _, _ := unstructured.NestedString(chart.Object, "spec", "valuesContent")
+	var values struct {
+		Credentials struct {
+			ExistingSecret string `json:"existingSecret"`
+		} `json:"credentials"`
+		Configuration struct {
+			BackupStorageLocation []struct {
+				Bucket string            `json:"bucket"`
+				Config map[string]string `json:"config"`
+			} `json:"backupStorageLocation"`
+		} `json:"configuration"`
+	}
+	if err := yaml.Unmarshal([]byte(content), &values); err != nil {
+		t.Fatal(err)
+	}
+	bsl := values.Configuration.BackupStorageLocation
+	if len(bsl) != 1 || bsl[0].Bucket != "kip-backups" || bsl[0].Config["s3Url"] != "https://s3.example.com" || values.Credentials.ExistingSecret != "velero-credentials" {
+		t.Errorf("Velero after the re-run without flags: %+v, credentials %q; want the external bucket", bsl, values.Credentials.ExistingSecret)
+	}
+	after, err := c.Kube.CoreV1().Secrets("velero").Get(ctx, "velero-credentials", metav1.GetOptions{})
+	if err != nil || after.ResourceVersion != creds.ResourceVersion {
+		t.Errorf("velero-credentials changed by a re-run without keys (%v)", err)
 	}
 }
 

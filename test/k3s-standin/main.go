@@ -117,6 +117,9 @@ func run(argv []string) int {
 		defer stop()
 		slog.Info("starting k3s stand-in "+cmd, "version", v, "commit", revision())
 		if cmd == "server" {
+			if err := injectedFault(ctx); err != nil {
+				return exitCode(err)
+			}
 			return exitCode(runServer(ctx, o, v))
 		}
 		return exitCode(runAgent(ctx, o, v))

@@ -424,6 +424,10 @@ func (h *Host) init() int {
 	return 0
 }
 
+// Path is where this machine sees path of the host's file system, while the host runs: a test
+// can read or change a host's files there when the host cannot be reached over the network.
+func (h *Host) Path(path string) string { return filepath.Join(h.root(), path) }
+
 // Running reports whether the host is running (booting, up or shutting down).
 func (h *Host) Running() bool { return h.supervisor() != 0 }
 
