@@ -14,7 +14,7 @@ func newPlatformCmd(f *cli.Factory) *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs),
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newPlatformSwitchCmd(f, true), newPlatformSwitchCmd(f, false), newPlatformProfileCmd(f))
+	cmd.AddCommand(newPlatformSwitchCmd(f, true), newPlatformSwitchCmd(f, false), newPlatformProfileCmd(f), newPlatformVersionsCmd(f, nil))
 	return cmd
 }
 
