@@ -303,7 +303,7 @@ func (f Family) refuse(host string, p *fwProbe, rules []Rule) error {
 	case st.Active && !st.Managed:
 		return fmt.Errorf("%s on %s is active and not managed by kip: kip leaves an operator's firewall alone; "+
 			"allow %s in it yourself, or turn it off (%s) and run the command again to let kip manage %s",
-			st.Tool, host, describe(rules), off[st.Tool], f.Firewall)
+			st.Tool, host, Describe(rules), off[st.Tool], f.Firewall)
 	case st.Active && st.Tool != f.Firewall:
 		return fmt.Errorf("%s is active on %s, where kip manages %s: two firewalls would filter the same traffic; "+
 			"turn %s off (%s) and run the command again", st.Tool, host, f.Firewall, st.Tool, off[st.Tool])
@@ -324,8 +324,8 @@ func (f Family) refuse(host string, p *fwProbe, rules []Rule) error {
 		"enabling %s would lock SSH out; give kip the SSH port sshd listens on", host, strings.Join(ports, ", "), f.Firewall)
 }
 
-// describe lists rules for a message: "22/tcp, 80/tcp, every port from 10.42.0.0/16".
-func describe(rules []Rule) string {
+// Describe lists rules for a message: "22/tcp, 80/tcp, every port from 10.42.0.0/16".
+func Describe(rules []Rule) string {
 	var s []string
 	for _, r := range rules {
 		s = append(s, r.String())

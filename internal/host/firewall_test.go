@@ -142,9 +142,12 @@ func TestParseUFW(t *testing.T) {
 			"allow from 10.0.0.0/24 to any port 10250 proto tcp comment 'kip-managed'",
 			"allow 6443/tcp comment 'kip-managed'",
 			"allow from fd00::/8 to any port 9100 proto tcp comment 'kip-managed'",
+		}, added: []string{
+			"allow 22/tcp", "allow 80/tcp", "allow from 10.42.0.0/16", "allow from 10.0.0.5 to any port 51820 proto udp",
+			"allow from 10.0.0.0/24 to any port 10250 proto tcp", "allow 6443/tcp", "allow 8080", "allow from fd00::/8 to any port 9100 proto tcp",
 		}}},
 		{name: "managed while inactive", status: "Status: inactive\n", added: ufwNoneAdded[:58] + "ufw allow 22/tcp comment 'kip-managed'\n",
-			want: ufwState{installed: true, managed: true, kip: []string{"allow 22/tcp comment 'kip-managed'"}}},
+			want: ufwState{installed: true, managed: true, kip: []string{"allow 22/tcp comment 'kip-managed'"}, added: []string{"allow 22/tcp"}}},
 		{name: "reject incoming", status: "Status: active\nDefault: reject (incoming), allow (outgoing), disabled (routed)\n", want: ufwState{installed: true, active: true, incoming: "reject"}},
 		{name: "other comment", status: "Status: active\n\n6443/tcp ALLOW Anywhere # kip-managed-not\n", want: ufwState{installed: true, active: true}},
 		{name: "not root", status: "ERROR: You need to be root to run this script\n", err: true},
@@ -550,5 +553,30 @@ func TestRefuse(t *testing.T) {
 	p.sshPorts = nil
 	if err := Debian.refuse("h", p, ServerRules(2222)); err != nil {
 		t.Errorf("refused without knowing sshd's ports: %v", err)
+	}
+}
+
+// TestUfwBlocks: an operator's active ufw is checked against kip's rules; what it does not let in
+// comes back as the ufw commands that would.
+func TestUfwBlocks(t *testing.T) {
+	rules := ServerRules(22)
+	onlySSH := "Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\n"
+	got, err := UfwBlocks("Status: active\nDefault: deny (incoming), allow (outgoing), disabled (routed)\n", onlySSH, rules)
+	want := []string{"ufw allow 80/tcp", "ufw allow 443/tcp", "ufw allow 6443/tcp", "ufw allow from 10.42.0.0/16", "ufw allow from 10.43.0.0/16"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("only SSH: %q %v, want %q", got, err, want)
+	}
+	for name, status := range map[string]string{
+		"inactive":          "Status: inactive\n",
+		"allows by default": "Status: active\nDefault: allow (incoming), allow (outgoing), disabled (routed)\n",
+		"kip's own":         ufwVerbose,
+	} {
+		added := onlySSH
+		if name == "kip's own" {
+			added = ufwAdded
+		}
+		if got, err := UfwBlocks(status, added, rules); err != nil || got != nil {
+			t.Errorf("%s: %q %v, want nothing", name, got, err)
+		}
 	}
 }

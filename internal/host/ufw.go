@@ -14,6 +14,7 @@ type ufwState struct {
 	installed, active, managed bool
 	incoming                   string   // the default incoming policy: deny, reject or allow; "" when not shown
 	kip                        []string // kip's rules, as ufw show added prints them after "ufw "
+	added                      []string // every rule so, without its comment
 }
 
 // ufwComment ends every rule kip adds, as ufw show added prints it.
@@ -67,9 +68,32 @@ func parseUFW(status, added string) (ufwState, error) {
 				u.kip = append(u.kip, rule)
 				u.managed = true
 			}
+			bare, _, _ := strings.Cut(rule, " comment '")
+			u.added = append(u.added, bare)
 		}
 	}
 	return u, nil
+}
+
+// UfwBlocks returns the commands that make an active ufw that kip does not manage let in what
+// rules need, from ufw status verbose and ufw show added: nil when ufw is not active, is kip's,
+// lets traffic in by default, or already allows each rule as kip would write it ("allow 6443"
+// covers 6443/tcp).
+func UfwBlocks(ufwStatus, ufwAdded string, rules []Rule) ([]string, error) {
+	u, err := parseUFW(ufwStatus, ufwAdded)
+	if err != nil || !u.active || u.managed || u.incoming == "allow" {
+		return nil, err
+	}
+	var cmds []string
+	for _, args := range ufwRules(rules) {
+		line := strings.Join(args, " ")
+		anyProto, _, _ := strings.Cut(line, "/")
+		if slices.Contains(u.added, line) || len(args) == 2 && slices.Contains(u.added, anyProto) {
+			continue
+		}
+		cmds = append(cmds, sshx.Command("ufw", args...))
+	}
+	return cmds, nil
 }
 
 // ufw drives ufw.

@@ -347,7 +347,8 @@ func (in *installer) decide(ctx context.Context) error {
 	in.fw = in.o.Firewall
 	if in.fw && in.state.firewall.Active && !in.state.firewall.Managed {
 		in.fw = false
-		in.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone; allow 22/tcp, 80/tcp, 443/tcp and 6443/tcp in it yourself", in.state.firewall.Tool, in.o.Host))
+		in.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone; it must keep letting in %s",
+			in.state.firewall.Tool, in.o.Host, host.Describe(host.ServerRules(in.sshPort()))))
 	}
 
 	in.p.Info(fmt.Sprintf("Profile: %s (%s)", in.sizing.Profile.Name, in.sizing.ProfileReason))

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -114,6 +115,7 @@ func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Requ
 	if err != nil {
 		return nil, fmt.Errorf("preflight on %s: read the host's state: %w", c, err)
 	}
+	p.sshPort = c.Port()
 	return evaluate(c.Host(), facts, p, want), nil
 }
 
@@ -159,7 +161,7 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 	ports := neededPorts(wireGuardUsable(f.Modules["wireguard"]))
 	add(checkPorts(p, ports))
 	add(checkKubernetes(p))
-	add(checkFirewall(p, ports, family, famErr))
+	add(checkFirewall(p, family, famErr))
 	return r
 }
 
@@ -403,12 +405,14 @@ func checkKubernetes(p *probe) Check {
 	return c
 }
 
-func checkFirewall(p *probe, ports []portRange, family host.Family, famErr error) Check {
+func checkFirewall(p *probe, family host.Family, famErr error) Check {
 	c := Check{Name: "firewall", Status: StatusOK}
+	rules := host.ServerRules(cmp.Or(p.sshPort, 22))
 	active := ""
 	if p.firewall.Active {
 		active = p.firewall.Tool
 	}
+	off := map[string]string{"ufw": "ufw disable", "firewalld": "systemctl disable --now firewalld"}[active]
 	switch {
 	case active == "":
 		c.Detail = "no active host firewall"
@@ -417,10 +421,25 @@ func checkFirewall(p *probe, ports []portRange, family host.Family, famErr error
 		}
 	case p.firewall.Managed:
 		c.Detail = active + " is active and managed by kip"
+	case active == "ufw":
+		blocks, err := host.UfwBlocks(p.ufwStatus, p.ufwAdded, rules)
+		switch {
+		case err != nil:
+			c.Status, c.Detail, c.Fix = StatusWarn, "ufw is active and not managed by kip, and kip cannot read its rules ("+err.Error()+")",
+				"make sure it lets in "+host.Describe(rules)
+		case len(blocks) > 0:
+			// Refused now: otherwise the install changes the host and waits minutes for an API
+			// that the firewall keeps out.
+			c.Status = StatusFail
+			c.Detail = "ufw is active, not managed by kip, and does not let in what the cluster needs (" + host.Describe(rules) + ")"
+			c.Fix = "on the server run: " + strings.Join(blocks, " && ") + "; or turn ufw off (" + off + ") so that kip manages it; then run kip install again"
+		default:
+			c.Detail = "ufw is active and not managed by kip: left alone; it lets in what the cluster needs"
+		}
 	default:
 		c.Status = StatusWarn
-		c.Detail = active + " is active and not managed by kip: left alone; kip will not manage it"
-		c.Fix = "allow " + strings.Join(portNames(ports), ", ") + " in " + active + " yourself"
+		c.Detail = active + " is active and not managed by kip: left alone; kip cannot read its rules"
+		c.Fix = "make sure it lets in " + host.Describe(rules) + ", or turn it off (" + off + ") and run kip install again to let kip manage it"
 	}
 	return c
 }
@@ -448,6 +467,10 @@ type probe struct {
 	paths     []string
 	cni       []string // files in /etc/cni/net.d
 	firewall  host.FirewallState
+	// ufwStatus and ufwAdded are ufw's own words, for host.UfwBlocks.
+	ufwStatus, ufwAdded string
+	// sshPort is the port kip reached the host on (0: 22), which the firewall must keep open.
+	sshPort int
 }
 
 // k3sSigns returns what shows an existing k3s.
@@ -522,6 +545,7 @@ func parseProbe(out string) (*probe, error) {
 	p.processes = sshx.Lines(sections["processes"])
 	p.paths = sshx.Lines(sections["paths"])
 	p.cni = sshx.Lines(sections["cni"])
+	p.ufwStatus, p.ufwAdded = sections["ufw"], sections["ufw-added"]
 	if p.firewall, err = host.ParseFirewall(sections["ufw"], sections["ufw-added"], sections["firewalld"], sections["firewalld-zone"]); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}

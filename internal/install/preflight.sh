@@ -57,7 +57,7 @@ fi
 # running" is on stderr); and the file of the firewalld zone kip writes, $1.
 section ufw
 if command -v ufw >/dev/null 2>&1; then
-	ufw status 2>/dev/null || true
+	ufw status verbose 2>/dev/null || true
 fi
 
 section ufw-added

@@ -122,9 +122,17 @@ func TestPreflightLab(t *testing.T) {
 	t.Run("ufw", func(t *testing.T) {
 		run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ufw")
 		run("ufw allow 22/tcp && ufw --force enable")
+		// Only SSH let in: refused, with the commands that fix it; run as written, they do.
 		r := preflight(Request{})
-		if st := status(r, "firewall"); st != StatusWarn {
-			t.Errorf("unmanaged active ufw: %s", st)
+		fw := check(r, "firewall")
+		fix, ok := strings.CutPrefix(fw.Fix, "on the server run: ")
+		fix, _, _ = strings.Cut(fix, "; or turn ufw off")
+		if fw.Status != StatusFail || !ok || !strings.Contains(fix, "ufw allow 6443/tcp") || strings.Contains(fix, "22/tcp") {
+			t.Fatalf("unmanaged ufw letting in only SSH: %+v", fw)
+		}
+		run(fix)
+		if fw := check(preflight(Request{}), "firewall"); fw.Status != StatusOK {
+			t.Errorf("unmanaged ufw after the fix's commands: %+v", fw)
 		}
 		out, _ := h.Run(ctx, "ufw status")
 		t.Logf("ufw status, unmanaged:\n%s", out)
@@ -141,11 +149,13 @@ func TestPreflightLab(t *testing.T) {
 	})
 }
 
-func status(r *Report, name string) Status {
+func status(r *Report, name string) Status { return check(r, name).Status }
+
+func check(r *Report, name string) Check {
 	for _, c := range r.Checks {
 		if c.Name == name {
-			return c.Status
+			return c
 		}
 	}
-	return ""
+	return Check{}
 }

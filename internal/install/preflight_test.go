@@ -126,6 +126,7 @@ func TestParseProbe(t *testing.T) {
 			paths:     []string{"/etc/rancher/k3s", "/usr/local/bin/k3s", "/var/lib/kubelet"},
 			cni:       []string{"10-flannel.conflist"},
 			firewall:  host.FirewallState{Tool: "ufw", Active: true, Managed: true},
+			ufwStatus: ufwManaged,
 		}},
 		{name: "banner before", out: "Welcome!\n" + labProbe, want: &probe{
 			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
@@ -367,8 +368,17 @@ func TestPreflightChecks(t *testing.T) {
 
 		{name: "no firewall", check: "firewall", st: StatusOK, has: "no active host firewall; kip will manage ufw"},
 		{name: "ufw inactive", probe: map[string]string{"ufw": "Status: inactive"}, check: "firewall", st: StatusOK},
-		{name: "ufw unmanaged", probe: map[string]string{"ufw": ufwUnmanaged}, check: "firewall", st: StatusWarn,
-			has: "ufw is active and not managed by kip: left alone; kip will not manage it"},
+		// An operator's ufw that lets in only SSH is refused before anything changes, naming the
+		// commands that let in what kip needs; before, install warned, changed the host and waited
+		// five minutes for an API the firewall kept out, then blamed k3s.
+		{name: "ufw unmanaged, only ssh", probe: map[string]string{"ufw": ufwUnmanaged, "ufw-added": "Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\n"},
+			check: "firewall", st: StatusFail,
+			has: "on the server run: ufw allow 80/tcp && ufw allow 443/tcp && ufw allow 6443/tcp && ufw allow from 10.42.0.0/16 && ufw allow from 10.43.0.0/16; or turn ufw off (ufw disable)"},
+		{name: "ufw unmanaged, all allowed", probe: map[string]string{"ufw": ufwUnmanaged, "ufw-added": "Added user rules (see 'ufw status' for running firewall):\n" +
+			"ufw allow 22\nufw allow 80/tcp comment 'web'\nufw allow 443/tcp\nufw allow 6443/tcp\nufw allow from 10.42.0.0/16\nufw allow from 10.43.0.0/16\n"},
+			check: "firewall", st: StatusOK, has: "lets in what the cluster needs"},
+		{name: "ufw unmanaged, allows by default", probe: map[string]string{"ufw": "Status: active\nDefault: allow (incoming), allow (outgoing), disabled (routed)\n"},
+			check: "firewall", st: StatusOK, has: "lets in what the cluster needs"},
 		{name: "ufw managed", probe: map[string]string{"ufw": ufwManaged}, check: "firewall", st: StatusOK, has: "managed by kip"},
 		{name: "firewalld unmanaged", facts: rocky("9.6", "5.14.0-570.el9.x86_64"), probe: map[string]string{"firewalld": "running"},
 			check: "firewall", st: StatusWarn, has: "firewalld is active and not managed by kip"},
