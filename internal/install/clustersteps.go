@@ -2,6 +2,8 @@ package install
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -67,18 +69,17 @@ func (in *installer) plan(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if in.clients != nil {
-		cs, _, err := in.clusterSteps(ctx)
-		if err != nil {
-			return err
-		}
-		steps = append(steps, cs...)
-	} else {
-		for _, name := range in.componentNames(ctx) {
-			steps = append(steps, workflow.Step{Name: "component-" + name, Title: "Install " + name,
-				Check: func(context.Context) (bool, error) { return false, nil }, Apply: func(context.Context) error { return nil }})
+	cs, _, err := in.clusterSteps(ctx)
+	if err != nil {
+		return err
+	}
+	if in.clients == nil {
+		// No cluster yet: every cluster step would run, as it is titled.
+		for i := range cs {
+			cs[i].Check, cs[i].Plan = func(context.Context) (bool, error) { return false, nil }, nil
 		}
 	}
+	steps = append(steps, cs...)
 	r := &workflow.Runner{Report: in.p, DryRun: true}
 	if in.clients != nil {
 		r.Dynamic = in.clients.Dynamic
@@ -104,23 +105,6 @@ func (in *installer) componentOptions(ctx context.Context) (components.Options, 
 		o.ExistingDexConfig = dex
 	}
 	return o, nil
-}
-
-// componentNames lists the components a fresh install would install, for a dry run on a bare host.
-func (in *installer) componentNames(ctx context.Context) []string {
-	o, err := in.componentOptions(ctx)
-	if err != nil {
-		return nil
-	}
-	comps, err := components.Render(o)
-	if err != nil {
-		return nil
-	}
-	names := make([]string, len(comps))
-	for i, c := range comps {
-		names[i] = c.Name
-	}
-	return names
 }
 
 // clusterSteps are the steps on the cluster: the server's node Ready, each component, the
@@ -265,12 +249,19 @@ echo "$out"
 echo "$out" | grep -q -e '^ok' -e '401' -e 'Unauthorized'`
 )
 
+// verifyJobName is the verification Job's name for node in run id: a DNS label (at most 63
+// characters) that keeps as much of the node's name as fits, and ends in a hash of the whole
+// name so that nodes whose long names share a beginning get Jobs of their own.
+func verifyJobName(id, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	base := "kip-verify-" + id + "-"
+	keep := strings.TrimRight(node[:min(len(node), 63-len(base)-len(suffix))], "-.")
+	return base + keep + suffix
+}
+
 func verifyJob(id, node string) *batchv1.Job {
-	name := "kip-verify-" + id + "-" + node
-	if len(name) > 63 {
-		name = name[:63]
-	}
-	name = strings.TrimRight(name, "-.")
+	name := verifyJobName(id, node)
 	labels := map[string]string{verifyLabel: id, "app.kubernetes.io/managed-by": "kip"}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: verifyNamespace, Labels: labels},
