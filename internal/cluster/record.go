@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -63,6 +64,13 @@ type Record struct {
 	AdminEmail  string    `json:"adminEmail,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// Same compares the fields a run decides, not its timestamps.
+func (a Record) Same(b Record) bool {
+	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
+		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups &&
+		a.BackupLocation.Equal(b.BackupLocation) && a.AdminEmail == b.AdminEmail
 }
 
 // BackupLocation is an S3-compatible bucket, without its credentials. Endpoint is empty for

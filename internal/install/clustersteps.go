@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -139,7 +138,7 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 		Done: "Recorded the cluster (" + kube.RecordPrefix + cluster.RecordName + ")", Already: "The cluster's record is up to date",
 		Check: func(ctx context.Context) (bool, error) {
 			have, found, err := cluster.ReadRecord(ctx, in.clients.Dynamic)
-			return found && sameRecord(have, rec), err
+			return found && have.Same(rec), err
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := cluster.UpdateRecord(ctx, in.clients.Dynamic, func(r *cluster.Record, found bool) error {
@@ -175,13 +174,6 @@ func (in *installer) intendedRecord(o components.Options, comps []components.Com
 		Backups: backups, BackupLocation: location, AdminEmail: o.AdminEmail,
 		InstalledAt: time.Now().UTC(),
 	}
-}
-
-// sameRecord compares the fields a run decides, not its timestamps.
-func sameRecord(a, b cluster.Record) bool {
-	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
-		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups &&
-		a.BackupLocation.Equal(b.BackupLocation) && a.AdminEmail == b.AdminEmail
 }
 
 // serverNodePending says why the server's node (the one with the server's address) is not

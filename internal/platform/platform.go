@@ -1,10 +1,11 @@
-package install
+package platform
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
@@ -35,17 +35,45 @@ var monitoringNeeds = map[string]resource.Quantity{
 	PlatformLoki:       resource.MustParse("600Mi"),
 }
 
+// Options is what the kip platform commands that read or change the cluster need; cmd/kip
+// fills it from the factory.
+type Options struct {
+	// Kube returns the cluster's API clients.
+	Kube     func() (*kube.Clients, error)
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	// Holder is the command line, which the cluster lock and the progress record name.
+	Holder     string
+	KipVersion string
+	// JSON and Out are kip platform profile show's output (-o json).
+	JSON bool
+	Out  io.Writer
+}
+
+// MonitoringOptions are kip platform enable and disable's.
+type MonitoringOptions struct {
+	Options
+	Component string // PlatformPrometheus or PlatformLoki
+	On        bool   // enable
+}
+
+// ProfileOptions are kip platform profile set's.
+type ProfileOptions struct {
+	Options
+	Profile string
+}
+
 // platform is what the kip platform commands act on: the cluster, its record and components.
 type platform struct {
-	f      *cli.Factory
+	o      Options
 	p      *cli.Printer
 	cl     *kube.Clients
 	rec    cluster.Record
 	pinned *manifests.Versions
 }
 
-func loadPlatform(ctx context.Context, f *cli.Factory) (*platform, error) {
-	cl, err := f.Kube()
+func loadPlatform(ctx context.Context, o Options) (*platform, error) {
+	cl, err := o.Kube()
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +88,7 @@ func loadPlatform(ctx context.Context, f *cli.Factory) (*platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &platform{f: f, p: f.Printer(), cl: cl, rec: rec, pinned: pinned}, nil
+	return &platform{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned}, nil
 }
 
 // components renders the cluster's components as its record describes them, with monitoring mon.
@@ -69,7 +97,7 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 	if err != nil {
 		return nil, err
 	}
-	o, err := components.Recorded(pl.rec, pl.pinned, buildinfo.Version)
+	o, err := components.Recorded(pl.rec, pl.pinned, pl.o.KipVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +113,7 @@ func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step,
 			rec, _, err := cluster.ReadRecord(ctx, pl.cl.Dynamic)
 			want := rec
 			mutate(&want)
-			return err == nil && sameRecord(rec, want) && rec.Profile == want.Profile, err
+			return err == nil && rec.Same(want) && rec.Profile == want.Profile, err
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := cluster.UpdateRecord(ctx, pl.cl.Dynamic, func(r *cluster.Record, _ bool) error { mutate(r); return nil })
@@ -94,23 +122,24 @@ func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step,
 	})
 	r := &workflow.Runner{
 		Dynamic: pl.cl.Dynamic, Lock: workflow.ClusterLock(pl.cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(pl.f.CommandLine()), KipVersion: buildinfo.Version, Report: pl.p,
+		Holder: kube.HolderText(pl.o.Holder), KipVersion: pl.o.KipVersion, Report: pl.p,
 	}
 	return r.Run(ctx, &workflow.Workflow{Name: name, Steps: steps})
 }
 
 // SetMonitoring turns Prometheus (with Grafana) or Loki on or off.
-func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on bool) error {
+func SetMonitoring(ctx context.Context, o *MonitoringOptions) error {
+	component, on := o.Component, o.On
 	if _, ok := monitoringNeeds[component]; !ok {
 		return cli.Usagef("unknown platform component %q: choose prometheus or loki", component)
 	}
 	if !on {
 		// Turning off asks first: refuse before connecting when nobody could answer.
-		if err := f.Prompter().CanConfirm(); err != nil {
+		if err := o.Prompter.CanConfirm(); err != nil {
 			return err
 		}
 	}
-	pl, err := loadPlatform(ctx, f)
+	pl, err := loadPlatform(ctx, o.Options)
 	if err != nil {
 		return err
 	}
@@ -134,11 +163,15 @@ func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on boo
 		if err != nil {
 			return err
 		}
-		ok, err := f.Prompter().Confirm(fmt.Sprintf("Turn %s off? Its data (metrics or logs) is deleted with it.", component))
+		ok, err := o.Prompter.Confirm(fmt.Sprintf("Turn %s off? Its data (metrics or logs) is deleted with it.", component))
 		if err != nil || !ok {
 			return errors.Join(err, errCancelled(ok))
 		}
-		return pl.run(ctx, "platform-"+component, []workflow.Step{removeStep(pl.cl, component, objs)}, mutate)
+		steps, err := pl.grafanaFollows(ctx, profile, component, mon, removeStep(pl.cl, component, objs))
+		if err != nil {
+			return err
+		}
+		return pl.run(ctx, "platform-"+component, steps, mutate)
 	}
 	if err := pl.checkRoom(ctx, component); err != nil {
 		return err
@@ -151,7 +184,30 @@ func SetMonitoring(ctx context.Context, f *cli.Factory, component string, on boo
 	if i < 0 {
 		return fmt.Errorf("kip renders no %s component for this cluster", component)
 	}
-	return pl.run(ctx, "platform-"+component, []workflow.Step{components.Step(pl.cl, comps[i])}, mutate)
+	steps, err := pl.grafanaFollows(ctx, profile, component, mon, components.Step(pl.cl, comps[i]))
+	if err != nil {
+		return err
+	}
+	return pl.run(ctx, "platform-"+component, steps, mutate)
+}
+
+// grafanaFollows returns step, followed, when Loki goes on or off while Prometheus is on, by
+// Prometheus's step: Grafana, which comes with it, lists Loki as a data source only while Loki
+// runs.
+func (pl *platform) grafanaFollows(ctx context.Context, profile cluster.Profile, component string, mon cluster.Monitoring, step workflow.Step) ([]workflow.Step, error) {
+	steps := []workflow.Step{step}
+	if component != PlatformLoki || !mon.Prometheus {
+		return steps, nil
+	}
+	comps, err := pl.components(ctx, profile, mon)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(comps, func(c components.Component) bool { return c.Name == PlatformPrometheus })
+	if i < 0 {
+		return nil, errors.New("kip renders no prometheus component for this cluster")
+	}
+	return append(steps, components.Step(pl.cl, comps[i])), nil
 }
 
 func onOff(on bool) string {
@@ -273,8 +329,8 @@ type ProfileView struct {
 }
 
 // ShowProfile prints the cluster's profile, what it sizes and the server's size.
-func ShowProfile(ctx context.Context, f *cli.Factory) error {
-	pl, err := loadPlatform(ctx, f)
+func ShowProfile(ctx context.Context, o *Options) error {
+	pl, err := loadPlatform(ctx, *o)
 	if err != nil {
 		return err
 	}
@@ -288,8 +344,8 @@ func ShowProfile(ctx context.Context, f *cli.Factory) error {
 	}
 	v := ProfileView{Profile: p, Storage: pl.rec.Storage, Monitored: pl.rec.Monitoring,
 		ServerMemoryMiB: node.Status.Capacity.Memory().Value() >> 20, ServerCPUs: node.Status.Capacity.Cpu().Value()}
-	w := f.IO.Out
-	if f.Global.Output == cli.OutputJSON {
+	w := o.Out
+	if o.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
@@ -308,11 +364,12 @@ func ShowProfile(ctx context.Context, f *cli.Factory) error {
 
 // SetProfile changes the cluster's sizing profile, refusing one the server cannot carry, and
 // re-applies the components the profile sizes. Monitoring stays as it is.
-func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
+func SetProfile(ctx context.Context, o *ProfileOptions) error {
+	name := o.Profile
 	if _, err := cluster.ProfileNamed(name); err != nil {
 		return &cli.UsageError{Err: err}
 	}
-	pl, err := loadPlatform(ctx, f)
+	pl, err := loadPlatform(ctx, o.Options)
 	if err != nil {
 		return err
 	}
@@ -328,6 +385,11 @@ func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
 	if err != nil {
 		return err
 	}
+	if was, err := cluster.ProfileNamed(pl.rec.Profile); err == nil && pl.rec.Storage == cluster.StorageLocal && was.RegistrySize != sizing.Profile.RegistrySize {
+		// A local-path volume cannot be resized: the registry keeps the volume it has.
+		sizing.Profile.RegistrySize = was.RegistrySize
+		pl.p.Info("The registry's volume stays at " + was.RegistrySize + ": local storage volumes cannot be resized")
+	}
 	comps, err := pl.components(ctx, sizing.Profile, pl.rec.Monitoring)
 	if err != nil {
 		return err
@@ -336,7 +398,7 @@ func SetProfile(ctx context.Context, f *cli.Factory, name string) error {
 	for _, c := range comps {
 		switch c.Name {
 		case "velero", "minio":
-			// Backup storage is not sized by the profile and its credentials are not at hand.
+			// Backup storage is not sized by the profile.
 			continue
 		}
 		steps = append(steps, components.Step(pl.cl, c))
