@@ -164,6 +164,13 @@ func TestInstallNano(t *testing.T) {
 	}
 	untouched(ctx, t, h)
 
+	// Off a terminal and without --yes, install refuses before it connects anywhere.
+	r = s.Kip(t, home, slices.DeleteFunc(installArgs(s, h, s.Bundle), func(a string) bool { return a == "--yes" })...)
+	if r.ExitCode != 2 || !strings.Contains(r.Stderr, "--yes is required when not running interactively") || strings.Contains(r.Stderr, "Connecting") {
+		t.Fatalf("install without --yes off a terminal: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	untouched(ctx, t, h)
+
 	// A dry run plans and changes nothing.
 	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "--dry-run")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Nothing was changed") {
@@ -305,6 +312,7 @@ func TestInstallNano(t *testing.T) {
 	if rec, _, err := cluster.ReadRecord(ctx, c.Dynamic); err != nil || rec.Monitoring.Prometheus {
 		t.Errorf("record after disable: %+v %v", rec.Monitoring, err)
 	}
+	platformPaths(ctx, t, s, home, h, c)
 
 	// Doctor fails, with SSH, on a host whose k3s is down.
 	if _, err := h.Run(ctx, "systemctl stop k3s"); err != nil {
@@ -396,6 +404,16 @@ func TestInstallLonghorn(t *testing.T) {
 	r = s.Kip(t, home, "status", "-o", "json")
 	if r.ExitCode != 0 || !strings.Contains(r.Stdout, `"longhorn"`) {
 		t.Errorf("kip status -o json: exit %d\n%s", r.ExitCode, r.Stdout)
+	}
+
+	// kip platform profile set that succeeds, down to nano and back.
+	for _, profile := range []string{"nano", "small"} {
+		if r = s.Kip(t, home, "platform", "profile", "set", profile); r.ExitCode != 0 {
+			t.Fatalf("platform profile set %s on 8 GiB: exit %d\n%s", profile, r.ExitCode, r.Stderr)
+		}
+		if rec, _, err := cluster.ReadRecord(ctx, c.Dynamic); err != nil || rec.Profile != profile {
+			t.Errorf("record after profile set %s: %+v %v", profile, rec, err)
+		}
 	}
 
 	externalBackupsKept(ctx, t, s, home, h, c)
