@@ -20,10 +20,11 @@ command that fixes it:
   disks have room, this kip is not older than the one that installed the cluster, no kip
   operation is left unfinished, and the API server's clock agrees with this machine's;
 
-  over SSH on the server and every node: certificate expiry (server and agent certificates),
-  the host's clock, free disk, the host firewall and who manages it, the wireguard module, and
-  on Longhorn clusters the OS and kernel rule (no Rocky Linux or AlmaLinux 9.7+, no EL9 kernel
-  from 5.14.0-611).
+  over SSH on the server and every node: the k3s service (systemd's state and, when it does not
+  run, its last journal lines), certificate expiry (server and agent certificates), the host's
+  clock, free disk, the host firewall and who manages it, the wireguard module, and on Longhorn
+  clusters the OS and kernel rule (no Rocky Linux or AlmaLinux 9.7+, no EL9 kernel from
+  5.14.0-611). A host whose SSH host key changed fails, with how to verify and accept the new key.
 
 Without SSH (--api-only, or no key that logs in) the host checks are reported as skipped, with
 how to run them. kip doctor exits 1 when a check failed, 0 otherwise. See docs/status.md.`,

@@ -23,7 +23,8 @@ operations that did not finish, including moves to Longhorn.
 
 Longhorn disks and volumes are read through the API. On local storage, the server's free disk
 and the space each volume uses are read over SSH; without SSH (--api-only, or no key that logs
-in) status reports what the API gives and says what it skipped. See docs/status.md.`,
+in) status reports what the API gives and says what it skipped. When the API does not answer,
+status shows what SSH sees of k3s on the server instead. See docs/status.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := wireStatus(f, opts); err != nil {

@@ -130,3 +130,24 @@ func TestStatusDoctorCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusDoctorNoCluster runs both commands on a machine where kip installed nothing and no
+// kubeconfig exists: they say that no cluster is saved and how to install one.
+func TestStatusDoctorNoCluster(t *testing.T) {
+	kipHome, home := t.TempDir(), t.TempDir()
+	t.Setenv("KIP_HOME", kipHome)
+	t.Setenv("HOME", home)
+	t.Setenv("KUBECONFIG", "")
+	want := "no cluster is saved in " + filepath.Join(kipHome, "config.yaml") + " and no kubeconfig was found (looked in " +
+		filepath.Join(home, ".kube", "config") + "): install one with 'kip install --host <server address>', or pass --kubeconfig"
+
+	_, _, err := execute(t, "status")
+	if cli.ExitCode(err) != cli.ExitFailed || err.Error() != want {
+		t.Errorf("status: exit %d, error %v\nwant %s", cli.ExitCode(err), err, want)
+	}
+	out, _, err := execute(t, "doctor")
+	if cli.ExitCode(err) != cli.ExitFailed || !strings.Contains(out, "✗ api: "+want+"\n") ||
+		!strings.Contains(out, "    fix: install a cluster with 'kip install --host <server address>'") {
+		t.Errorf("doctor: exit %d (%v)\n%s\nwant the api check to say %s", cli.ExitCode(err), err, out, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/term"
 
@@ -37,6 +38,7 @@ func (f *Factory) Cluster() (*config.Cluster, error) {
 func (f *Factory) Kube() (*kube.Clients, error) {
 	f.kubeOnce.Do(func() {
 		path := f.Global.Kubeconfig
+		saved := true
 		if path == "" {
 			cl, err := f.Cluster()
 			if err != nil {
@@ -46,9 +48,13 @@ func (f *Factory) Kube() (*kube.Clients, error) {
 			if cl != nil {
 				path = cl.Kubeconfig
 			}
+			saved = cl != nil
 		}
 		cfg, err := kube.LoadConfig(path, f.Global.Context)
 		if err != nil {
+			if !saved {
+				err = f.noClusterError(err)
+			}
 			f.kubeErr = err
 			return
 		}
@@ -56,6 +62,32 @@ func (f *Factory) Kube() (*kube.Clients, error) {
 	})
 	return f.kube, f.kubeErr
 }
+
+// noClusterError explains a kubeconfig that could not be loaded when no cluster is saved either:
+// most likely no cluster was installed from this machine yet.
+func (f *Factory) noClusterError(err error) error {
+	file := config.FileName
+	if dir, derr := config.Dir(); derr == nil {
+		file = filepath.Join(dir, config.FileName)
+	}
+	const fix = "install one with 'kip install --host <server address>', or pass --kubeconfig"
+	msg := err.Error()
+	if looked, ok := strings.CutPrefix(msg, "no kubeconfig found: "); ok {
+		looked, _, _ = strings.Cut(looked, "; ")
+		return &NoClusterError{fmt.Sprintf("no cluster is saved in %s and no kubeconfig was found (%s): %s", file, looked, fix), err}
+	}
+	return &NoClusterError{fmt.Sprintf("no cluster is saved in %s, and %s: %s", file, msg, fix), err}
+}
+
+// NoClusterError is Kube's error when no cluster is saved and no kubeconfig could be loaded; it
+// says how to install one, and wraps the kubeconfig's error.
+type NoClusterError struct {
+	msg string
+	err error
+}
+
+func (e *NoClusterError) Error() string { return e.msg }
+func (e *NoClusterError) Unwrap() error { return e.err }
 
 // SSHConfig returns how to reach host: flags first, then what is saved for the cluster (saved
 // may be nil), then ~/.ssh/config and kip's defaults, which sshx applies.

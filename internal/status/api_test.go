@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,6 +87,19 @@ func newFixture(tb testing.TB) *fixture {
 	}
 	f.localPV(tb, "pvc-db", "shop", "data-db-0", "2Gi")
 	f.setRecord(tb, cluster.StorageLocal)
+	// kip's CRDs as install applies them, with kip's labels (the environment installed them
+	// without).
+	comps, err := recordComponents(cluster.Record{Profile: "nano", Storage: cluster.StorageLocal, Server: "192.0.2.10", KipVersion: recordKip})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, comp := range comps {
+		if comp.Name == "kipper-crds" {
+			if err := kube.Apply(ctx, c, comp.Objects, kube.ApplyOptions{Force: true}); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 
 	for name, p := range map[string]workflow.Progress{
 		"op-node-add-w3": {Workflow: "node-add-w3", StartedBy: "kip node add 192.0.2.13 by alice@laptop, pid 42", Status: workflow.StatusFailed,
@@ -487,14 +501,33 @@ func (f *fixture) longhorn(t *testing.T) {
 	})
 }
 
+// requestLog counts the API requests of clients, and keeps what they asked for.
+type requestLog struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	paths []string
+}
+
+// take returns the count and the requests since the last take, and starts again.
+func (l *requestLog) take() (int64, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	paths := l.paths
+	l.paths = nil
+	return l.n.Swap(0), paths
+}
+
 // countingClients returns API clients whose requests are counted.
-func countingClients(tb testing.TB, cfg *rest.Config) (*kube.Clients, *atomic.Int64) {
+func countingClients(tb testing.TB, cfg *rest.Config) (*kube.Clients, *requestLog) {
 	tb.Helper()
-	var n atomic.Int64
+	l := &requestLog{}
 	cfg = rest.CopyConfig(cfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			n.Add(1)
+			l.n.Add(1)
+			l.mu.Lock()
+			l.paths = append(l.paths, req.Method+" "+req.URL.RequestURI())
+			l.mu.Unlock()
 			return rt.RoundTrip(req)
 		})
 	}
@@ -502,25 +535,27 @@ func countingClients(tb testing.TB, cfg *rest.Config) (*kube.Clients, *atomic.In
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return c, &n
+	return c, l
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// requests counts the API requests of one status and one doctor run.
-func (f *fixture) requests(tb testing.TB) (status, doctor int64) {
+// requests counts the API requests of one status and one doctor run, on clients of their own
+// (nothing discovered beforehand), and returns what status asked for.
+func (f *fixture) requests(tb testing.TB) (status, doctor int64, statusPaths []string) {
 	tb.Helper()
 	ctx := context.Background()
-	c, n := countingClients(tb, f.env.Config)
+	c, l := countingClients(tb, f.env.Config)
 	o := &Options{Out: &bytes.Buffer{}, Kube: func() (*kube.Clients, error) { return c, nil }, KipVersion: recordKip}
 	if _, err := Collect(ctx, o); err != nil {
 		tb.Fatal(err)
 	}
-	status = n.Swap(0)
+	status, statusPaths = l.take()
 	Diagnose(ctx, o)
-	return status, n.Load()
+	doctor, _ = l.take()
+	return status, doctor, statusPaths
 }
 
 // benchNode holds the benchmark's volumes: a node that does not exist, so that they cost status
@@ -565,16 +600,38 @@ func (f *fixture) addNamespaces(tb testing.TB, n int) {
 	}
 }
 
+// Bounds of the API requests of one run (docs/status.md): status lists each kind once for all
+// the components, rather than reading each component's objects on its own (33 requests before).
+const (
+	maxStatusRequests = 20
+	maxDoctorRequests = 12
+)
+
 // TestRequestsBounded checks that status and doctor make as many API requests with 100 more
-// namespaces, each with a volume, as without them.
+// namespaces, each with a volume, as without them, and no more than their bounds, on local
+// storage and on Longhorn.
 func TestRequestsBounded(t *testing.T) {
 	f := newFixture(t)
-	s0, d0 := f.requests(t)
+	s0, d0, _ := f.requests(t)
 	f.addNamespaces(t, 100)
-	s1, d1 := f.requests(t)
+	s1, d1, paths := f.requests(t)
 	t.Logf("API requests: status %d, doctor %d (before and after adding 100 namespaces)", s1, d1)
 	if s0 != s1 || d0 != d1 {
 		t.Fatalf("requests grew with the namespaces: status %d → %d, doctor %d → %d", s0, s1, d0, d1)
+	}
+	if s1 > maxStatusRequests || d1 > maxDoctorRequests {
+		t.Errorf("status made %d requests (at most %d), doctor %d (at most %d); status asked for:\n%s",
+			s1, maxStatusRequests, d1, maxDoctorRequests, strings.Join(paths, "\n"))
+	}
+
+	f.setRecord(t, cluster.StorageLonghorn)
+	t.Cleanup(func() { f.setRecord(t, cluster.StorageLocal) })
+	f.longhorn(t)
+	s2, d2, paths := f.requests(t)
+	t.Logf("API requests on Longhorn: status %d, doctor %d", s2, d2)
+	if s2 > maxStatusRequests || d2 > maxDoctorRequests {
+		t.Errorf("on Longhorn, status made %d requests (at most %d), doctor %d (at most %d); status asked for:\n%s",
+			s2, maxStatusRequests, d2, maxDoctorRequests, strings.Join(paths, "\n"))
 	}
 }
 
@@ -584,22 +641,24 @@ func BenchmarkStatus(b *testing.B) {
 	f := newFixture(b)
 	f.addNamespaces(b, 500)
 	ctx := context.Background()
-	c, n := countingClients(b, f.env.Config)
+	c, l := countingClients(b, f.env.Config)
 	o := &Options{Out: &bytes.Buffer{}, Kube: func() (*kube.Clients, error) { return c, nil }, KipVersion: recordKip}
 	b.Run("status", func(b *testing.B) {
-		n.Store(0)
+		l.take()
 		for b.Loop() {
 			if _, err := Collect(ctx, o); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(n.Load())/float64(b.N), "requests/op")
+		n, _ := l.take()
+		b.ReportMetric(float64(n)/float64(b.N), "requests/op")
 	})
 	b.Run("doctor", func(b *testing.B) {
-		n.Store(0)
+		l.take()
 		for b.Loop() {
 			Diagnose(ctx, o)
 		}
-		b.ReportMetric(float64(n.Load())/float64(b.N), "requests/op")
+		n, _ := l.take()
+		b.ReportMetric(float64(n)/float64(b.N), "requests/op")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -141,6 +142,35 @@ func TestCheckClock(t *testing.T) {
 	if c := checkClock("", "the API server's", -7*time.Second, 0); !strings.Contains(c.Detail, "7s behind") {
 		t.Errorf("detail %q", c.Detail)
 	}
+	// The skew as a number in -o json, and durations rounded in the text.
+	c := checkClock("srv", "srv's", -(4*time.Minute + 59993877063*time.Nanosecond - 4*time.Minute), 1234567*time.Microsecond)
+	if c.ClockSkewSeconds == nil || *c.ClockSkewSeconds != -59.994 || c.ClockUncertaintySeconds == nil || *c.ClockUncertaintySeconds != 1.235 {
+		t.Errorf("skew %v ± %v", c.ClockSkewSeconds, c.ClockUncertaintySeconds)
+	}
+	if !strings.Contains(c.Detail, "srv's clock is 1m behind this machine's (±1.2s)") {
+		t.Errorf("detail %q", c.Detail)
+	}
+	data, err := json.Marshal(checkClock("srv", "srv's", 4*time.Minute+59993877063*time.Nanosecond-4*time.Minute+4*time.Minute, 0))
+	if err != nil || !strings.Contains(string(data), `"clockSkewSeconds":299.994`) || !strings.Contains(string(data), "clock is 5m ahead of") {
+		t.Errorf("json %s", data)
+	}
+}
+
+func TestDurationText(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		312456 * time.Microsecond:       "312ms",
+		4237 * time.Millisecond:         "4.2s",
+		59960 * time.Millisecond:        "1m",
+		4*time.Minute + 59993877063:     "5m",
+		4*time.Minute + 58400000000:     "4m58s",
+		2*time.Hour + 5*time.Minute + 7: "2h5m",
+		3 * time.Hour:                   "3h",
+		-1500 * time.Millisecond:        "-1.5s",
+	} {
+		if got := durationText(d); got != want {
+			t.Errorf("durationText(%s) = %q, want %q", d, got, want)
+		}
+	}
 }
 
 func TestProbeClockSkew(t *testing.T) {
@@ -186,6 +216,9 @@ func TestKipVersion(t *testing.T) {
 		if c.Status == StatusWarn && !strings.Contains(c.Fix, "upgrade kip to "+tt.recorded) {
 			t.Errorf("%s vs %s: fix %q", tt.this, tt.recorded, c.Fix)
 		}
+		if strings.Contains(c.Detail+c.Fix, "kip upgrade") {
+			t.Errorf("%s vs %s names kip upgrade, which does not exist yet: %q", tt.this, tt.recorded, c.Detail)
+		}
 	}
 }
 
@@ -217,9 +250,13 @@ func TestK3sVersions(t *testing.T) {
 		fix      string
 	}{
 		{"on the pin", []string{pinned, pinned}, StatusOK, "every node runs " + pinned, ""},
-		{"an older revision", []string{pinned, strings.Replace(pinned, "+k3s1", "+k3s0", 1)}, StatusWarn, "w1 runs", "kip upgrade --k3s"},
+		{"a server on an older revision", []string{strings.Replace(pinned, "+k3s1", "+k3s0", 1), pinned}, StatusWarn, "srv runs",
+			"run 'kip install --host 203.0.113.10' again: it moves the server's k3s to " + pinned},
+		{"a worker on an older revision", []string{pinned, strings.Replace(pinned, "+k3s1", "+k3s0", 1)}, StatusWarn, "w1 runs",
+			"kip does not move a worker's k3s yet: upgrade k3s-agent on w1 to " + pinned + " by hand"},
 		{"newer than the pin", []string{"v9.0.0+k3s1"}, StatusWarn, "newer than", "upgrade kip: use a kip release that pins v9.0.0+k3s1"},
-		{"two minors behind", []string{"v1.35.1+k3s1"}, StatusWarn, "2 Kubernetes minors behind", "one Kubernetes minor at a time"},
+		{"two minors behind", []string{"v1.35.1+k3s1"}, StatusWarn, "2 Kubernetes minors behind",
+			"upgrade its k3s by hand one minor at a time, as the warning says, then run 'kip install --host 203.0.113.10' again"},
 		{"no version", []string{""}, StatusWarn, "reports no k3s version", "kubectl describe node srv"},
 		{"not a version", []string{"fake"}, StatusWarn, "is not a k3s release", "kubectl describe node srv"},
 	}
@@ -229,9 +266,12 @@ func TestK3sVersions(t *testing.T) {
 			for i, v := range tt.versions {
 				nodes = append(nodes, node([]string{"srv", "w1"}[i], v, i == 0, corev1.ConditionTrue))
 			}
-			c := checkK3sVersions(nodes)
+			c := checkK3sVersions(nodes, "203.0.113.10")
 			if c.Status != StatusOK && c.Fix == "" {
 				t.Error("a warning without a fix")
+			}
+			if strings.Contains(c.Detail+c.Fix, "kip upgrade") {
+				t.Errorf("names kip upgrade, which does not exist yet: %q fix %q", c.Detail, c.Fix)
 			}
 			if c.Status != tt.want || !strings.Contains(c.Detail, tt.detail) || !strings.Contains(c.Fix, tt.fix) {
 				t.Fatalf("%s %q fix %q", c.Status, c.Detail, c.Fix)
@@ -400,7 +440,8 @@ func TestHostChecksSmall(t *testing.T) {
 	if c := checkWireGuard("w1", sshx.ModuleUnavailable, cluster.NetworkVXLAN); c.Status != StatusWarn {
 		t.Errorf("vxlan without the module: %s", c.Status)
 	}
-	if c := checkWireGuard("w1", sshx.ModuleLoadable, cluster.NetworkVXLAN); c.Status != StatusOK || !strings.Contains(c.Detail, "kip upgrade") {
+	if c := checkWireGuard("w1", sshx.ModuleLoadable, cluster.NetworkVXLAN); c.Status != StatusOK || strings.Contains(c.Detail, "kip upgrade") ||
+		!strings.Contains(c.Detail, "re-running kip install keeps it") {
 		t.Errorf("vxlan with the module: %s %q", c.Status, c.Detail)
 	}
 	for _, tt := range []struct {

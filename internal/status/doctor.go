@@ -1,8 +1,10 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +24,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -50,6 +53,14 @@ type Check struct {
 	// Fix is the command or step that fixes a warning or failure, or, for a skipped check, how
 	// to run it.
 	Fix string `json:"fix,omitempty"`
+	// Log is what the check read that explains it: the last journal lines of a k3s unit that
+	// does not run.
+	Log []string `json:"log,omitempty"`
+	// ClockSkewSeconds is, for a clock check, the other clock minus this machine's in seconds
+	// (positive: ahead), to the millisecond; ClockUncertaintySeconds is how far the measure may
+	// be off (half the round trip, and the Date header's whole seconds).
+	ClockSkewSeconds        *float64 `json:"clockSkewSeconds,omitempty"`
+	ClockUncertaintySeconds *float64 `json:"clockUncertaintySeconds,omitempty"`
 }
 
 // Diagnosis is the documented shape of 'kip doctor -o json' (docs/status.md).
@@ -99,6 +110,9 @@ type doctor struct {
 	o      *Options
 	now    time.Time
 	checks []Check
+	// apiDown says the API did not answer (unreachable, or a gateway's 5xx), as opposed to
+	// rejecting kip's credentials or not being configured.
+	apiDown bool
 }
 
 func (d *doctor) add(c ...Check) { d.checks = append(d.checks, c...) }
@@ -108,7 +122,9 @@ func (d *doctor) add(c ...Check) { d.checks = append(d.checks, c...) }
 func Diagnose(ctx context.Context, o *Options) *Diagnosis {
 	d := &doctor{o: o, now: time.Now()}
 	v := d.apiChecks(ctx)
-	d.hostChecks(ctx, v)
+	if u := d.hostChecks(ctx, v); u != nil && d.apiDown {
+		d.explainAPIDown(u)
+	}
 	out := &Diagnosis{Checks: d.checks}
 	for _, c := range d.checks {
 		switch c.Status {
@@ -130,14 +146,18 @@ func Diagnose(ctx context.Context, o *Options) *Diagnosis {
 func (d *doctor) apiChecks(ctx context.Context) *view {
 	c, err := d.o.Kube()
 	if err != nil {
-		d.add(Check{Name: "api", Status: StatusFail, Detail: err.Error(),
-			Fix: "pass --kubeconfig with the cluster's kubeconfig, or --cluster with a cluster saved by kip install"})
+		fix := "pass --kubeconfig with the cluster's kubeconfig, or --cluster with a cluster saved by kip install"
+		if errors.As(err, new(*cli.NoClusterError)) {
+			fix = "install a cluster with 'kip install --host <server address>', or pass --kubeconfig with the kubeconfig of one kip did not install"
+		}
+		d.add(Check{Name: "api", Status: StatusFail, Detail: err.Error(), Fix: fix})
 		d.skipAPI("no API clients")
 		return nil
 	}
 	api, probe := checkAPI(ctx, c)
 	d.add(api)
 	if api.Status == StatusFail {
+		d.apiDown = probe.down
 		d.skipAPI("the API cannot be reached")
 		return nil
 	}
@@ -157,7 +177,7 @@ func (d *doctor) apiChecks(ctx context.Context) *view {
 		return v
 	}
 	d.add(d.nodeChecks(v)...)
-	d.add(checkK3sVersions(v.nodes))
+	d.add(checkK3sVersions(v.nodes, v.serverAddr(d.o)))
 	if v.recorded {
 		d.add(d.storageCheck(ctx, v))
 		if v.rec.Storage == cluster.StorageLonghorn {
@@ -177,9 +197,10 @@ func (d *doctor) skipAPI(why string) {
 }
 
 // apiProbe is the API server's clock, read from its Date header, and when the request was sent
-// and its answer received on this machine's clock.
+// and its answer received on this machine's clock; down says that the API did not answer.
 type apiProbe struct {
 	date, sent, received time.Time
+	down                 bool
 }
 
 // skew is the API server's clock minus this machine's. The Date header is in whole seconds, so
@@ -219,7 +240,9 @@ func checkAPI(ctx context.Context, c *kube.Clients) (Check, apiProbe) {
 	resp, err := hc.Do(req)
 	received := time.Now()
 	if err != nil {
-		return fail(fmt.Sprintf("cannot reach the API at %s: %v", base, err), reachFix)
+		check, probe := fail(fmt.Sprintf("cannot reach the API at %s: %v", base, err), reachFix)
+		probe.down = true
+		return check, probe
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
@@ -228,7 +251,9 @@ func checkAPI(ctx context.Context, c *kube.Clients) (Check, apiProbe) {
 		return fail(fmt.Sprintf("the API at %s rejected kip's credentials (401 Unauthorized)", base),
 			"pass --kubeconfig with credentials the cluster accepts, or copy the server's /etc/rancher/k3s/k3s.yaml (with its server address changed to the server's) over the cluster's saved kubeconfig")
 	case resp.StatusCode != http.StatusOK:
-		return fail(fmt.Sprintf("the API at %s answered %s", base, resp.Status), reachFix)
+		check, probe := fail(fmt.Sprintf("the API at %s answered %s", base, resp.Status), reachFix)
+		probe.down = resp.StatusCode >= 500
+		return check, probe
 	}
 	var info struct {
 		GitVersion string `json:"gitVersion"`
@@ -340,8 +365,15 @@ func (v *view) sshAddr(o *Options, n *corev1.Node) string {
 	return nodeAddress(n, corev1.NodeInternalIP)
 }
 
-// checkK3sVersions compares each node's k3s with the release this kip pins.
-func checkK3sVersions(nodes []corev1.Node) Check {
+// rerunInstall is the command that moves the server's k3s onto the release this kip pins today:
+// kip install run again on the server (docs/install.md, "Re-running install").
+func rerunInstall(server string) string {
+	return "kip install --host " + cmp.Or(server, "<server address>")
+}
+
+// checkK3sVersions compares each node's k3s with the release this kip pins. server is the
+// server's SSH address, for the command that moves it.
+func checkK3sVersions(nodes []corev1.Node, server string) Check {
 	c := Check{Name: "k3s version", Status: StatusOK}
 	pinned, err := pinnedK3s()
 	if err != nil {
@@ -372,12 +404,15 @@ func checkK3sVersions(nodes []corev1.Node) Check {
 		case err != nil:
 			off = append(off, fmt.Sprintf("%s: %v", n.Name, err))
 			addFix("look at the node's kubelet: kubectl describe node " + n.Name)
-		case m.Kind == k3s.KeepBehind:
+		case m.Kind == k3s.KeepBehind && nodeRole(n) == RoleServer:
 			off = append(off, m.Warning)
-			addFix("upgrade k3s one Kubernetes minor at a time, as the warning says, then run kip upgrade --k3s")
-		case m.Kind == k3s.Upgrade:
+			addFix(fmt.Sprintf("kip install keeps a server more than one Kubernetes minor behind: upgrade its k3s by hand one minor at a time, as the warning says, then run '%s' again to reach %s", rerunInstall(server), pinned))
+		case m.Kind == k3s.Upgrade && nodeRole(n) == RoleServer:
 			off = append(off, fmt.Sprintf("%s runs %s", n.Name, installed))
-			addFix("kip upgrade --k3s")
+			addFix(fmt.Sprintf("run '%s' again: it moves the server's k3s to %s and restarts k3s (read \"Re-running install\" in docs/install.md first)", rerunInstall(server), pinned))
+		case m.Kind == k3s.KeepBehind || m.Kind == k3s.Upgrade:
+			off = append(off, fmt.Sprintf("%s runs %s", n.Name, installed))
+			addFix(fmt.Sprintf("kip does not move a worker's k3s yet: upgrade k3s-agent on %s to %s by hand, one Kubernetes minor at a time and after the server", n.Name, pinned))
 		}
 	}
 	if len(off) == 0 {
@@ -620,7 +655,7 @@ func checkKipVersion(this, recorded string) Check {
 		c.Detail = fmt.Sprintf("this kip (%s) is older than kip %s, which last installed the cluster", this, recorded)
 		c.Fix = fmt.Sprintf("upgrade kip to %s or later", recorded)
 	case cmp > 0:
-		c.Detail = fmt.Sprintf("this kip (%s) is newer than kip %s, which last installed the cluster; kip upgrade brings the platform to this kip", this, recorded)
+		c.Detail = fmt.Sprintf("this kip (%s) is newer than kip %s, which last installed the cluster: the cluster runs what kip %s installed until kip install is run again on the server (read \"Re-running install\" in docs/install.md first)", this, recorded, recorded)
 	default:
 		c.Detail = "this kip installed the cluster (" + this + ")"
 	}
@@ -656,22 +691,23 @@ func (d *doctor) operationChecks(ctx context.Context, c *kube.Clients) []Check {
 	return out
 }
 
-// hostChecks runs the checks over SSH on the server and every node, or says why it did not.
-func (d *doctor) hostChecks(ctx context.Context, v *view) {
+// hostChecks runs the checks over SSH on the server and every node, or says why it did not. It
+// returns the server's k3s unit when it read one.
+func (d *doctor) hostChecks(ctx context.Context, v *view) *Unit {
 	targets, unaddressed := d.targets(v)
-	const what = "certificates, clocks, disks, firewalls, wireguard and the Longhorn OS rule"
+	const what = "k3s services, certificates, clocks, disks, firewalls, wireguard and the Longhorn OS rule"
 	switch {
 	case d.o.APIOnly:
 		d.add(Check{Name: "host checks", Status: StatusSkipped, Detail: "skipped with --api-only: " + what + " were not checked", Fix: "run kip doctor without --api-only"})
-		return
+		return nil
 	case d.o.Dial == nil:
 		d.add(Check{Name: "host checks", Status: StatusSkipped, Detail: "SSH is not set up: " + what + " were not checked", Fix: sshFix})
-		return
+		return nil
 	case len(targets) == 0 && len(unaddressed) == 0:
 		d.add(Check{Name: "host checks", Status: StatusSkipped,
 			Detail: "no SSH address known for the server (no saved cluster, and no cluster record to read it from): " + what + " were not checked",
 			Fix:    sshFix})
-		return
+		return nil
 	}
 	var rec cluster.Record
 	if v != nil {
@@ -692,8 +728,34 @@ func (d *doctor) hostChecks(ctx context.Context, v *view) {
 		probe:    paths.doctorArgs,
 		firewall: true,
 	})
+	var server *Unit
 	for _, in := range results {
-		d.add(evaluateHost(in, rec, paths, diskPaths, d.now)...)
+		d.add(evaluateHost(in, rec, paths, diskPaths, d.now, d.apiDown)...)
+		if in.target.server && in.probe != nil && in.probe.unit != nil && server == nil {
+			server = in.probe.unit
+		}
+	}
+	return server
+}
+
+// explainAPIDown gives the failed api check the fix that what SSH saw of k3s on the server
+// calls for.
+func (d *doctor) explainAPIDown(u *Unit) {
+	for i := range d.checks {
+		c := &d.checks[i]
+		if c.Name != "api" || c.Status != StatusFail {
+			continue
+		}
+		switch {
+		case u.Error != "":
+		case !u.installed():
+			c.Fix = "k3s is not installed on the server (k3s service below): " + rerunInstall(d.o.Server) + " installs it"
+		case u.Running():
+			c.Fix = "k3s runs on the server (k3s service below), and its API does not answer here: " + c.Fix
+		default:
+			c.Fix = "k3s does not run on the server (k3s service below): " + checkUnit(target{addr: d.o.Server, server: true}, u, true).Fix
+		}
+		return
 	}
 }
 
@@ -722,16 +784,22 @@ func (d *doctor) targets(v *view) (targets []target, unaddressed []string) {
 	return targets, unaddressed
 }
 
-// evaluateHost turns what one host showed into checks.
-func evaluateHost(in inspection, rec cluster.Record, paths hostPaths, diskPaths []string, now time.Time) []Check {
+// evaluateHost turns what one host showed into checks. apiDown says the API did not answer.
+func evaluateHost(in inspection, rec cluster.Record, paths hostPaths, diskPaths []string, now time.Time, apiDown bool) []Check {
 	t := in.target
 	node := t.node
 	if node == "" {
 		node = t.addr
 	}
 	if in.dialErr != nil {
+		const notRun = "its host checks (k3s service, certificates, clock, disk, firewall, wireguard, Longhorn OS) were not run"
+		if forget, ok := sshx.HostKeyChanged(in.dialErr); ok {
+			return []Check{{Name: "ssh", Node: node, Status: StatusFail,
+				Detail: fmt.Sprintf("kip refused %s: %v; %s", t.label(), in.dialErr, notRun),
+				Fix:    hostKeyFix(forget)}}
+		}
 		return []Check{{Name: "ssh", Node: node, Status: StatusWarn,
-			Detail: fmt.Sprintf("cannot reach %s over SSH: %v; its host checks (certificates, clock, disk, firewall, wireguard, Longhorn OS) were not run", t.label(), in.dialErr),
+			Detail: fmt.Sprintf("cannot reach %s over SSH: %v; %s", t.label(), in.dialErr, notRun),
 			Fix:    sshFix + "; and check that " + t.addr + " accepts SSH from this machine"}}
 	}
 	var out []Check
@@ -755,6 +823,9 @@ func evaluateHost(in inspection, rec cluster.Record, paths hostPaths, diskPaths 
 	}
 	ct := t
 	ct.node = node
+	if in.probe.unit != nil {
+		out = append(out, checkUnit(ct, in.probe.unit, apiDown))
+	}
 	out = append(out, checkCerts(ct, paths.serverTLS, in.probe.certs, now))
 	if in.probe.hasClock {
 		skew, uncertainty := in.probe.clockSkew()
@@ -773,6 +844,12 @@ func (d *Diagnosis) WriteText(w io.Writer) error {
 			name += " (" + c.Node + ")"
 		}
 		fmt.Fprintf(b, "%s %s: %s\n", glyph, name, c.Detail)
+		if len(c.Log) > 0 {
+			fmt.Fprintf(b, "    last %d lines of its journal:\n", len(c.Log))
+			for _, l := range c.Log {
+				fmt.Fprintf(b, "      %s\n", l)
+			}
+		}
 		switch {
 		case c.Fix == "":
 		case c.Status == StatusSkipped:

@@ -132,10 +132,10 @@ func inspectHost(ctx context.Context, dial DialFunc, t target, req hostRequest) 
 	return in
 }
 
-// doctorArgs are hostchecks.sh's arguments for doctor on t: the clock first, then the
-// certificates, the server's only on a server.
+// doctorArgs are hostchecks.sh's arguments for doctor on t: the clock first, then k3s's unit,
+// then the certificates, the server's only on a server.
 func (p hostPaths) doctorArgs(t target) []string {
-	args := []string{"clock"}
+	args := []string{"clock", unitArg(t.server)}
 	if t.server {
 		args = append(args, "certs="+p.serverTLS)
 	}
@@ -152,6 +152,8 @@ type probe struct {
 	certs          []certFile
 	volumes        []dirUsage
 	hasVolumes     bool
+	// unit is k3s's systemd unit, when asked for.
+	unit *Unit
 }
 
 // certFile is one certificate file and what it holds.
@@ -191,9 +193,14 @@ const probeMarker = "\n@@kip-host "
 func parseProbe(out string) (*probe, error) {
 	parts := strings.Split(out, probeMarker)
 	p := &probe{}
+	var unitShow string
 	for _, part := range parts[1:] {
 		name, body, _ := strings.Cut(part, "\n")
 		switch {
+		case strings.HasPrefix(name, "unit "):
+			unitShow = body
+		case strings.HasPrefix(name, "journal "):
+			p.unit = parseUnit(strings.TrimPrefix(name, "journal "), unitShow, body)
 		case name == "clock":
 			t, err := parseClock(body)
 			if err != nil {
@@ -294,7 +301,8 @@ func checkClock(node, whose string, skew, uncertainty time.Duration) Check {
 		dir = "behind"
 	}
 	abs := skew.Abs()
-	c.Detail = fmt.Sprintf("%s clock is %s %s this machine's (±%s)", whose, roundSkew(abs), dir, roundSkew(uncertainty))
+	c.Detail = fmt.Sprintf("%s clock is %s %s this machine's (±%s)", whose, durationText(abs), dir, durationText(uncertainty))
+	c.ClockSkewSeconds, c.ClockUncertaintySeconds = seconds(skew), seconds(uncertainty)
 	// Only a skew the measurement cannot explain counts.
 	sure := abs - uncertainty
 	const fix = "turn on time synchronisation on both (timedatectl set-ntp true, or chrony/ntpd)"
@@ -311,11 +319,32 @@ func checkClock(node, whose string, skew, uncertainty time.Duration) Check {
 	return c
 }
 
-func roundSkew(d time.Duration) string {
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
+// durationText rounds a duration the way people read it: 312ms, 4.2s, 4m59s, 5m, 2h5m.
+func durationText(d time.Duration) string {
+	switch abs := d.Abs(); {
+	case abs < time.Second:
+		d = d.Round(time.Millisecond)
+	case abs < time.Minute:
+		d = d.Round(100 * time.Millisecond)
+	case abs < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
 	}
-	return d.Round(100 * time.Millisecond).String()
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// seconds is d in seconds, to the millisecond.
+func seconds(d time.Duration) *float64 {
+	s := float64(d.Round(time.Millisecond)) / float64(time.Second)
+	return &s
 }
 
 // clockSkew is the host's clock minus this machine's at the moment the host read it, taken as
@@ -520,7 +549,7 @@ func checkWireGuard(node string, state sshx.ModuleState, network string) Check {
 	usable := state == sshx.ModuleLoaded || state == sshx.ModuleLoadable
 	switch {
 	case usable && network == cluster.NetworkVXLAN:
-		c.Detail = "the wireguard module can load; the pod network still runs VXLAN: a full kip upgrade switches it to WireGuard"
+		c.Detail = "the wireguard module can load; the pod network still runs VXLAN, as recorded: re-running kip install keeps it, and no kip command moves it to WireGuard yet"
 	case usable:
 		c.Detail = "the wireguard module is " + string(state)
 	case network == cluster.NetworkWireGuard:

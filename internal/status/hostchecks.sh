@@ -4,6 +4,9 @@
 #   clock          the host's clock, as seconds since the epoch (with nanoseconds where date has %N)
 #   certs=DIR      one section "cert PATH" per DIR/*.crt, holding the file
 #   volumes=DIR    one section "volumes": du -sk of each directory in DIR (a volume each)
+#   unit=NAME      a section "unit NAME", systemd's state of NAME.service (systemctl show, or
+#                  systemctl's complaint where systemd does not run), then a section
+#                  "journal NAME", its last journal lines
 # A missing directory prints nothing for it: kip reports what it cannot see.
 set -eu
 PATH=$PATH:/usr/sbin:/sbin
@@ -24,6 +27,15 @@ for want in "$@"; do
 				cat -- "$f"
 			fi
 		done
+		;;
+	unit=*)
+		unit=${want#unit=}
+		section "unit $unit"
+		systemctl show --no-pager \
+			--property=LoadState,UnitFileState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,StateChangeTimestamp \
+			-- "$unit.service" 2>&1 || true
+		section "journal $unit"
+		journalctl --no-pager --quiet --output=short-iso --lines=10 --unit="$unit.service" 2>/dev/null || true
 		;;
 	volumes=*)
 		dir=${want#volumes=}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,43 @@ func TestDoctorLab(t *testing.T) {
 	d = diagnose()
 	if c := findCheck(d, "firewall", node); c == nil || c.Status != StatusWarn || !strings.Contains(c.Detail, "ufw is active and not managed by kip") {
 		t.Errorf("the operator's ufw: %+v", c)
+	}
+
+	// The API does not answer, and SSH shows why: a k3s unit that exited 1, then one that runs.
+	o.Kube = downAPI(t)
+	run(sshx.Command("sh", "-c", `cat > /etc/systemd/system/k3s.service && systemctl daemon-reload && { systemctl start k3s || true; }`), []byte(`[Service]
+ExecStart=/bin/sh -c 'echo "level=fatal msg=kip-test: k3s cannot start" >&2; exit 1'
+`))
+	d = diagnose()
+	if c := findCheck(d, "k3s service", node); c == nil || c.Status != StatusFail || !strings.Contains(c.Detail, "k3s.service is failed (failed) since ") || !strings.Contains(c.Detail, "last result exit-code (exit status 1)") ||
+		!strings.Contains(c.Fix, "systemctl start k3s") || !slices.ContainsFunc(c.Log, func(l string) bool { return strings.Contains(l, "kip-test: k3s cannot start") }) {
+		t.Errorf("k3s stopped: %+v", c)
+	}
+	if c := findCheck(d, "api", ""); c == nil || c.Status != StatusFail || !strings.Contains(c.Fix, "k3s does not run on the server (k3s service below): start k3s on the server: systemctl start k3s;") {
+		t.Errorf("api with k3s stopped: %+v", c)
+	}
+	var out bytes.Buffer
+	o.Out = &out
+	err = Run(ctx, o)
+	t.Logf("kip status with k3s stopped: %v\n%s", err, out.String())
+	var down *APIDownError
+	if !errors.As(err, &down) || down.Unit == nil || !strings.Contains(err.Error(), "k3s.service is failed (failed)") {
+		t.Errorf("status with k3s stopped: %v", err)
+	}
+	for _, want := range []string{"does not answer: ", "Server " + node + ", over SSH", "✗ k3s.service is failed (failed)", "kip-test: k3s cannot start",
+		"fix: start k3s on the server: systemctl start k3s; if it stops again, its log says why: journalctl -u k3s -e"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status text lacks %q", want)
+		}
+	}
+
+	run(sshx.Command("sh", "-c", `cat > /etc/systemd/system/k3s.service && systemctl daemon-reload && systemctl restart k3s`), []byte("[Service]\nExecStart=/bin/sleep infinity\n"))
+	d = diagnose()
+	if c := findCheck(d, "k3s service", node); c == nil || c.Status != StatusWarn || !strings.Contains(c.Detail, "k3s.service is active (running) since ") ||
+		!strings.Contains(c.Detail, "and the API does not answer") || !strings.Contains(c.Fix, "port 6443") {
+		t.Errorf("k3s running, the API down: %+v", c)
+	}
+	if c := findCheck(d, "api", ""); c == nil || !strings.Contains(c.Fix, "k3s runs on the server") {
+		t.Errorf("api with k3s running: %+v", c)
 	}
 }

@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
@@ -20,9 +24,10 @@ import (
 // sshHost is a real sshd on this machine standing in for the server: its k3s directories are
 // temporary ones, filled with certificates and volume directories the test places.
 type sshHost struct {
-	srv   *sshd.Server
-	paths hostPaths
-	dial  DialFunc
+	srv        *sshd.Server
+	paths      hostPaths
+	dial       DialFunc
+	knownHosts string // kip's known_hosts for this host
 }
 
 func newSSHHost(t *testing.T) *sshHost {
@@ -43,6 +48,7 @@ func newSSHHost(t *testing.T) *sshHost {
 	k3sPaths = h.paths
 	t.Cleanup(func() { k3sPaths = saved })
 	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	h.knownHosts = knownHosts
 	var clients []*sshx.Client
 	t.Cleanup(func() {
 		for _, c := range clients {
@@ -202,4 +208,109 @@ func TestHostChecksSSH(t *testing.T) {
 			t.Errorf("worker without an address %+v", c)
 		}
 	})
+}
+
+// downAPI returns clients of an API server that does not answer: nothing listens on the port.
+func downAPI(t *testing.T) func() (*kube.Clients, error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c, err := kube.NewClients(&rest.Config{Host: "https://" + addr, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() (*kube.Clients, error) { return c, nil }
+}
+
+// TestChangedHostKey has the server's host key change after kip trusted it: doctor fails the
+// ssh check with how to verify the new key and the command that forgets the old one, which
+// works as written; status warns the same way.
+func TestChangedHostKey(t *testing.T) {
+	h := newSSHHost(t)
+	ctx := context.Background()
+	h.cert(t, h.paths.serverTLS, "serving-kube-apiserver.crt", time.Now().Add(300*24*time.Hour))
+	h.cert(t, h.paths.agent, "client-kubelet.crt", time.Now().Add(300*24*time.Hour))
+	o := &Options{Out: &bytes.Buffer{}, Server: h.srv.Host, Dial: h.dial, Kube: downAPI(t)}
+	node := h.srv.Host
+	if c := findCheck(Diagnose(ctx, o), "certificates", node); c == nil || c.Status != StatusOK {
+		t.Fatalf("first connection: certificates %+v", c)
+	}
+
+	h.srv.RestartWithNewHostKey(t)
+	d := Diagnose(ctx, o)
+	c := findCheck(d, "ssh", node)
+	forget := fmt.Sprintf("ssh-keygen -f %s -R '[127.0.0.1]:%d'", h.knownHosts, h.srv.Port)
+	if c == nil || c.Status != StatusFail || !strings.Contains(c.Detail, "has changed") || strings.Contains(c.Fix, "--ssh-key") ||
+		!strings.Contains(c.Fix, "cat /etc/ssh/ssh_host_*_key.pub | ssh-keygen -lf -") || !strings.Contains(c.Fix, "known_hosts with: "+forget+" ;") {
+		t.Fatalf("changed host key: %+v", c)
+	}
+	var failed *FailedError
+	if err := Doctor(ctx, o); !errors.As(err, &failed) {
+		t.Fatalf("doctor with a changed host key: %v", err)
+	}
+
+	// Status, through the API, reads the server's volumes over SSH: it warns with the same fix.
+	f := newFixture(t)
+	so := f.options(&bytes.Buffer{})
+	so.Server, so.Dial = h.srv.Host, h.dial
+	r, err := Collect(ctx, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "has changed") && strings.Contains(w, forget) }) ||
+		slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.Contains(s, "--ssh-key") }) {
+		t.Errorf("status: warnings %q, skipped %q", r.Warnings, r.Skipped)
+	}
+	// With the API down, status says so and why it could not look at k3s.
+	o.Out = &bytes.Buffer{}
+	var down *APIDownError
+	if err := Run(ctx, o); !errors.As(err, &down) || !strings.Contains(err.Error(), forget) {
+		t.Errorf("status with the API down: %v", err)
+	}
+
+	// The command, run as written, forgets the old key: kip trusts the new one and goes on.
+	if out, err := exec.Command("sh", "-c", forget).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", forget, err, out)
+	}
+	d = Diagnose(ctx, o)
+	if c := findCheck(d, "ssh", node); c != nil {
+		t.Errorf("after %s: %+v", forget, c)
+	}
+	if c := findCheck(d, "certificates", node); c == nil || c.Status != StatusOK {
+		t.Errorf("after %s: certificates %+v", forget, c)
+	}
+}
+
+// TestAPIDownSSH has the API down and SSH up: doctor and status look at k3s's unit over SSH.
+// This sshd's host runs no systemd, so they say they cannot read it; TestDoctorLab reads a real
+// unit.
+func TestAPIDownSSH(t *testing.T) {
+	h := newSSHHost(t)
+	ctx := context.Background()
+	var out bytes.Buffer
+	o := &Options{Out: &out, Server: h.srv.Host, Dial: h.dial, Kube: downAPI(t)}
+	d := Diagnose(ctx, o)
+	if c := findCheck(d, "api", ""); c == nil || c.Status != StatusFail || !strings.Contains(c.Detail, "connection refused") {
+		t.Errorf("api %+v", c)
+	}
+	if c := findCheck(d, "k3s service", h.srv.Host); c == nil || c.Status != StatusWarn || !strings.Contains(c.Detail, "cannot read the state of k3s.service") {
+		t.Errorf("k3s service %+v", c)
+	}
+	err := Run(ctx, o)
+	var down *APIDownError
+	if !errors.As(err, &down) || down.Unit == nil || down.Unit.Error == "" {
+		t.Fatalf("status: %v (%+v)", err, down)
+	}
+	for _, want := range []string{"API: " + down.API + " does not answer: ", "connection refused", "Server " + h.srv.Host + ", over SSH", "! cannot read the state of k3s.service: "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !strings.HasPrefix(err.Error(), "the cluster's API at "+down.API+" does not answer (") || !strings.Contains(err.Error(), "; over SSH, on the server "+h.srv.Host+": cannot read the state of k3s.service: ") {
+		t.Errorf("error %q", err)
+	}
 }

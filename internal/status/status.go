@@ -9,17 +9,16 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cluster"
@@ -55,6 +54,15 @@ type Options struct {
 // sshFix says how to let kip reach the hosts.
 const sshFix = "pass --ssh-key with the key that logs in to the server and every worker (or set KIP_SSH_KEY), " +
 	"or --cluster with a cluster saved by kip install, whose key and user kip uses"
+
+// hostKeyFix says what to do about a host whose SSH host key is not the one kip trusts; forget
+// is the command that removes the old key from kip's known_hosts (sshx.HostKeyChanged).
+func hostKeyFix(forget string) string {
+	return "find out why before connecting: someone may be intercepting the connection, or the server was reinstalled. " +
+		"On the server's own console (not over this network), print its host key fingerprints: cat /etc/ssh/ssh_host_*_key.pub | ssh-keygen -lf - ; " +
+		"only if one is the fingerprint the server offered, remove the old key from kip's known_hosts with: " + forget +
+		" ; kip then trusts the new key when it next connects, and says so"
+}
 
 // MoveWorkflowPrefix starts the progress record name of a service's move onto Longhorn
 // (kip service storage longhorn): Status lists those under "Moves to Longhorn not finished".
@@ -201,6 +209,12 @@ type Operation struct {
 // Run reports the cluster's status to o.Out.
 func Run(ctx context.Context, o *Options) error {
 	r, err := Collect(ctx, o)
+	var down *APIDownError
+	if errors.As(err, &down) && !o.JSON {
+		if werr := down.WriteText(o.Out); werr != nil {
+			return werr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -252,11 +266,14 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, Warnings: []string{}, Skipped: []string{}}
+	if err := v.readNodes(ctx); err != nil {
+		if apiDown(err) {
+			return nil, apiDownError(ctx, o, c, err)
+		}
+		return nil, fmt.Errorf("read cluster status: %w", err)
+	}
 	if err := v.readRecord(ctx); err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
-	}
-	if err := v.readNodes(ctx); err != nil {
-		return nil, fmt.Errorf("read cluster status: %w", err)
 	}
 	r.Cluster = clusterInfo(v)
 	for i := range v.nodes {
@@ -517,6 +534,11 @@ func localStorage(ctx context.Context, o *Options, v *view, storage func(string)
 		probe: func(target) []string { return []string{"volumes=" + dir} },
 	})
 	if in.dialErr != nil {
+		if forget, ok := sshx.HostKeyChanged(in.dialErr); ok {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("kip refused %s over SSH: %v; %s", t.label(), in.dialErr, hostKeyFix(forget)))
+			r.Skipped = append(r.Skipped, what+": the server's SSH host key is not the one kip trusts (see Warnings)")
+			return
+		}
 		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: cannot reach %s over SSH: %v; %s", what, t.label(), in.dialErr, sshFix))
 		return
 	}
@@ -563,21 +585,21 @@ const (
 	defaultOverProvisioningPct = 100
 )
 
-// longhornSettings are the scheduling settings, read with one request each.
+// longhornSettings are the scheduling settings, read with one list of Longhorn's settings.
 type longhornSettings struct{ minimalAvailable, overProvisioning int64 }
 
 func readLonghornSettings(ctx context.Context, c *kube.Clients) (longhornSettings, error) {
 	s := longhornSettings{minimalAvailable: defaultMinimalAvailable, overProvisioning: defaultOverProvisioningPct}
-	for name, dst := range map[string]*int64{settingMinimalAvailable: &s.minimalAvailable, settingOverProvisioning: &s.overProvisioning} {
-		st, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return s, fmt.Errorf("read longhorn setting %s: %w", name, err)
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
-			*dst = n
+	list, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list longhorn settings: %w", err)
+	}
+	dst := map[string]*int64{settingMinimalAvailable: &s.minimalAvailable, settingOverProvisioning: &s.overProvisioning}
+	for _, st := range list.Items {
+		if p := dst[st.Name]; p != nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
+				*p = n
+			}
 		}
 	}
 	return s, nil
@@ -647,7 +669,7 @@ func longhornLow(roomiest int64) string {
 	return ""
 }
 
-// longhornStorage reads Longhorn's nodes, settings, volumes and replicas: five requests,
+// longhornStorage reads Longhorn's nodes, settings, volumes and replicas: four requests,
 // whatever the number of volumes.
 func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeStorage, r *Report) error {
 	lh := v.c.Longhorn.LonghornV1beta2()
@@ -710,19 +732,16 @@ func componentHealth(ctx context.Context, v *view, r *Report) []ComponentHealth 
 		r.Warnings = append(r.Warnings, err.Error())
 		return out
 	}
-	// Each component reads a few objects of its own: ask them all at once.
+	// One list per kind for all the components, rather than a few reads each.
+	listed := components.ReadListed(ctx, v.c, comps)
 	out = make([]ComponentHealth, len(comps))
-	var wg sync.WaitGroup
 	for i, comp := range comps {
-		wg.Go(func() {
-			ready, pending, err := comp.Status(ctx, v.c)
-			out[i] = ComponentHealth{Name: comp.Name, Ready: ready && err == nil, Pending: pending}
-			if err != nil {
-				out[i].Error = err.Error()
-			}
-		})
+		ready, pending, err := comp.StatusFrom(listed)
+		out[i] = ComponentHealth{Name: comp.Name, Ready: ready && err == nil, Pending: pending}
+		if err != nil {
+			out[i].Error = err.Error()
+		}
 	}
-	wg.Wait()
 	for _, h := range out {
 		if !h.Ready {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("component %s is not ready: %s", h.Name, cmp.Or(h.Error, h.Pending, "not ready")))
