@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/manifests"
 )
 
@@ -47,4 +48,20 @@ func BackupsOf(o Options) (string, *cluster.BackupLocation) {
 		return cluster.BackupsInCluster, nil
 	}
 	return cluster.BackupsNone, nil
+}
+
+// ConsoleURL is where the console answers for a cluster whose server is at address.
+func ConsoleURL(address string) (string, error) {
+	domain, err := publicDomain(address)
+	if err != nil {
+		return "", err
+	}
+	return "https://console." + domain, nil
+}
+
+// AdminPasswordCommand is a shell command that prints the first admin's generated password from
+// the cluster at kubeconfig (the Secret kip creates once, which Dex reads the hash from).
+func AdminPasswordCommand(kubeconfig string) string {
+	return sshx.Command("kubectl", "--kubeconfig", kubeconfig, "-n", dexNamespace, "get", "secret", adminPasswordSecret,
+		"-o", "jsonpath={.data.password}") + " | base64 -d; echo"
 }

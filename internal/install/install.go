@@ -372,7 +372,7 @@ func networkWords(n string, recorded bool) string {
 	case n == cluster.NetworkWireGuard:
 		return "WireGuard (flannel wireguard-native)"
 	case recorded:
-		return "VXLAN, as recorded on the cluster (a full kip upgrade moves it to WireGuard)"
+		return "VXLAN, as recorded on the cluster (kip install keeps a cluster's pod network)"
 	}
 	return "VXLAN (the wireguard module cannot load here; kip node add will need it)"
 }
@@ -499,6 +499,13 @@ func (in *installer) saveCluster() error {
 func (in *installer) summary() {
 	in.p.Success(fmt.Sprintf("Kipper is installed on %s: %s profile, %s storage, k3s %s", in.o.Host, in.sizing.Profile.Name, in.sizing.Storage, in.move.To))
 	in.p.Info("Kubeconfig: " + in.kubePath + " (saved for cluster " + in.name + ")")
+	if url, err := components.ConsoleURL(in.address); err == nil {
+		in.p.Info("Console: " + url + " (its certificate comes from Let's Encrypt once the name reaches the server on ports 80 and 443)")
+	}
+	if in.adminEmail != "" {
+		in.p.Info("First admin: " + in.adminEmail + "; the password is in the cluster, print it with:")
+		in.p.Info("  " + components.AdminPasswordCommand(in.kubePath))
+	}
 	in.p.Info("Next:")
 	in.p.Info("  kip status                      the cluster's nodes, storage and components")
 	in.p.Info("  kip doctor                      check the cluster and its host")

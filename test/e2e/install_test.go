@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/testenv"
 )
 
 // The install tests' hosts: a 4 GiB server (nano) and an 8 GiB one that can carry Longhorn.
@@ -206,6 +208,24 @@ func TestInstallNano(t *testing.T) {
 		if !strings.Contains(r.Stderr, want) {
 			t.Errorf("install's end does not say %q", want)
 		}
+	}
+
+	// The last screen says where the console is and how to print the first admin's password, with
+	// a command that works as written (kubectl from the test control plane's binaries).
+	if !strings.Contains(r.Stderr, "Console: https://console."+h.PublicIP.String()+".sslip.io") {
+		t.Errorf("install's end does not say where the console is:\n%s", r.Stderr)
+	}
+	_, rest, _ := strings.Cut(r.Stderr, "First admin: admin@example.com; the password is in the cluster, print it with:\n")
+	passwordCmd, _, _ := strings.Cut(strings.TrimSpace(rest), "\n")
+	bins, err := testenv.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", passwordCmd)
+	cmd.Env = append(os.Environ(), "PATH="+bins+":"+os.Getenv("PATH"))
+	password, err := cmd.Output()
+	if err != nil || len(strings.TrimSpace(string(password))) < 16 {
+		t.Errorf("the printed password command %q: %v (%d bytes)", passwordCmd, err, len(password))
 	}
 
 	kubeconfig := filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml")
