@@ -58,7 +58,10 @@ func (in *installer) runCluster(ctx context.Context) error {
 		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}),
 		Holder: kube.HolderText(in.f.CommandLine()), KipVersion: buildinfo.Version, Report: in.p,
 	}
-	return r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps})
+	if err := r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps}); err != nil {
+		return fmt.Errorf("install on %s: %w", in.o.Host, err)
+	}
+	return nil
 }
 
 // plan is a dry run: the host steps say what they would change, and so do the cluster steps

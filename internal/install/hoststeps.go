@@ -581,7 +581,7 @@ func waitReady(ctx context.Context, c *kube.Clients, apiHost string, timeout tim
 			if last == nil {
 				last = ctx.Err()
 			}
-			return fmt.Errorf("the API at %s did not answer ready within %s: %w", apiHost, timeout, last)
+			return fmt.Errorf("the API at %s did not answer ready within %s: %w", apiHost, timeout.Round(time.Second), last)
 		case <-time.After(time.Second):
 		}
 	}

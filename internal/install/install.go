@@ -484,8 +484,16 @@ func (in *installer) saveCluster() error {
 		if in.o.SSHPort != 0 {
 			c.SSHPort = in.o.SSHPort
 		}
-		if in.f.Global.SSHKey != "" {
-			c.SSHKey = in.f.Global.SSHKey
+		if key := in.f.Global.SSHKey; key != "" {
+			// Saved as a path that works from any directory kip is run in later.
+			if !strings.HasPrefix(key, "~") && !filepath.IsAbs(key) {
+				abs, err := filepath.Abs(key)
+				if err != nil {
+					return fmt.Errorf("--ssh-key %s: %w", key, err)
+				}
+				key = abs
+			}
+			c.SSHKey = key
 		}
 		cfg.Put(c)
 		if cfg.Current == "" {

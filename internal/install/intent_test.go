@@ -2,6 +2,8 @@ package install
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +118,30 @@ func TestParseIntent(t *testing.T) {
 	u, err := parseIntent(`{"profile":"nano","storage":"local","network":"vxlan","startedBy":"kip install","startedAt":"2026-12-01T10:00:00Z"}`)
 	if err != nil || u.Profile != "nano" || u.Network != "vxlan" {
 		t.Errorf("parse: %+v %v", u, err)
+	}
+}
+
+// TestSavedKeyIsAbsolute: a relative --ssh-key was saved as given, so kip run later from another
+// directory could not find the key.
+func TestSavedKeyIsAbsolute(t *testing.T) {
+	t.Setenv("KIP_HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	in := testInstaller(t, Options{Host: "203.0.113.10"}, hostState{})
+	in.f.Global.SSHKey = "keys/id_ed25519"
+	in.name, in.kubePath = "203.0.113.10", "/tmp/kubeconfig"
+	if err := in.saveCluster(); err != nil {
+		t.Fatal(err)
+	}
+	store, err := in.f.ConfigStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := store.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if len(cfg.Clusters) != 1 || cfg.Clusters[0].SSHKey != filepath.Join(wd, "keys/id_ed25519") {
+		t.Errorf("saved clusters %+v, want the key's absolute path", cfg.Clusters)
 	}
 }

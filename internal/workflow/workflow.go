@@ -404,7 +404,7 @@ func (x *run) step(ctx context.Context, s Step) (applied bool, err error) {
 func (x *run) interrupted(ctx context.Context, s Step, what string) error {
 	if x.lock != nil && x.lock.Err() != nil {
 		// Another kip may own the workflow now: write nothing more.
-		return x.lock.Err()
+		return fmt.Errorf("step %s (%s): %w", s.Name, s.Title, x.lock.Err())
 	}
 	err := stop.Check(ctx)
 	if err == nil {
