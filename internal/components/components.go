@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"reflect"
-	"slices"
 	"sort"
 	"strings"
 
@@ -27,7 +26,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -1231,92 +1229,11 @@ var (
 //
 // An error is an API error other than not-found, or a rollout that waiting cannot finish.
 func (c Component) Status(ctx context.Context, cl *kube.Clients) (ready bool, pending string, err error) {
-	var p []string
-	add := func(s string) {
-		if s != "" {
-			p = append(p, s)
-		}
-	}
-	var charts []string
-	for _, o := range c.Objects {
-		gvk := o.GroupVersionKind()
-		var s string
-		switch {
-		case gvk.GroupKind() == helmChartGK:
-			charts = append(charts, o.GetName())
-			s, err = helmChartPending(ctx, cl, o)
-		case gvk.GroupKind() == crdGK:
-			s, err = crdPending(ctx, cl, o.GetName())
-		case gvk.Group == "apps" && isWorkloadKind(gvk.Kind):
-			s, err = workloadPending(ctx, cl, gvk.Kind, o.GetNamespace(), o.GetName())
-		}
-		if err != nil {
-			return false, "", fmt.Errorf("status of %s: %w", c.Name, err)
-		}
-		add(s)
-	}
-	if len(charts) > 0 {
-		for _, ns := range c.Namespaces {
-			s, err := namespacePending(ctx, cl, ns, charts)
-			if err != nil {
-				return false, "", fmt.Errorf("status of %s: %w", c.Name, err)
-			}
-			add(s)
-		}
-	}
-	for _, o := range c.After {
-		s, err := afterPending(ctx, cl, o)
-		if err != nil {
-			return false, "", fmt.Errorf("status of %s: %w", c.Name, err)
-		}
-		add(s)
-	}
-	return len(p) == 0, strings.Join(p, "; "), nil
+	return c.StatusFrom(ReadListed(ctx, cl, []Component{c}))
 }
 
 func isWorkloadKind(kind string) bool {
 	return kind == "Deployment" || kind == "DaemonSet" || kind == "StatefulSet"
-}
-
-// helmChartPending checks the helm-install Job of the HelmChart chart.
-func helmChartPending(ctx context.Context, cl *kube.Clients, chart *unstructured.Unstructured) (string, error) {
-	ns, name := chart.GetNamespace(), chart.GetName()
-	want, _, _ := unstructured.NestedString(chart.Object, "spec", "version")
-	jobName := "helm-install-" + name
-	id := fmt.Sprintf("HelmChart %s/%s", ns, name)
-	job, err := cl.Kube.BatchV1().Jobs(ns).Get(ctx, jobName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Sprintf("%s: Job %s not created yet (k3s's helm-controller creates it)", id, jobName), nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("get Job %s/%s: %w", ns, jobName, err)
-	}
-	if got := jobEnv(job, "VERSION"); got != want {
-		return fmt.Sprintf("%s: Job %s installs version %q, not %s yet", id, jobName, got, want), nil
-	}
-	for _, cond := range job.Status.Conditions {
-		if cond.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch cond.Type {
-		case batchv1.JobComplete:
-			return "", nil
-		case batchv1.JobFailed:
-			why := kube.ConditionText(cond.Reason, cond.Message)
-			return fmt.Sprintf("%s: Job %s failed installing %s (%s); see kubectl -n %s logs job/%s", id, jobName, want, why, ns, jobName), nil
-		}
-	}
-	if job.Spec.Suspend != nil && *job.Spec.Suspend {
-		return fmt.Sprintf("%s: Job %s waiting to start", id, jobName), nil
-	}
-	s := fmt.Sprintf("%s: Job %s installing %s", id, jobName, want)
-	switch f := job.Status.Failed; {
-	case f == 1:
-		s += " (1 failed attempt)"
-	case f > 1:
-		s += fmt.Sprintf(" (%d failed attempts)", f)
-	}
-	return s, nil
 }
 
 func jobEnv(job *batchv1.Job, name string) string {
@@ -1328,131 +1245,6 @@ func jobEnv(job *batchv1.Job, name string) string {
 		}
 	}
 	return ""
-}
-
-func crdPending(ctx context.Context, cl *kube.Clients, name string) (string, error) {
-	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "CRD " + name + " not found", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("get CRD %s: %w", name, err)
-	}
-	for _, cond := range crd.Status.Conditions {
-		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-			return "", nil
-		}
-	}
-	return "CRD " + name + " not established", nil
-}
-
-func workloadPending(ctx context.Context, cl *kube.Clients, kind, ns, name string) (string, error) {
-	var (
-		obj runtime.Object
-		err error
-	)
-	apps := cl.Kube.AppsV1()
-	switch kind {
-	case "Deployment":
-		obj, err = apps.Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	case "DaemonSet":
-		obj, err = apps.DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-	default:
-		obj, err = apps.StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-	}
-	if apierrors.IsNotFound(err) {
-		return fmt.Sprintf("%s %s/%s not found", kind, ns, name), nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("get %s %s/%s: %w", kind, ns, name, err)
-	}
-	done, pending, err := kube.RolloutStatus(obj)
-	if err != nil || done {
-		return "", err
-	}
-	return pending, nil
-}
-
-// namespacePending checks every workload in ns that no other Helm release than charts owns.
-func namespacePending(ctx context.Context, cl *kube.Clients, ns string, charts []string) (string, error) {
-	apps := cl.Kube.AppsV1()
-	var objs []metav1.Object
-	deps, err := apps.Deployments(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "", fmt.Errorf("list Deployments in %s: %w", ns, err)
-	}
-	for i := range deps.Items {
-		objs = append(objs, &deps.Items[i])
-	}
-	dss, err := apps.DaemonSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "", fmt.Errorf("list DaemonSets in %s: %w", ns, err)
-	}
-	for i := range dss.Items {
-		objs = append(objs, &dss.Items[i])
-	}
-	stss, err := apps.StatefulSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "", fmt.Errorf("list StatefulSets in %s: %w", ns, err)
-	}
-	for i := range stss.Items {
-		objs = append(objs, &stss.Items[i])
-	}
-	var pending []string
-	for _, o := range objs {
-		if rel, ok := o.GetAnnotations()[helmReleaseAnnotation]; ok && !slices.Contains(charts, rel) {
-			continue
-		}
-		done, p, err := kube.RolloutStatus(o.(runtime.Object))
-		if err != nil {
-			return "", err
-		}
-		if !done {
-			pending = append(pending, p)
-		}
-	}
-	sort.Strings(pending)
-	return strings.Join(pending, "; "), nil
-}
-
-// afterPending checks that the live object has every field of want (an After object) with want's
-// value. It names fields, never values.
-func afterPending(ctx context.Context, cl *kube.Clients, want *unstructured.Unstructured) (string, error) {
-	gvk := want.GroupVersionKind()
-	id := gvk.Kind + " " + want.GetName()
-	if want.GetNamespace() != "" {
-		id = gvk.Kind + " " + want.GetNamespace() + "/" + want.GetName()
-	}
-	mapping, err := cl.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		if r, ok := cl.Mapper.(meta.ResettableRESTMapper); ok {
-			r.Reset()
-		}
-		mapping, err = cl.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
-	if meta.IsNoMatchError(err) {
-		return fmt.Sprintf("%s: %s is not served yet", id, gvk.GroupVersion().WithKind(gvk.Kind)), nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("find the resource of %s: %w", id, err)
-	}
-	ri := cl.Dynamic.Resource(mapping.Resource)
-	var live *unstructured.Unstructured
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		live, err = ri.Namespace(want.GetNamespace()).Get(ctx, want.GetName(), metav1.GetOptions{})
-	} else {
-		live, err = ri.Get(ctx, want.GetName(), metav1.GetOptions{})
-	}
-	if apierrors.IsNotFound(err) {
-		return id + " not applied yet", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("get %s: %w", id, err)
-	}
-	if path := firstDifference(want.Object, live.Object, ""); path != "" {
-		return fmt.Sprintf("%s differs from what kip applies at %s", id, path), nil
-	}
-	return "", nil
 }
 
 // firstDifference returns the path of the first field of want that live lacks or holds
