@@ -47,10 +47,14 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 		},
 		Plan: func(ctx context.Context) ([]string, error) {
 			d, err := drift(ctx)
-			if err == nil && len(d) == 0 {
-				d = []string{"wait for it to roll out"}
+			if err != nil || len(d) > 0 {
+				return d, err
 			}
-			return d, err
+			_, pending, err := c.Status(ctx, cl)
+			if pending == "" {
+				return []string{"wait for it to roll out"}, err
+			}
+			return []string{"wait for it to roll out: " + pending}, err
 		},
 		Apply: func(ctx context.Context) error { return Apply(ctx, cl, c) },
 	}

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -393,7 +394,14 @@ func (x *run) step(ctx context.Context, s Step) (applied bool, err error) {
 		return false, x.stepError(ctx, s, fmt.Errorf("check: %w", err))
 	}
 	if !done {
-		return false, x.stepError(ctx, s, errors.New("reported success but its check still fails"))
+		msg := "reported success but its check still fails"
+		if s.Plan != nil {
+			// What it would still change says why.
+			if changes, err := s.Plan(ctx); err == nil && len(changes) > 0 {
+				msg += ": " + strings.Join(changes, "; ")
+			}
+		}
+		return false, x.stepError(ctx, s, errors.New(msg))
 	}
 	x.r.Report.StepDone(s.Done, time.Since(started))
 	return true, nil
