@@ -126,6 +126,12 @@ type Intent struct {
 	StartedAt time.Time `json:"startedAt"`
 }
 
+// Choices are the record's choices as an install intent states them.
+func (a Record) Choices() Intent {
+	return Intent{Profile: a.Profile, Storage: a.Storage, Network: a.Network, Backups: a.Backups,
+		BackupLocation: a.BackupLocation, AdminEmail: a.AdminEmail}
+}
+
 // Same reports whether two intents decide the same cluster (who started them and when aside).
 func (i Intent) Same(o Intent) bool {
 	i.StartedBy, i.StartedAt, o.StartedBy, o.StartedAt = "", time.Time{}, "", time.Time{}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,41 +25,16 @@ import (
 	"kipper.run/kip/internal/workflow"
 )
 
-//go:embed hoststate.sh
-var hostStateScript string
-
-// hostState is what is already on the host.
+// hostState is what is already on the host, from the probe (preflight.sh).
 type hostState struct {
 	k3sVersion string // the installed k3s release, "" when none
 	serverData bool   // k3s has run as a server here: it has a cluster
-	// k3sInvocation is systemd's InvocationID of k3s's run when kip looked ("" when it was not
-	// running): k3s has restarted since exactly when its unit reports another one. The host's
-	// own ID, so that no clock is compared with another machine's.
-	k3sInvocation string
-	intent        *cluster.Intent // an unfinished install's intent, nil when none
-	firewall      host.FirewallState
-}
-
-func readHostState(ctx context.Context, c *sshx.Client) (*hostState, error) {
-	out, err := c.Output(ctx, sshx.Command("sh", "-c", hostStateScript, "kip-host-state"))
-	if err != nil {
-		return nil, fmt.Errorf("examine k3s on the host: %w", err)
-	}
-	sections, err := sshx.Sections("\n"+string(out), "@@kip-state", []string{"k3s-version", "server-data", "k3s-invocation", "intent"})
-	if err != nil {
-		return nil, fmt.Errorf("examine k3s on the host: %w", err)
-	}
-	st := &hostState{
-		serverData: strings.TrimSpace(sections["server-data"]) == "yes", k3sVersion: parseK3sVersion(sections["k3s-version"]),
-		k3sInvocation: strings.TrimSpace(sections["k3s-invocation"]),
-	}
-	if st.intent, err = parseIntent(sections["intent"]); err != nil {
-		return nil, err
-	}
-	if st.firewall, err = host.ReadFirewall(ctx, c); err != nil {
-		return nil, err
-	}
-	return st, nil
+	// unit is k3s's unit when kip looked. Its invocation ID ("" when k3s was not running) tells
+	// whether k3s has restarted since: the host's own ID, so that no clock is compared with
+	// another machine's.
+	unit     unitState
+	intent   *cluster.Intent // an unfinished install's intent, nil when none
+	firewall host.FirewallState
 }
 
 // parseK3sVersion reads the release from `k3s --version` ("k3s version v1.37.2+k3s1 (…)"), ""
@@ -102,8 +76,13 @@ func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
 	if err != nil {
 		return unitState{}, fmt.Errorf("systemctl show k3s: %w", err)
 	}
+	return parseUnit(string(out)), nil
+}
+
+// parseUnit reads systemctl show's ActiveState, UnitFileState and InvocationID.
+func parseUnit(out string) unitState {
 	var u unitState
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
 		switch k {
 		case "ActiveState":
@@ -114,7 +93,7 @@ func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
 			u.invocation = v
 		}
 	}
-	return u, nil
+	return u
 }
 
 // fileSums returns the SHA-256 of each path that exists on the host, in one round trip.
@@ -348,7 +327,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				if err != nil || !u.active {
 					return false, err
 				}
-				return !in.state.serverData || restartedSince(in.state.k3sInvocation, u), nil
+				return !in.state.serverData || restartedSince(in.state.unit.invocation, u), nil
 			},
 			Apply: func(ctx context.Context) error { return in.startK3s(ctx, unitName, configChanged) },
 		},

@@ -141,13 +141,15 @@ type installer struct {
 	// else what the cluster record or the unfinished install's intent says.
 	adminEmail string
 	backups    *components.BackupStorage
-	record     cluster.Record // the existing record, on a re-run
-	sizing     cluster.Sizing
-	network    string
-	move       k3s.Move
-	bundle     *k3s.Binary // the k3s binary from --airgap-bundle, verified
-	nodeIP     string
-	fw         bool // kip manages the host firewall
+	// intentWritten says this run wrote its intent on the server (intentStep).
+	intentWritten bool
+	record        cluster.Record // the existing record, on a re-run
+	sizing        cluster.Sizing
+	network       string
+	move          k3s.Move
+	bundle        *k3s.Binary // the k3s binary from --airgap-bundle, verified
+	nodeIP        string
+	fw            bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
 }
@@ -263,9 +265,11 @@ func (in *installer) examine(ctx context.Context) error {
 	if in.facts, err = in.c.Facts(ctx, DiskPaths...); err != nil {
 		return err
 	}
-	if in.state, err = readHostState(ctx, in.c); err != nil {
+	probe, err := probeHost(ctx, in.c)
+	if err != nil {
 		return err
 	}
+	in.state = &probe.state
 	// On a host whose k3s has a cluster, the cluster's record decides the profile and storage:
 	// preflight checks what they need.
 	if err := in.readExisting(ctx); err != nil {
@@ -278,10 +282,7 @@ func (in *installer) examine(ctx context.Context) error {
 	if in.rerun || in.resumed {
 		want.Recorded = &in.sizing
 	}
-	rep, err := Preflight(ctx, in.c, in.facts, want)
-	if err != nil {
-		return err
-	}
+	rep := evaluate(in.c.Host(), in.facts, probe, want)
 	in.printPreflight(rep)
 	if err := rep.Err(); err != nil {
 		return err
@@ -387,7 +388,7 @@ func (in *installer) readExisting(ctx context.Context) error {
 	// A k3s that is starting (an install stopped while it started it) gets the time a start
 	// takes; one that is not running gets a short look.
 	timeout := 20 * time.Second
-	if u, err := in.k3sUnit(ctx); err == nil && (u.state == "active" || u.state == "activating") {
+	if u := in.state.unit; u.state == "active" || u.state == "activating" {
 		timeout = k3sReadyTimeout
 	}
 	clients, err := in.connectAPI(ctx, timeout)

@@ -139,6 +139,14 @@ func (in *installer) intentStep() workflow.Step {
 		Name: "host-intent", Title: "Record this install's choices on the server",
 		Done: "Recorded this install's choices at " + IntentPath, Already: "This install's choices already recorded on the server",
 		Check: func(ctx context.Context) (bool, error) {
+			if !in.intentWritten {
+				// What the probe read at the start of this run: nothing has changed it since. A
+				// re-run that changes none of the recorded choices has nothing to record.
+				if in.state.intent == nil {
+					return in.rerun && in.record.Choices().Same(want), nil
+				}
+				return in.state.intent.Same(want), nil
+			}
 			have, err := in.readIntent(ctx)
 			return err == nil && have != nil && have.Same(want), err
 		},
@@ -153,6 +161,7 @@ func (in *installer) intentStep() workflow.Step {
 			if err := in.run(ctx, "create "+path.Dir(IntentPath), sshx.Command("mkdir", "-p", "-m", "0700", path.Dir(IntentPath))); err != nil {
 				return err
 			}
+			in.intentWritten = true
 			return in.c.Upload(ctx, IntentPath, append(data, '\n'), 0o600, "")
 		},
 	}
@@ -165,6 +174,9 @@ func (in *installer) finishStep() workflow.Step {
 		Name: "host-intent-done", Title: "Mark the install finished on the server",
 		Done: "The install is finished", Already: "The install is finished",
 		Check: func(ctx context.Context) (bool, error) {
+			if !in.intentWritten && in.state.intent == nil {
+				return true, nil // there was none, and this run wrote none
+			}
 			have, err := in.readIntent(ctx)
 			return err == nil && have == nil, err
 		},

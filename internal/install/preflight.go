@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -99,14 +98,10 @@ func (r *Report) Err() error {
 	return fmt.Errorf("preflight failed on %s: %d checks failed: %s", r.Host, len(failed), strings.Join(failed, "; "))
 }
 
-// Preflight checks that the host c, whose facts were gathered with DiskPaths, can take the
-// install asked for. It runs one remote command for what facts lack: listening ports, another
-// Kubernetes or CNI, and the host firewall. A failed check is in the report (see Report.Err),
-// not the error, which only says the host could not be examined.
-func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Request) (*Report, error) {
-	if facts == nil {
-		return nil, errors.New("preflight: no host facts")
-	}
+// probeHost reads, in one remote command, what preflight and install need beyond the host's
+// facts: listening ports, another Kubernetes or CNI, the host firewall, and k3s's state.
+// evaluate then runs the checks on it, once install knows what the host is to get.
+func probeHost(ctx context.Context, c *sshx.Client) (*probe, error) {
 	out, err := c.Output(ctx, sshx.Command("sh", "-c", preflightScript, "kip-preflight", host.FirewalldZone))
 	if err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
@@ -116,7 +111,7 @@ func Preflight(ctx context.Context, c *sshx.Client, facts *sshx.Facts, want Requ
 		return nil, fmt.Errorf("preflight on %s: read the host's state: %w", c, err)
 	}
 	p.sshPort = c.Port()
-	return evaluate(c.Host(), facts, p, want), nil
+	return p, nil
 }
 
 // evaluate runs every check on what was found on the host.
@@ -471,6 +466,9 @@ type probe struct {
 	ufwStatus, ufwAdded string
 	// sshPort is the port kip reached the host on (0: 22), which the firewall must keep open.
 	sshPort int
+	// state is what install needs to know of k3s and an unfinished install, read in the same
+	// round trip.
+	state hostState
 }
 
 // k3sSigns returns what shows an existing k3s.
@@ -518,7 +516,8 @@ func (p *probe) foreign() []string {
 }
 
 // probeSections are the sections preflight.sh prints, each exactly once.
-var probeSections = []string{"ports", "k3s-pids", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone"}
+var probeSections = []string{"ports", "k3s-pids", "processes", "paths", "cni", "ufw", "ufw-added", "firewalld", "firewalld-zone",
+	"k3s-version", "server-data", "k3s-unit", "intent"}
 
 const probeMarker = "@@kip-preflight"
 
@@ -548,6 +547,15 @@ func parseProbe(out string) (*probe, error) {
 	p.ufwStatus, p.ufwAdded = sections["ufw"], sections["ufw-added"]
 	if p.firewall, err = host.ParseFirewall(sections["ufw"], sections["ufw-added"], sections["firewalld"], sections["firewalld-zone"]); err != nil {
 		return nil, fmt.Errorf("firewall: %w", err)
+	}
+	p.state = hostState{
+		k3sVersion: parseK3sVersion(sections["k3s-version"]),
+		serverData: strings.TrimSpace(sections["server-data"]) == "yes",
+		unit:       parseUnit(sections["k3s-unit"]),
+		firewall:   p.firewall,
+	}
+	if p.state.intent, err = parseIntent(sections["intent"]); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

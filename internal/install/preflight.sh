@@ -74,3 +74,20 @@ section firewalld-zone
 if [ -f "/etc/firewalld/zones/$1.xml" ]; then
 	cat "/etc/firewalld/zones/$1.xml"
 fi
+
+# What is already on the host: k3s's release, whether it has run as a server (it has a cluster),
+# what systemd says of its unit (the invocation ID changes with every start), and an unfinished
+# install's intent (install.IntentPath).
+section k3s-version
+if [ -x /usr/local/bin/k3s ]; then
+	/usr/local/bin/k3s --version 2>/dev/null | head -n 1 || true
+fi
+
+section server-data
+if [ -d /var/lib/rancher/k3s/server/tls ]; then echo yes; fi
+
+section k3s-unit
+systemctl show k3s -p ActiveState -p UnitFileState -p InvocationID 2>/dev/null || true
+
+section intent
+if [ -f /var/lib/kipper/install-intent.json ]; then cat /var/lib/kipper/install-intent.json; fi

@@ -35,6 +35,14 @@ tcp LISTEN 0      128       [::]:22    [::]:* users:(("sshd",pid=42,fd=4))
 @@kip-preflight firewalld
 
 @@kip-preflight firewalld-zone
+
+@@kip-preflight k3s-version
+
+@@kip-preflight server-data
+
+@@kip-preflight k3s-unit
+
+@@kip-preflight intent
 `
 	localPorts = `tcp LISTEN 0      250    198.51.100.1:3142 0.0.0.0:* users:(("apt-cacher-ng",pid=24553,fd=12))
 tcp LISTEN 0      128         0.0.0.0:2024 0.0.0.0:*                                          
@@ -113,23 +121,24 @@ func TestParseProbe(t *testing.T) {
 		err       string
 	}{
 		{name: "lab host", out: labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false, "k3s-version": false, "server-data": false, "k3s-unit": false, "intent": false},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 		}},
 		{name: "everything", out: probeWith(map[string]string{
 			"processes": "containerd\nk3s-server", "paths": "/etc/rancher/k3s\n/usr/local/bin/k3s\n/var/lib/kubelet",
 			"cni": "10-flannel.conflist", "ufw": ufwManaged, "firewalld": "not running", "firewalld-zone": kipZone,
 		}), want: &probe{
-			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": true, "paths": true, "cni": true, "ufw": true, "ufw-added": false, "firewalld": true, "firewalld-zone": true},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": true, "paths": true, "cni": true, "ufw": true, "ufw-added": false, "firewalld": true, "firewalld-zone": true, "k3s-version": false, "server-data": false, "k3s-unit": false, "intent": false},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 			processes: []string{"containerd", "k3s-server"},
 			paths:     []string{"/etc/rancher/k3s", "/usr/local/bin/k3s", "/var/lib/kubelet"},
 			cni:       []string{"10-flannel.conflist"},
 			firewall:  host.FirewallState{Tool: "ufw", Active: true, Managed: true},
 			ufwStatus: ufwManaged,
+			state:     hostState{firewall: host.FirewallState{Tool: "ufw", Active: true, Managed: true}},
 		}},
 		{name: "banner before", out: "Welcome!\n" + labProbe, want: &probe{
-			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false},
+			has:       map[string]bool{"ports": true, "k3s-pids": false, "processes": false, "paths": false, "cni": false, "ufw": false, "ufw-added": false, "firewalld": false, "firewalld-zone": false, "k3s-version": false, "server-data": false, "k3s-unit": false, "intent": false},
 			listeners: []listener{{"tcp", "0.0.0.0", 22, "sshd", 42}, {"tcp", "[::]", 22, "sshd", 42}},
 		}},
 		{name: "empty", out: "", err: "no sections"},
@@ -473,4 +482,26 @@ func TestPreflightReport(t *testing.T) {
 			t.Errorf("existing k3s %v, err %v", r.ExistingK3s, r.Err())
 		}
 	})
+}
+
+// TestProbeReadsHostState: the one probe also reads what install needs of k3s and an unfinished
+// install, so that examining a host takes two round trips (facts, probe) rather than four.
+func TestProbeReadsHostState(t *testing.T) {
+	p, err := parseProbe(probeWith(map[string]string{
+		"k3s-version": "k3s version v1.37.2+k3s1 (1a2b3c4d)\n",
+		"server-data": "yes\n",
+		"k3s-unit":    "ActiveState=active\nUnitFileState=enabled\nInvocationID=0f2c9e\n",
+		"intent":      `{"profile":"nano","storage":"local","network":"vxlan","startedBy":"kip install --host h","startedAt":"2026-12-01T10:00:00Z"}`,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.state
+	if st.k3sVersion != "v1.37.2+k3s1" || !st.serverData || st.unit != (unitState{state: "active", active: true, enabled: true, invocation: "0f2c9e"}) ||
+		st.intent == nil || st.intent.Profile != "nano" {
+		t.Errorf("host state %+v (intent %+v)", st, st.intent)
+	}
+	if _, err := parseProbe(probeWith(map[string]string{"intent": "{broken"})); err == nil || !strings.Contains(err.Error(), IntentPath) {
+		t.Errorf("a damaged intent file: %v", err)
+	}
 }
