@@ -37,6 +37,56 @@ type hostState struct {
 	firewall host.FirewallState
 }
 
+// seen is what this run last read of k3s on the host: its release, its unit and the checksums of
+// its binary, files and unit. It starts as the probe found them and is forgotten whenever a host
+// step changes something, so that checks that follow one another read the host once, and a
+// check after a change reads it again.
+type seen struct {
+	versionRead, unitRead bool // version and unit hold what the host has
+	version               string
+	unit                  unitState
+	sums                  map[string]string // by path; nil until read
+}
+
+// forget drops what was seen: a step is about to change the host, or just did.
+func (s *seen) forget() { *s = seen{} }
+
+// installedVersion is the k3s release at k3s.BinaryPath ("" when none).
+func (in *installer) installedVersion(ctx context.Context) (string, error) {
+	if !in.seen.versionRead {
+		v, err := in.binaryVersion(ctx, k3s.BinaryPath)
+		if err != nil {
+			return "", err
+		}
+		in.seen.versionRead, in.seen.version = true, v
+	}
+	return in.seen.version, nil
+}
+
+// unitNow is what systemd says of k3s's unit.
+func (in *installer) unitNow(ctx context.Context) (unitState, error) {
+	if !in.seen.unitRead {
+		u, err := in.k3sUnit(ctx)
+		if err != nil {
+			return unitState{}, err
+		}
+		in.seen.unitRead, in.seen.unit = true, u
+	}
+	return in.seen.unit, nil
+}
+
+// sumsNow returns the SHA-256 of each of k3s's paths (k3sPaths) that exists.
+func (in *installer) sumsNow(ctx context.Context) (map[string]string, error) {
+	if in.seen.sums == nil {
+		sums, err := in.fileSums(ctx, in.k3sPaths...)
+		if err != nil {
+			return nil, err
+		}
+		in.seen.sums = sums
+	}
+	return in.seen.sums, nil
+}
+
 // parseK3sVersion reads the release from `k3s --version` ("k3s version v1.37.2+k3s1 (…)"), ""
 // when the output is not that.
 func parseK3sVersion(out string) string {
@@ -219,6 +269,14 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 		Apply: func(ctx context.Context) error { return host.ApplyHardening(ctx, in.c, longhorn) },
 	})
 	steps = append(steps, in.k3sSteps()...)
+	for i := range steps {
+		apply := steps[i].Apply
+		steps[i].Apply = func(ctx context.Context) error {
+			in.seen.forget()
+			defer in.seen.forget()
+			return apply(ctx)
+		}
+	}
 	return steps, nil
 }
 
@@ -234,20 +292,24 @@ func (in *installer) sshPort() int {
 func (in *installer) k3sSteps() []workflow.Step {
 	files, filesErr := in.k3sFiles()
 	unitName, unitFile, unitErr := k3s.Unit("server")
+	in.k3sPaths = []string{k3s.BinaryPath, k3s.UnitPath(unitName)}
+	for _, f := range files {
+		in.k3sPaths = append(in.k3sPaths, f.path)
+	}
 	var configChanged bool
 	return []workflow.Step{
 		{
 			Name: "k3s-binary", Title: "Install k3s " + in.move.To,
 			Done: "Installed k3s " + in.move.To, Already: "k3s " + in.move.To + " already installed",
 			Check: func(ctx context.Context) (bool, error) {
-				v, err := in.binaryVersion(ctx, k3s.BinaryPath)
+				v, err := in.installedVersion(ctx)
 				if err != nil || v != in.move.To {
 					return false, err
 				}
 				if in.bundle == nil {
 					return true, nil
 				}
-				sums, err := in.fileSums(ctx, k3s.BinaryPath)
+				sums, err := in.sumsNow(ctx)
 				return sums[k3s.BinaryPath] == in.bundle.SHA256, err
 			},
 			Plan: func(context.Context) ([]string, error) {
@@ -309,7 +371,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				if !ok || err != nil {
 					return false, err
 				}
-				u, err := in.k3sUnit(ctx)
+				u, err := in.unitNow(ctx)
 				return u.enabled, err
 			},
 			Apply: func(ctx context.Context) error {
@@ -323,7 +385,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 			Name: "k3s-start", Title: in.startTitle(),
 			Done: "k3s runs and its API answers", Already: "k3s already runs on kip's configuration",
 			Check: func(ctx context.Context) (bool, error) {
-				u, err := in.k3sUnit(ctx)
+				u, err := in.unitNow(ctx)
 				if err != nil || !u.active {
 					return false, err
 				}
@@ -384,11 +446,8 @@ func (in *installer) installBinary(ctx context.Context, fetch func(ctx context.C
 
 // filesInPlace reports whether each file is on the host with the content kip would write.
 func (in *installer) filesInPlace(ctx context.Context, files []hostFile) (bool, error) {
-	paths := make([]string, len(files))
-	for i, f := range files {
-		paths[i] = f.path
-	}
-	sums, err := in.fileSums(ctx, paths...)
+	sums, err := in.sumsNow(ctx) // files are among k3sPaths
+
 	if err != nil {
 		return false, err
 	}

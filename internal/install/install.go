@@ -143,13 +143,17 @@ type installer struct {
 	backups    *components.BackupStorage
 	// intentWritten says this run wrote its intent on the server (intentStep).
 	intentWritten bool
-	record        cluster.Record // the existing record, on a re-run
-	sizing        cluster.Sizing
-	network       string
-	move          k3s.Move
-	bundle        *k3s.Binary // the k3s binary from --airgap-bundle, verified
-	nodeIP        string
-	fw            bool // kip manages the host firewall
+	// seen is what the host steps' checks last read of k3s; k3sPaths are the paths whose
+	// checksums they compare.
+	seen     seen
+	k3sPaths []string
+	record   cluster.Record // the existing record, on a re-run
+	sizing   cluster.Sizing
+	network  string
+	move     k3s.Move
+	bundle   *k3s.Binary // the k3s binary from --airgap-bundle, verified
+	nodeIP   string
+	fw       bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
 }
@@ -270,6 +274,7 @@ func (in *installer) examine(ctx context.Context) error {
 		return err
 	}
 	in.state = &probe.state
+	in.seen = seen{versionRead: true, version: probe.state.k3sVersion, unitRead: true, unit: probe.state.unit}
 	// On a host whose k3s has a cluster, the cluster's record decides the profile and storage:
 	// preflight checks what they need.
 	if err := in.readExisting(ctx); err != nil {

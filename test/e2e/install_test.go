@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -287,9 +288,17 @@ func TestInstallNano(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "-v")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "re-running install") {
 		t.Fatalf("re-run: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	// A re-run that changes nothing but k3s's restart reads the host in under 15 remote commands.
+	if m := regexp.MustCompile(`(\d+) remote commands over one SSH connection[^\n]*`).FindStringSubmatch(r.Stderr); m == nil {
+		t.Error("install -v does not count its remote commands")
+	} else if n, _ := strconv.Atoi(m[1]); n >= 15 {
+		t.Errorf("a re-run that changes nothing took %d remote commands, want under 15", n)
+	} else {
+		t.Logf("measured: re-run: %s", m[0])
 	}
 	after, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
 	if err != nil || after == before {
