@@ -23,12 +23,7 @@ func (r *VersionsReport) WriteText(w io.Writer) error {
 	r.writeNodes(b)
 	r.writeCharts(b)
 	r.writeWorkloads(b)
-	if len(r.Warnings) > 0 {
-		fmt.Fprintln(b, "\nWarnings")
-		for _, s := range r.Warnings {
-			fmt.Fprintf(b, "  %s %s\n", cli.GlyphWarn, s)
-		}
-	}
+	cli.WriteList(b, "Warnings", cli.GlyphWarn, r.Warnings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -19,18 +19,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	r.writeStorage(b)
 	r.writeComponents(b)
 	r.writeOperations(b)
-	if len(r.Warnings) > 0 {
-		fmt.Fprintln(b, "\nWarnings")
-		for _, s := range r.Warnings {
-			fmt.Fprintf(b, "  %s %s\n", cli.GlyphWarn, s)
-		}
-	}
-	if len(r.Skipped) > 0 {
-		fmt.Fprintln(b, "\nNot looked at")
-		for _, s := range r.Skipped {
-			fmt.Fprintf(b, "  %s %s\n", glyphSkipped, s)
-		}
-	}
+	cli.WriteList(b, "Warnings", cli.GlyphWarn, r.Warnings)
+	cli.WriteList(b, "Not looked at", glyphSkipped, r.Skipped)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
