@@ -3,6 +3,7 @@ package components
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,11 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 			return nil, err
 		}
 		missing, err := missingObjects(ctx, cl, c.CreateOnly)
-		return append(d, missing...), err
+		if err != nil {
+			return nil, err
+		}
+		deleting, err := beingDeleted(ctx, cl, append(slices.Clone(c.Objects), c.CreateOnly...))
+		return append(append(d, missing...), deleting...), err
 	}
 	return workflow.Step{
 		Name: "component-" + c.Name, Title: "Install " + title,
@@ -130,6 +135,29 @@ func missingObjects(ctx context.Context, cl *kube.Clients, objs []*unstructured.
 	return out, nil
 }
 
+// beingDeleted names the objects that exist with a deletion timestamp.
+func beingDeleted(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]string, error) {
+	var out []string
+	for _, o := range objs {
+		ri, o, err := kube.ResourceFor(ctx, cl, o)
+		if err != nil {
+			if notYet(err) {
+				continue // its kind is not served yet: nothing of it can exist
+			}
+			return nil, err
+		}
+		live, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, err
+		case live.GetDeletionTimestamp() != nil:
+			out = append(out, o.GetKind()+" "+o.GetName()+": being deleted")
+		}
+	}
+	return out, nil
+}
+
 // createMissing creates the objects that do not exist, and leaves existing ones as they are.
 func createMissing(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) error {
 	for _, o := range objs {
@@ -149,6 +177,15 @@ func createMissing(ctx context.Context, cl *kube.Clients, objs []*unstructured.U
 // objects that follow it. It returns when c is ready, or fails after componentTimeout naming
 // what is pending. install and platform apply components through it, and kip upgrade will.
 func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
+	// An object still being deleted (a namespace emptying after kip platform disable) would take
+	// what kip applies into it with it: wait until it is gone.
+	all := append(slices.Clone(c.Objects), c.CreateOnly...)
+	if err := kube.PollPending(ctx, componentTimeout, c.Name+"'s old objects to be deleted", func(ctx context.Context) (string, error) {
+		deleting, err := beingDeleted(ctx, cl, all)
+		return strings.Join(deleting, ", "), err
+	}); err != nil {
+		return err
+	}
 	// A chart whose HelmChart changes gets a new install Job from helm-controller; until
 	// then its old, complete Job would count as installed.
 	replaced, err := changedCharts(ctx, cl, c.Objects)
