@@ -44,7 +44,7 @@ func (in *installer) runHost(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &workflow.Runner{Report: in.p, KipVersion: buildinfo.Version, DryRun: in.o.DryRun}
+	r := &workflow.Runner{Report: in.p, KipVersion: buildinfo.Version, DryRun: in.o.DryRun, Held: in.lock}
 	return r.Run(ctx, &workflow.Workflow{Name: "install-host", Steps: steps})
 }
 
@@ -55,7 +55,7 @@ func (in *installer) runCluster(ctx context.Context) error {
 		return err
 	}
 	r := &workflow.Runner{
-		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}),
+		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}), Held: in.lock,
 		Holder: kube.HolderText(in.f.CommandLine()), KipVersion: buildinfo.Version, Report: in.p,
 	}
 	if err := r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps}); err != nil {

@@ -116,6 +116,11 @@ func validHost(h string) error {
 	return nil
 }
 
+// rerunLease is the cluster lock's lease on a re-run. Its host steps restart k3s, whose API
+// holds the lock: the lease outlasts a restart (renewals fail for up to half of it before kip
+// gives the lock up), where the default minute would not.
+const rerunLease = 5 * time.Minute
+
 // installer is one run of kip install.
 type installer struct {
 	f       *cli.Factory
@@ -156,6 +161,7 @@ type installer struct {
 	fw       bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
+	lock    *kube.Lock    // the cluster lock a re-run holds from its first host step
 }
 
 // Run installs Kipper on o.Host, or continues or re-runs an install there.
@@ -191,6 +197,23 @@ func Run(ctx context.Context, f *cli.Factory, o Options) error {
 	}
 	if err := in.saveCluster(); err != nil {
 		return err
+	}
+	if in.clients != nil {
+		// A re-run changes a running cluster from its first host step (configuration, firewall,
+		// k3s's binary and restart): the cluster lock covers all of it.
+		lock, err := kube.AcquireLock(ctx, in.clients.Kube, kube.HolderText(in.f.CommandLine()), kube.LockOptions{LeaseDuration: rerunLease})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := lock.Release(ctx); err != nil {
+				in.p.Warn(fmt.Sprintf("%v (the lock frees itself %s after its last renewal)", err, rerunLease))
+			}
+		}()
+		if lock.TookOverFrom != "" {
+			in.p.Warn(fmt.Sprintf("Took over the cluster lock from %s: %s", lock.TookOverFrom, lock.TookOverBecause))
+		}
+		in.lock = lock
 	}
 	if err := in.runHost(ctx); err != nil {
 		return err

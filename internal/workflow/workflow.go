@@ -139,6 +139,9 @@ type Runner struct {
 	Dynamic dynamic.Interface
 	// Lock takes the cluster lock for the whole run; nil takes none.
 	Lock LockFunc
+	// Held is a cluster lock the caller holds across several workflows: the run stops when it is
+	// lost, but neither takes nor releases it. It replaces Lock.
+	Held *kube.Lock
 	// Holder describes who runs the command, see kube.HolderText.
 	Holder string
 	// KipVersion is recorded with the progress.
@@ -215,9 +218,10 @@ func (r *Runner) Run(ctx context.Context, wf *Workflow) error {
 	if r.DryRun {
 		return x.plan(ctx)
 	}
-	if r.Lock != nil {
-		lock, err := r.Lock(ctx, r.Holder)
-		if err != nil {
+	lock := r.Held
+	if lock == nil && r.Lock != nil {
+		var err error
+		if lock, err = r.Lock(ctx, r.Holder); err != nil {
 			return err
 		}
 		defer func() {
@@ -228,6 +232,8 @@ func (r *Runner) Run(ctx context.Context, wf *Workflow) error {
 		if lock.TookOverFrom != "" {
 			r.Report.Warn(fmt.Sprintf("Took over the cluster lock from %s: %s", lock.TookOverFrom, lock.TookOverBecause))
 		}
+	}
+	if lock != nil {
 		// Steps stop at once when the lock is lost: another kip may be changing the cluster.
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)

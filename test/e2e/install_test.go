@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"kipper.run/kip/internal/cluster"
@@ -299,6 +300,25 @@ func TestInstallNano(t *testing.T) {
 		t.Errorf("a re-run that changes nothing took %d remote commands, want under 15", n)
 	} else {
 		t.Logf("measured: re-run: %s", m[0])
+	}
+	// A re-run holds the cluster lock from its first host step, naming its whole command line:
+	// killed just before it restarts k3s, it leaves the lock held, and the same command takes it
+	// over (its process is gone) and finishes.
+	killAt := workflow.FaultEnv + "=before:Restart k3s on kip's configuration"
+	r = s.KipEnv(t, home, []string{killAt}, installArgs(s, h, s.Bundle)...)
+	if r.Signal != syscall.SIGKILL {
+		t.Fatalf("re-run with %s: exit %d, want it killed\n%s", killAt, r.ExitCode, r.Stderr)
+	}
+	lease, err := c.Kube.CoordinationV1().Leases("kube-system").Get(ctx, kube.LockName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the cluster lock during a re-run's host steps: %v", err)
+	}
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); !strings.HasPrefix(holder, strings.Join(append([]string{"kip"}, installArgs(s, h, s.Bundle)...), " ")+" by ") {
+		t.Errorf("lock holder %q, want the whole command line", holder)
+	}
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Took over the cluster lock from kip install --host "+h.PublicIP.String()) {
+		t.Fatalf("re-run after the kill: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	after, err := h.Run(ctx, "systemctl show k3s -p ActiveEnterTimestampMonotonic")
 	if err != nil || after == before {
