@@ -430,3 +430,36 @@ func TestInvalidWorkflowIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldLockSpansWorkflows: with Held, two workflows run under one lock the caller holds; the
+// runner neither takes it again nor releases it, so no other command can slip in between them.
+func TestHeldLockSpansWorkflows(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	client, dyn := clients(t, env.Config)
+	held, err := kube.AcquireLock(t.Context(), client, testHolder, kube.LockOptions{Namespace: ns, LeaseDuration: leaseDuration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		r := newRunner(client, dyn, ns, testHolder, &bytes.Buffer{})
+		r.Held = held
+		wf := &workflow.Workflow{Name: name, Steps: []workflow.Step{{
+			Name: "noop", Title: "Do nothing", Done: "Did nothing", Already: "Nothing to do",
+			Check: func(context.Context) (bool, error) { return true, nil },
+			Apply: func(context.Context) error { return nil },
+		}}}
+		if err := r.Run(t.Context(), wf); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		other, err := kube.AcquireLock(t.Context(), client, "kip test by other@host, pid 3", kube.LockOptions{Namespace: ns, LeaseDuration: leaseDuration})
+		if err == nil {
+			other.Release(t.Context()) //nolint:errcheck // the test fails anyway
+			t.Fatalf("after %s, another command took the lock the caller holds", name)
+		}
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	assertLockFree(t, client, ns)
+}
