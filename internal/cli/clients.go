@@ -108,7 +108,8 @@ func (f *Factory) SSHConfig(host string, saved *config.Cluster) (sshx.Config, er
 	case saved != nil && saved.SSHUser != "":
 		c.User = saved.SSHUser
 	}
-	if saved != nil {
+	if saved != nil && host == saved.Host {
+		// The port saved is the server's: a worker is reached on its own (~/.ssh/config or 22).
 		c.Port = saved.SSHPort
 	}
 	if f.IO.StdinTTY && f.IO.StderrTTY {

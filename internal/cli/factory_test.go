@@ -134,3 +134,19 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("CommandLine = %q, want %q", got, want)
 	}
 }
+
+// TestSSHPortIsTheServers: the saved SSH port is the server's; other nodes of the cluster are not
+// dialled on it.
+func TestSSHPortIsTheServers(t *testing.T) {
+	t.Setenv("KIP_HOME", t.TempDir())
+	f := NewFactory(&IOStreams{Getenv: func(string) string { return "" }})
+	saved := &config.Cluster{Name: "c", Host: "203.0.113.10", SSHPort: 2222}
+	server, err := f.SSHConfig("203.0.113.10", saved)
+	if err != nil || server.Port != 2222 {
+		t.Errorf("server: port %d, %v; want 2222", server.Port, err)
+	}
+	worker, err := f.SSHConfig("203.0.113.11", saved)
+	if err != nil || worker.Port != 0 {
+		t.Errorf("worker: port %d, %v; want 0 (its own: ~/.ssh/config or 22)", worker.Port, err)
+	}
+}

@@ -364,6 +364,11 @@ func (in *installer) decide(ctx context.Context) error {
 	if in.nodeIP, err = nodeIP(in.facts, in.address); err != nil {
 		return err
 	}
+	if _, err := components.ConsoleURL(in.address); err != nil {
+		// The console and Dex answer at console.<ipv4>.sslip.io or console.<name>: refused here,
+		// before anything changes, rather than when the components are rendered.
+		return fmt.Errorf("%w: give kip install the server's IPv4 address or a DNS name that points at it", err)
+	}
 	if in.o.AirgapBundle != "" {
 		// A damaged or wrong bundle is refused before anything changes.
 		if in.bundle, err = k3s.LoadBundle(in.o.AirgapBundle, in.facts.Arch); err != nil {
