@@ -22,7 +22,7 @@ type installFlags struct {
 	secretKeyFile string
 }
 
-func newInstallCmd(f *cli.Factory, runF func(*install.Options) error) *cobra.Command {
+func newInstallCmd(f *cli.Factory, runF func(install.Env, *install.Options) error) *cobra.Command {
 	fl := &installFlags{}
 	cmd := &cobra.Command{
 		Use:   "install --host HOST",
@@ -48,10 +48,14 @@ configuration kip writes; users created in the console are kept.`,
 			if err := fl.backups(f); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(&fl.opts)
+			env, err := installEnv(f)
+			if err != nil {
+				return err
 			}
-			return install.Run(cmd.Context(), f, fl.opts)
+			if runF != nil {
+				return runF(env, &fl.opts)
+			}
+			return install.Run(cmd.Context(), env, fl.opts)
 		},
 	}
 	o := &fl.opts
@@ -91,4 +95,17 @@ func (fl *installFlags) backups(f *cli.Factory) error {
 	}
 	fl.opts.Backups = b
 	return nil
+}
+
+// installEnv is what kip install takes from the factory.
+func installEnv(f *cli.Factory) (install.Env, error) {
+	store, err := f.ConfigStore()
+	if err != nil {
+		return install.Env{}, err
+	}
+	return install.Env{
+		Printer: f.Printer(), Prompter: f.Prompter(), Store: store, Cluster: f.ClusterName(),
+		SSHUser: f.Global.SSHUser, SSHUserSet: f.Global.SSHUserSet, SSHKey: f.Global.SSHKey,
+		SSHConfig: f.SSHConfig, Dial: f.SSH, CommandLine: f.CommandLine(), Debugf: f.Debugf,
+	}, nil
 }

@@ -56,7 +56,7 @@ func (in *installer) runCluster(ctx context.Context) error {
 	}
 	r := &workflow.Runner{
 		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}), Held: in.lock,
-		Holder: kube.HolderText(in.f.CommandLine()), KipVersion: buildinfo.Version, Report: in.p,
+		Holder: kube.HolderText(in.env.CommandLine), KipVersion: buildinfo.Version, Report: in.p,
 	}
 	if err := r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps}); err != nil {
 		return fmt.Errorf("install on %s: %w", in.o.Host, err)

@@ -121,9 +121,31 @@ func validHost(h string) error {
 // gives the lock up), where the default minute would not.
 const rerunLease = 5 * time.Minute
 
+// Env is what kip install takes from the command around it; cmd/kip fills it from the
+// factory, tests from what they build.
+type Env struct {
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	// Store is ~/.kip (or KIP_HOME), where the cluster is saved.
+	Store config.Store
+	// Cluster is --cluster (or KIP_CLUSTER), "" for the host's own name.
+	Cluster string
+	// SSHUser (with SSHUserSet) and SSHKey are --ssh-user and --ssh-key, saved with the cluster.
+	SSHUser    string
+	SSHUserSet bool
+	SSHKey     string
+	// SSHConfig says how to reach a host; Dial connects (one connection per host).
+	SSHConfig func(host string, saved *config.Cluster) (sshx.Config, error)
+	Dial      func(ctx context.Context, c sshx.Config) (*sshx.Client, error)
+	// CommandLine is the whole command, which the lock and the intent name.
+	CommandLine string
+	// Debugf prints -v lines.
+	Debugf func(format string, args ...any)
+}
+
 // installer is one run of kip install.
 type installer struct {
-	f       *cli.Factory
+	env     Env
 	p       *cli.Printer
 	o       Options
 	pinned  *manifests.Versions
@@ -165,13 +187,13 @@ type installer struct {
 }
 
 // Run installs Kipper on o.Host, or continues or re-runs an install there.
-func Run(ctx context.Context, f *cli.Factory, o Options) error {
+func Run(ctx context.Context, env Env, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
 	if !o.DryRun {
 		// Refuse before connecting when the confirmation could not be answered.
-		if err := f.Prompter().CanConfirm(); err != nil {
+		if err := env.Prompter.CanConfirm(); err != nil {
 			return err
 		}
 	}
@@ -179,7 +201,7 @@ func Run(ctx context.Context, f *cli.Factory, o Options) error {
 	if err != nil {
 		return err
 	}
-	in := &installer{f: f, p: f.Printer(), o: o, pinned: pinned, started: time.Now()}
+	in := &installer{env: env, p: env.Printer, o: o, pinned: pinned, started: time.Now()}
 	if err := in.resolveCluster(); err != nil {
 		return err
 	}
@@ -201,7 +223,7 @@ func Run(ctx context.Context, f *cli.Factory, o Options) error {
 	if in.clients != nil {
 		// A re-run changes a running cluster from its first host step (configuration, firewall,
 		// k3s's binary and restart): the cluster lock covers all of it.
-		lock, err := kube.AcquireLock(ctx, in.clients.Kube, kube.HolderText(in.f.CommandLine()), kube.LockOptions{LeaseDuration: rerunLease})
+		lock, err := kube.AcquireLock(ctx, in.clients.Kube, kube.HolderText(in.env.CommandLine), kube.LockOptions{LeaseDuration: rerunLease})
 		if err != nil {
 			return err
 		}
@@ -222,22 +244,19 @@ func Run(ctx context.Context, f *cli.Factory, o Options) error {
 		return err
 	}
 	in.summary()
-	f.Debugf("%d remote commands over one SSH connection to %s, %s in all", in.c.Commands(), o.Host, time.Since(in.started).Round(time.Second))
+	env.Debugf("%d remote commands over one SSH connection to %s, %s in all", in.c.Commands(), o.Host, time.Since(in.started).Round(time.Second))
 	return nil
 }
 
 // resolveCluster finds the cluster's name and what is saved for it: --cluster (or KIP_CLUSTER),
 // else a saved cluster with this host, else the host itself names a new one.
 func (in *installer) resolveCluster() error {
-	store, err := in.f.ConfigStore()
-	if err != nil {
-		return err
-	}
+	store := in.env.Store
 	cfg, err := store.Load()
 	if err != nil {
 		return err
 	}
-	in.name = in.f.ClusterName()
+	in.name = in.env.Cluster
 	for i := range cfg.Clusters {
 		c := &cfg.Clusters[i]
 		if (in.name != "" && c.Name == in.name) || (in.name == "" && c.Host == in.o.Host) {
@@ -275,7 +294,7 @@ func safeFileName(name string) string {
 
 // examine connects, gathers the host's facts and runs the preflight checks.
 func (in *installer) examine(ctx context.Context) error {
-	cfg, err := in.f.SSHConfig(in.o.Host, in.saved)
+	cfg, err := in.env.SSHConfig(in.o.Host, in.saved)
 	if err != nil {
 		return err
 	}
@@ -283,7 +302,7 @@ func (in *installer) examine(ctx context.Context) error {
 		cfg.Port = in.o.SSHPort
 	}
 	in.p.Info(fmt.Sprintf("Connecting to %s", in.o.Host))
-	if in.c, err = in.f.SSH(ctx, cfg); err != nil {
+	if in.c, err = in.env.Dial(ctx, cfg); err != nil {
 		return err
 	}
 	// The cluster's address (API URL, TLS name, the console's and Dex's domain) is the host as
@@ -328,7 +347,7 @@ func (in *installer) printPreflight(rep *Report) {
 		switch c.Status {
 		case StatusOK:
 			ok++
-			in.f.Debugf("preflight %s: %s", c.Name, c.Detail)
+			in.env.Debugf("preflight %s: %s", c.Name, c.Detail)
 		case StatusWarn:
 			in.p.Warn(withFix(c.Name+": "+c.Detail, c.Fix))
 		case StatusFail:
@@ -489,7 +508,7 @@ func (in *installer) confirm() error {
 	if in.state.serverData {
 		q = fmt.Sprintf("Re-run install on %s? k3s restarts to load kip's configuration: the API pauses for 10 to 30 seconds, running workloads keep running.", in.o.Host)
 	}
-	ok, err := in.f.Prompter().Confirm(q)
+	ok, err := in.env.Prompter.Confirm(q)
 	if err != nil {
 		return err
 	}
@@ -502,23 +521,19 @@ func (in *installer) confirm() error {
 // saveCluster saves the cluster in ~/.kip/config.yaml before anything changes on the host, so
 // that an interrupted install can be found and continued.
 func (in *installer) saveCluster() error {
-	store, err := in.f.ConfigStore()
-	if err != nil {
-		return err
-	}
-	return store.Update(func(cfg *config.Config) error {
+	return in.env.Store.Update(func(cfg *config.Config) error {
 		c := config.Cluster{Name: in.name, Host: in.o.Host, Kubeconfig: in.kubePath}
 		if in.saved != nil {
 			c = *in.saved
 		}
 		c.Kubeconfig = in.kubePath
-		if in.f.Global.SSHUserSet {
-			c.SSHUser = in.f.Global.SSHUser
+		if in.env.SSHUserSet {
+			c.SSHUser = in.env.SSHUser
 		}
 		if in.o.SSHPort != 0 {
 			c.SSHPort = in.o.SSHPort
 		}
-		if key := in.f.Global.SSHKey; key != "" {
+		if key := in.env.SSHKey; key != "" {
 			// Saved as a path that works from any directory kip is run in later.
 			if !strings.HasPrefix(key, "~") && !filepath.IsAbs(key) {
 				abs, err := filepath.Abs(key)

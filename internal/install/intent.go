@@ -119,7 +119,7 @@ func (in *installer) intent() cluster.Intent {
 	return cluster.Intent{
 		Profile: in.sizing.Profile.Name, Storage: in.sizing.Storage, Network: in.network,
 		Backups: mode, BackupLocation: loc, AdminEmail: in.adminEmail,
-		StartedBy: in.f.CommandLine(), StartedAt: in.started.UTC(),
+		StartedBy: in.env.CommandLine, StartedAt: in.started.UTC(),
 	}
 }
 

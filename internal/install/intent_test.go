@@ -11,6 +11,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/config"
 	"kipper.run/kip/manifests"
 )
 
@@ -21,9 +22,9 @@ func testInstaller(t *testing.T, o Options, st hostState) *installer {
 		t.Fatal(err)
 	}
 	ios := &cli.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
-	f := cli.NewFactory(ios)
-	f.Args = []string{"install", "--host", o.Host}
-	return &installer{f: f, p: f.Printer(), o: o, pinned: pinned, state: &st, started: time.Now(), address: o.Host}
+	env := Env{Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, true), Store: config.Store{Dir: t.TempDir()},
+		CommandLine: "kip install --host " + o.Host}
+	return &installer{env: env, p: env.Printer, o: o, pinned: pinned, state: &st, started: time.Now(), address: o.Host}
 }
 
 var bucket = &cluster.BackupLocation{Bucket: "backups", Endpoint: "https://s3.example.com"}
@@ -124,19 +125,14 @@ func TestParseIntent(t *testing.T) {
 // TestSavedKeyIsAbsolute: a relative --ssh-key was saved as given, so kip run later from another
 // directory could not find the key.
 func TestSavedKeyIsAbsolute(t *testing.T) {
-	t.Setenv("KIP_HOME", t.TempDir())
 	t.Chdir(t.TempDir())
 	in := testInstaller(t, Options{Host: "203.0.113.10"}, hostState{})
-	in.f.Global.SSHKey = "keys/id_ed25519"
+	in.env.SSHKey = "keys/id_ed25519"
 	in.name, in.kubePath = "203.0.113.10", "/tmp/kubeconfig"
 	if err := in.saveCluster(); err != nil {
 		t.Fatal(err)
 	}
-	store, err := in.f.ConfigStore()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := store.Load()
+	cfg, err := in.env.Store.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
