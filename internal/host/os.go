@@ -56,15 +56,39 @@ type release struct {
 	name   string
 	family Family
 	majors []string // VERSION_ID up to the first dot
+	// extraModules installs the kernel's modules package that holds iscsi_tcp and nfs, for
+	// kernel %s; "" where the kernel's own package has them.
+	extraModules string
+	// noLonghornFrom is the first 9.x release on which Longhorn's volumes stop attaching
+	// (Longhorn issue 13606); "" when none is known.
+	noLonghornFrom string
 }
 
 var releases = []release{
-	{"debian", "Debian", Debian, []string{"12", "13"}},
-	{"ubuntu", "Ubuntu", Debian, []string{"22", "24"}}, // 22.04 and 24.04 LTS
-	{"rhel", "Red Hat Enterprise Linux", RHEL, []string{"9", "10"}},
-	{"rocky", "Rocky Linux", RHEL, []string{"9", "10"}},
-	{"almalinux", "AlmaLinux", RHEL, []string{"9", "10"}},
-	{"centos", "CentOS Stream", RHEL, []string{"9", "10"}},
+	{id: "debian", name: "Debian", family: Debian, majors: []string{"12", "13"}},
+	{id: "ubuntu", name: "Ubuntu", family: Debian, majors: []string{"22", "24"}, // 22.04 and 24.04 LTS
+		extraModules: "apt-get install linux-modules-extra-%s"},
+	{id: "rhel", name: "Red Hat Enterprise Linux", family: RHEL, majors: []string{"9", "10"}, extraModules: "dnf install kernel-modules-%s"},
+	{id: "rocky", name: "Rocky Linux", family: RHEL, majors: []string{"9", "10"}, extraModules: "dnf install kernel-modules-%s", noLonghornFrom: "9.7"},
+	{id: "almalinux", name: "AlmaLinux", family: RHEL, majors: []string{"9", "10"}, extraModules: "dnf install kernel-modules-%s", noLonghornFrom: "9.7"},
+	{id: "centos", name: "CentOS Stream", family: RHEL, majors: []string{"9", "10"}, extraModules: "dnf install kernel-modules-%s"},
+}
+
+func releaseOf(os sshx.OS) (release, bool) {
+	i := slices.IndexFunc(releases, func(r release) bool { return r.id == os.ID })
+	if i < 0 {
+		return release{}, false
+	}
+	return releases[i], true
+}
+
+// ExtraModulesCommand is the command that installs the modules package holding iscsi_tcp and
+// nfs for kernel on os, "" when there is none to install.
+func ExtraModulesCommand(os sshx.OS, kernel string) string {
+	if r, ok := releaseOf(os); ok && r.extraModules != "" {
+		return fmt.Sprintf(r.extraModules, kernel)
+	}
+	return ""
 }
 
 // Identify returns the family of a supported OS, or an error that names the supported ones.
@@ -117,11 +141,12 @@ var el9Kernel = regexp.MustCompile(`^5\.14\.0-(\d+)[.\-_].*el9`)
 // fix yet.
 func CheckLonghorn(os sshx.OS, kernel string) error {
 	const why = "Longhorn's volumes stop attaching there (Longhorn issue 13606) and no Longhorn release carries a fix yet; keep Longhorn nodes on 9.6 or earlier, or use version 10, until a Kipper release adopts a fixed Longhorn"
-	if os.ID == "rocky" || os.ID == "almalinux" {
+	if r, ok := releaseOf(os); ok && r.noLonghornFrom != "" {
+		fromMajor, fromMinor, _ := strings.Cut(r.noLonghornFrom, ".")
 		major, minor, _ := strings.Cut(os.VersionID, ".")
-		if m, err := strconv.Atoi(minor); major == "9" && err == nil && m >= 7 {
-			name := map[string]string{"rocky": "Rocky Linux", "almalinux": "AlmaLinux"}[os.ID]
-			return fmt.Errorf("%s %s cannot run Longhorn: %s", name, os.VersionID, why)
+		m, err := strconv.Atoi(minor)
+		if from, _ := strconv.Atoi(fromMinor); major == fromMajor && err == nil && m >= from {
+			return fmt.Errorf("%s %s cannot run Longhorn: %s", r.name, os.VersionID, why)
 		}
 	}
 	if m := el9Kernel.FindStringSubmatch(kernel); m != nil {

@@ -94,8 +94,9 @@ var moduleName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // LoadModules loads mods now (a module already loaded, or built in, needs nothing) and, once
 // all loaded, writes /etc/modules-load.d/kipper.conf so that they load at every boot. The error
-// names each module that could not load, what modprobe said, and the fix. One round trip.
-func LoadModules(ctx context.Context, c *sshx.Client, mods []string) error {
+// names each module that could not load, what modprobe said, and the fix for the host's os. One
+// round trip.
+func LoadModules(ctx context.Context, c *sshx.Client, os sshx.OS, mods []string) error {
 	for _, m := range mods {
 		if !moduleName.MatchString(m) {
 			return fmt.Errorf("load kernel modules: %q is not a module name", m)
@@ -105,11 +106,11 @@ func LoadModules(ctx context.Context, c *sshx.Client, mods []string) error {
 	if err != nil {
 		return fmt.Errorf("load kernel modules: %w", err)
 	}
-	return loadError(c.Host(), mods, s)
+	return loadError(c.Host(), os, mods, s)
 }
 
 // loadError returns the error for the modules prep.sh modules could not load, or nil.
-func loadError(host string, mods []string, s map[string]string) error {
+func loadError(host string, os sshx.OS, mods []string, s map[string]string) error {
 	kernel := strings.TrimSpace(s["kernel"])
 	var failed, fixes []string
 	for _, m := range mods {
@@ -118,7 +119,7 @@ func loadError(host string, mods []string, s map[string]string) error {
 			continue
 		}
 		failed = append(failed, fmt.Sprintf("%s (%s)", m, strings.Join(sshx.Lines(out), "; ")))
-		if fix := moduleFix(m, kernel); !slices.Contains(fixes, fix) {
+		if fix := moduleFix(m, os, kernel); !slices.Contains(fixes, fix) {
 			fixes = append(fixes, fix)
 		}
 	}
@@ -129,14 +130,15 @@ func loadError(host string, mods []string, s map[string]string) error {
 		host, len(failed), strings.Join(failed, ", "), strings.Join(fixes, "; "))
 }
 
-// moduleFix says how to get module m on a host running kernel.
-func moduleFix(m, kernel string) string {
+// moduleFix says how to get module m on a host running kernel on os.
+func moduleFix(m string, os sshx.OS, kernel string) string {
 	switch m {
 	case "wireguard":
 		return "boot a kernel with the wireguard module (Linux 5.6 or later has it)"
 	case "iscsi_tcp", "nfs":
-		return fmt.Sprintf("install the kernel modules package for kernel %s (Ubuntu: apt-get install linux-modules-extra-%s; "+
-			"RHEL family: dnf install kernel-modules-%s), or boot a kernel that has %s", kernel, kernel, kernel, m)
+		if cmd := ExtraModulesCommand(os, kernel); cmd != "" {
+			return fmt.Sprintf("install the kernel modules package for kernel %s (%s), or boot a kernel that has %s", kernel, cmd, m)
+		}
 	}
 	return fmt.Sprintf("boot a kernel that has the %s module", m)
 }

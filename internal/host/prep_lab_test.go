@@ -107,7 +107,7 @@ func testModules(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host,
 	if ok, err := ModulesInPlace(ctx, c, mods); err != nil || ok {
 		t.Fatalf("in place before: %v, %v", ok, err)
 	}
-	if err := timed(t, "LoadModules", func() error { return LoadModules(ctx, c, mods) }); err != nil {
+	if err := timed(t, "LoadModules", func() error { return LoadModules(ctx, c, facts.OS, mods) }); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := ModulesInPlace(ctx, c, mods); err != nil || !ok {
@@ -117,7 +117,7 @@ func testModules(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host,
 		t.Errorf("%s lists %q", modulesFile, got)
 	}
 	// A module the host cannot load: named with modprobe's words and the fix; the file stays.
-	err = LoadModules(ctx, c, append(slices.Clone(mods), "dm_crypt"))
+	err = LoadModules(ctx, c, facts.OS, append(slices.Clone(mods), "dm_crypt"))
 	t.Logf("error: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "1 cannot load: dm_crypt (modprobe: FATAL: Module dm_crypt not found") ||
 		!strings.Contains(err.Error(), "fix: boot a kernel that has the dm_crypt module") {

@@ -95,10 +95,11 @@ func TestPrepScriptLocally(t *testing.T) {
 
 func TestLoadError(t *testing.T) {
 	mods := Modules(true, true)
-	if err := loadError("h", mods, map[string]string{"kernel": "6.1.0-28-amd64\n"}); err != nil {
+	ubuntu := sshx.OS{ID: "ubuntu", VersionID: "24.04"}
+	if err := loadError("h", ubuntu, mods, map[string]string{"kernel": "6.1.0-28-amd64\n"}); err != nil {
 		t.Fatal(err)
 	}
-	err := loadError("h", mods, map[string]string{
+	err := loadError("h", ubuntu, mods, map[string]string{
 		"kernel":           "6.1.0-28-amd64\n",
 		"failed wireguard": "modprobe: FATAL: Module wireguard not found in directory /lib/modules/6.1.0-28-amd64\n",
 		"failed iscsi_tcp": "modprobe: FATAL: Module iscsi_tcp not found\n",
@@ -108,12 +109,19 @@ func TestLoadError(t *testing.T) {
 		"wireguard (modprobe: FATAL: Module wireguard not found in directory /lib/modules/6.1.0-28-amd64), " +
 		"iscsi_tcp (modprobe: FATAL: Module iscsi_tcp not found), nfs (modprobe: FATAL: Module nfs not found); " +
 		"fix: boot a kernel with the wireguard module (Linux 5.6 or later has it); " +
-		"install the kernel modules package for kernel 6.1.0-28-amd64 (Ubuntu: apt-get install linux-modules-extra-6.1.0-28-amd64; " +
-		"RHEL family: dnf install kernel-modules-6.1.0-28-amd64), or boot a kernel that has iscsi_tcp; " +
-		"install the kernel modules package for kernel 6.1.0-28-amd64 (Ubuntu: apt-get install linux-modules-extra-6.1.0-28-amd64; " +
-		"RHEL family: dnf install kernel-modules-6.1.0-28-amd64), or boot a kernel that has nfs"
+		"install the kernel modules package for kernel 6.1.0-28-amd64 (apt-get install linux-modules-extra-6.1.0-28-amd64), or boot a kernel that has iscsi_tcp; " +
+		"install the kernel modules package for kernel 6.1.0-28-amd64 (apt-get install linux-modules-extra-6.1.0-28-amd64), or boot a kernel that has nfs"
 	if err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	// The fix is the host's own: dnf on the RHEL family, none to install on Debian.
+	rocky := loadError("h", sshx.OS{ID: "rocky", VersionID: "9.6"}, []string{"nfs"}, map[string]string{"kernel": "5.14.0-570.el9.x86_64\n", "failed nfs": "not found\n"})
+	if rocky == nil || !strings.Contains(rocky.Error(), "(dnf install kernel-modules-5.14.0-570.el9.x86_64)") || strings.Contains(rocky.Error(), "apt-get") {
+		t.Errorf("rocky: %v", rocky)
+	}
+	debian := loadError("h", sshx.OS{ID: "debian", VersionID: "12"}, []string{"nfs"}, map[string]string{"kernel": "6.1.0-28-amd64\n", "failed nfs": "not found\n"})
+	if debian == nil || !strings.Contains(debian.Error(), "boot a kernel that has the nfs module") {
+		t.Errorf("debian: %v", debian)
 	}
 }
 

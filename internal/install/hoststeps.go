@@ -235,7 +235,7 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 		Name: "host-modules", Title: "Load kernel modules (" + strings.Join(mods, ", ") + ")",
 		Done: "Loaded kernel modules", Already: "Kernel modules already set up",
 		Check: func(ctx context.Context) (bool, error) { return host.ModulesInPlace(ctx, in.c, mods) },
-		Apply: func(ctx context.Context) error { return host.LoadModules(ctx, in.c, mods) },
+		Apply: func(ctx context.Context) error { return host.LoadModules(ctx, in.c, in.facts.OS, mods) },
 	})
 	if !in.state.serverData {
 		// Kernel settings are set on a fresh install only: an operator may have tuned them since.

@@ -150,7 +150,7 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 	}
 	add(checkWireGuard(f.Modules["wireguard"]))
 	if storage == cluster.StorageLonghorn {
-		add(checkStorageModules(f.Modules, f.Kernel, family, famErr))
+		add(checkStorageModules(f.Modules, f.OS, f.Kernel))
 	}
 	r.ExistingK3s = p.existingK3s()
 	ports := neededPorts(wireGuardUsable(f.Modules["wireguard"]))
@@ -290,7 +290,7 @@ func checkWireGuard(s sshx.ModuleState) Check {
 		Fix:    "boot a kernel with the wireguard module (Linux 5.6 or later has it) before adding nodes"}
 }
 
-func checkStorageModules(mods map[string]sshx.ModuleState, kernel string, family host.Family, famErr error) Check {
+func checkStorageModules(mods map[string]sshx.ModuleState, os sshx.OS, kernel string) Check {
 	var missing []string
 	for _, m := range []string{"iscsi_tcp", "nfs"} {
 		if s := mods[m]; s != sshx.ModuleLoaded && s != sshx.ModuleLoadable {
@@ -300,15 +300,11 @@ func checkStorageModules(mods map[string]sshx.ModuleState, kernel string, family
 	if len(missing) == 0 {
 		return Check{Name: "storage modules", Status: StatusOK, Detail: "iscsi_tcp and nfs can load"}
 	}
-	fix := fmt.Sprintf("install the kernel modules package for kernel %s", kernel)
-	switch {
-	case famErr != nil:
-	case family.Name == host.RHEL.Name:
-		fix += fmt.Sprintf(" (dnf install kernel-modules-%s)", kernel)
-	default:
-		fix += fmt.Sprintf(" (on Ubuntu, apt-get install linux-modules-extra-%s)", kernel)
+	fix := "boot a kernel that has "
+	if cmd := host.ExtraModulesCommand(os, kernel); cmd != "" {
+		fix = fmt.Sprintf("install the kernel modules package for kernel %s (%s), or %s", kernel, cmd, fix)
 	}
-	fix += ", or boot a kernel that has " + strings.Join(missing, " and ") + ", or install with local storage (omit --storage)"
+	fix += strings.Join(missing, " and ") + ", or install with local storage (omit --storage)"
 	return Check{Name: "storage modules", Status: StatusFail,
 		Detail: "Longhorn needs the " + strings.Join(missing, " and ") + " kernel module(s), which cannot load",
 		Fix:    fix}
