@@ -491,15 +491,18 @@ func (in *installer) recoverStart(ctx context.Context, unit string, configChange
 		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u k3s' on the server; kip's configuration is %s, the previous one %s)", cause, k3s.ConfigPath, k3s.ConfigBackupPath)
 	}
 	in.p.Warn("k3s did not come back on the new configuration: restoring the previous files (*" + k3s.BackupSuffix + ") and restarting k3s on them")
-	restore := restoreFiles(files) + " && " + sshx.Command("systemctl", "restart", unit)
-	if err := in.run(ctx, "restore k3s's previous configuration", restore); err != nil {
+	if err := in.run(ctx, "restore k3s's previous configuration", restoreFiles(files)); err != nil {
 		if errors.Is(err, sshx.ErrUnreachable) {
 			return fmt.Errorf("k3s did not come up on the new configuration (%v), and kip lost the server before it could restore the previous one (%w): "+
 				"when the server answers again, run the same kip install to continue; the previous files are beside the new ones as *%s", cause, err, k3s.BackupSuffix)
 		}
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", cause, err, k3s.ConfigBackupPath)
 	}
-	if _, err := in.connectAPI(ctx, k3sReadyTimeout); err != nil {
+	err = in.run(ctx, "restart k3s on the restored configuration", sshx.Command("systemctl", "restart", unit))
+	if err == nil {
+		_, err = in.connectAPI(ctx, k3sReadyTimeout)
+	}
+	if err != nil {
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", cause, err)
 	}
 	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u k3s' on the server for why the new one failed", cause)
