@@ -453,9 +453,13 @@ func TestHostChecksSmall(t *testing.T) {
 		{host.FirewallState{Tool: "ufw", Active: true, Managed: true}, StatusOK},
 		{host.FirewallState{Tool: "firewalld", Active: true}, StatusWarn},
 	} {
-		if c := checkFirewall("srv", tt.fw); c.Status != tt.want {
+		if c := checkFirewall("srv", tt.fw, true, 22); c.Status != tt.want {
 			t.Errorf("firewall %+v: %s", tt.fw, c.Status)
 		}
+	}
+	// A server's fix lists exactly what kip writes into a firewall it manages.
+	if c := checkFirewall("srv", host.FirewallState{Tool: "firewalld", Active: true}, true, 2222); c.Fix != "make sure firewalld lets in "+host.Describe(host.ServerRules(2222)) {
+		t.Errorf("server firewall fix %q", c.Fix)
 	}
 	el97 := &sshx.Facts{OS: sshx.OS{ID: "rocky", VersionID: "9.7"}, Kernel: "5.14.0-611.5.1.el9_7.x86_64"}
 	if c := checkLonghornOS("w1", el97); c.Status != StatusWarn || !strings.Contains(c.Detail, "issue 13606") {

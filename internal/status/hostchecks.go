@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	_ "embed"
@@ -79,6 +80,7 @@ type inspection struct {
 	probeErr error
 	fw       host.FirewallState
 	fwErr    error
+	sshPort  int // the port SSH reached the host on
 }
 
 // hostRequest says what to read on each host.
@@ -114,6 +116,7 @@ func inspectHost(ctx context.Context, dial DialFunc, t target, req hostRequest) 
 		in.dialErr = err
 		return in
 	}
+	in.sshPort = c.Port()
 	ctx, cancel = context.WithTimeout(ctx, hostTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -564,8 +567,10 @@ func checkWireGuard(node string, state sshx.ModuleState, network string) Check {
 	return c
 }
 
-// checkFirewall reports who manages the node's host firewall.
-func checkFirewall(node string, fw host.FirewallState) Check {
+// checkFirewall reports who manages the node's host firewall. What a server's firewall must let
+// in is what kip writes into one it manages (host.ServerRules); a worker's rules come with kip
+// node add.
+func checkFirewall(node string, fw host.FirewallState, server bool, sshPort int) Check {
 	c := Check{Name: "firewall", Node: node, Status: StatusOK}
 	switch {
 	case !fw.Active:
@@ -581,7 +586,10 @@ func checkFirewall(node string, fw host.FirewallState) Check {
 		if fw.Tool == "ufw" {
 			c.Detail += ", and kip node add refuses to join a node while such a ufw runs on the server or a worker"
 		}
-		c.Fix = "allow the cluster's ports in " + fw.Tool + " yourself: 6443/tcp (and 80/tcp, 443/tcp on the server) from everywhere; 10250/tcp, 51820/udp and 9100/tcp from the other nodes"
+		c.Fix = "allow the cluster's ports in " + fw.Tool + " yourself: 10250/tcp, 51820/udp and 9100/tcp from the other nodes"
+		if server {
+			c.Fix = "make sure " + fw.Tool + " lets in " + host.Describe(host.ServerRules(cmp.Or(sshPort, 22)))
+		}
 	}
 	return c
 }
