@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,9 +129,17 @@ func (f *Factory) SSH(ctx context.Context, c sshx.Config) (*sshx.Client, error) 
 // Close releases the connections the factory opened.
 func (f *Factory) Close() error { return f.ssh.Close() }
 
+// readPassphrase asks for a key's passphrase on the factory's own streams: without echo when
+// its input is a terminal, else one line of it.
 func (f *Factory) readPassphrase(prompt string) ([]byte, error) {
 	fmt.Fprint(f.IO.ErrOut, prompt)
-	b, err := term.ReadPassword(int(os.Stdin.Fd()))
-	fmt.Fprintln(f.IO.ErrOut)
-	return b, err
+	defer fmt.Fprintln(f.IO.ErrOut)
+	if in, ok := f.IO.In.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+		return term.ReadPassword(int(in.Fd()))
+	}
+	line, err := bufio.NewReader(f.IO.In).ReadString('\n')
+	if err != nil && (err != io.EOF || line == "") {
+		return nil, fmt.Errorf("read the passphrase: %w", err)
+	}
+	return []byte(strings.TrimRight(line, "\r\n")), nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,19 @@ func TestSSHPortIsTheServers(t *testing.T) {
 	worker, err := f.SSHConfig("203.0.113.11", saved)
 	if err != nil || worker.Port != 0 {
 		t.Errorf("worker: port %d, %v; want 0 (its own: ~/.ssh/config or 22)", worker.Port, err)
+	}
+}
+
+// TestPassphraseReadsTheFactorysInput: the passphrase prompt reads the factory's input stream
+// (before, os.Stdin whatever the factory was given).
+func TestPassphraseReadsTheFactorysInput(t *testing.T) {
+	var errOut strings.Builder
+	f := NewFactory(&IOStreams{In: strings.NewReader("correct horse\n"), ErrOut: &errOut, Getenv: func(string) string { return "" }})
+	got, err := f.readPassphrase("Passphrase for key: ")
+	if err != nil || string(got) != "correct horse" || !strings.HasPrefix(errOut.String(), "Passphrase for key: ") {
+		t.Errorf("passphrase %q, %v; prompt %q", got, err, errOut.String())
+	}
+	if _, err := NewFactory(&IOStreams{In: strings.NewReader(""), ErrOut: &errOut}).readPassphrase("p: "); err == nil {
+		t.Error("no input: want an error")
 	}
 }
