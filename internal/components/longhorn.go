@@ -1,0 +1,75 @@
+package components
+
+import (
+	"fmt"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// What kip install applies, as data: Components lists the components of a cluster in install order,
+// each with the objects kip server-side applies on every run, the objects it only ever creates, the
+// objects it applies once the component is ready, and a readiness check. docs/components.md is the
+// operator's view of this file.
+//
+// Most components are Helm charts that k3s's embedded helm-controller installs from a
+// helm.cattle.io/v1 HelmChart in kube-system; kip's own objects (CRDs, namespaces, RBAC, the
+// console) are plain manifests.
+
+// longhornSettings are the settings kip pins on every Longhorn cluster, by their names in
+// longhorn-manager's types/setting.go, with the values the chart's defaultSettings take.
+var longhornSettings = []struct {
+	name, chartKey string
+	value          any
+}{
+	{"upgrade-checker", "upgradeChecker", false},
+	{"allow-collecting-longhorn-usage-metrics", "allowCollectingLonghornUsageMetrics", false},
+	// Longhorn issue 14096. A plain "false" applies to both data engines.
+	{"fast-replica-rebuild-enabled", "fastReplicaRebuildEnabled", false},
+	// A drain waits while Longhorn moves a volume's last healthy copy off the node.
+	{"node-drain-policy", "nodeDrainPolicy", "block-for-eviction-if-contains-last-replica"},
+	{"default-data-locality", "defaultDataLocality", "disabled"},
+	{"replica-auto-balance", "replicaAutoBalance", "disabled"},
+	{"rwx-volume-fast-failover", "rwxVolumeFastFailover", false},
+	// Pods on a node that goes down are left in place.
+	{"node-down-pod-deletion-policy", "nodeDownPodDeletionPolicy", "do-nothing"},
+	// A single-node cluster creates volumes that want more copies than it has nodes.
+	{"allow-volume-creation-with-degraded-availability", "allowVolumeCreationWithDegradedAvailability", true},
+}
+
+func (r *renderer) longhorn() (Component, error) {
+	defaults := map[string]any{}
+	for _, s := range longhornSettings {
+		defaults[s.chartKey] = s.value
+	}
+	// No backup target, ever: backups go through Velero.
+	c, err := r.chartComponent("longhorn", longhornNamespace, map[string]any{
+		"defaultSettings": defaults,
+		"persistence":     map[string]any{"defaultClass": false},
+	})
+	if err != nil {
+		return Component{}, err
+	}
+	for _, s := range longhornSettings {
+		err := collect(&c.After, typed("longhorn.io/v1beta2", "Setting", &longhornv1beta2.Setting{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: longhornNamespace},
+			Value:      fmt.Sprint(s.value),
+		}))
+		if err != nil {
+			return Component{}, err
+		}
+	}
+	// Longhorn's stock class is not the default: k3s's local-path stays the only default class. The
+	// class is Longhorn's (its manager creates it); kip only sets the annotation.
+	class := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "storage.k8s.io/v1",
+		"kind":       "StorageClass",
+		"metadata": map[string]any{
+			"name":        longhornClass,
+			"annotations": map[string]any{"storageclass.kubernetes.io/is-default-class": "false"},
+		},
+	}}
+	c.After = append(c.After, labelled(class))
+	return c, nil
+}
