@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -36,9 +37,9 @@ type Check func(ctx context.Context) (done bool, pending string, err error)
 func Poll(ctx context.Context, timeout time.Duration, what string, fn Check) error {
 	pending := "nothing observed yet"
 	var failed error
-	err := wait.PollUntilContextTimeout(ctx, PollInterval, timeout, true, func(wctx context.Context) (bool, error) {
-		done, p, err := fn(wctx)
-		if err != nil && wctx.Err() == nil {
+	err := wait.PollUntilContextTimeout(ctx, PollInterval, timeout, true, func(context.Context) (bool, error) {
+		done, p, err := check(ctx, fn)
+		if err != nil && ctx.Err() == nil {
 			failed = fmt.Errorf("wait for %s: %w", what, err)
 			return false, failed
 		}
@@ -56,6 +57,25 @@ func Poll(ctx context.Context, timeout time.Duration, what string, fn Check) err
 		return fmt.Errorf("stopped waiting for %s: %w; %s", what, ctx.Err(), pending)
 	}
 	return fmt.Errorf("timed out after %s waiting for %s: %s", timeout, what, pending)
+}
+
+// checkTimeout bounds one check of a wait.
+const checkTimeout = 30 * time.Second
+
+// check runs fn once. A deadline of ctx (the wait's or the caller's) does not cut a check short:
+// it completes, within checkTimeout, and says what is really pending, where the client's rate
+// limiter would have refused a request that might outlast the deadline. Cancelling ctx (Ctrl-C)
+// does stop it.
+func check(ctx context.Context, fn Check) (bool, string, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	defer stop()
+	return fn(cctx)
 }
 
 // PollPending waits until pending reports nothing pending ("").

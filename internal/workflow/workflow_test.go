@@ -241,7 +241,8 @@ func TestCheckAfterApplyFails(t *testing.T) {
 	d := newDemo(client, ns)
 	d.noop["scale-app"] = true
 	err := newRunner(client, dyn, ns, testHolder, &bytes.Buffer{}).Run(t.Context(), d.workflow())
-	const want = "step scale-app: reported success but its check still fails"
+	// The failure says what the step would still change (its Plan).
+	const want = "step scale-app: reported success but its check still fails: set replicas of ConfigMap app to 3"
 	if err == nil || err.Error() != want {
 		t.Fatalf("run error = %v, want %s", err, want)
 	}
