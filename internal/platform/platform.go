@@ -306,16 +306,18 @@ func (pl *platform) checkRoom(ctx context.Context, component string) error {
 
 func mib(q resource.Quantity) string { return fmt.Sprintf("%dMi", q.Value()/(1<<20)) }
 
-// serverNode is the cluster's control-plane node.
+// serverNode is the cluster's server node (cluster.NodeRole).
 func (pl *platform) serverNode(ctx context.Context) (*corev1.Node, error) {
-	nodes, err := pl.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane=true"})
+	nodes, err := pl.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	if len(nodes.Items) == 0 {
-		return nil, errors.New("the cluster has no control-plane node")
+	for i := range nodes.Items {
+		if cluster.NodeRole(&nodes.Items[i]) == cluster.RoleServer {
+			return &nodes.Items[i], nil
+		}
 	}
-	return &nodes.Items[0], nil
+	return nil, errors.New("the cluster has no server node (no node is labelled node-role.kubernetes.io/control-plane)")
 }
 
 // ProfileView is the documented shape of 'kip platform profile show -o json'.

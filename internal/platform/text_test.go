@@ -1,6 +1,8 @@
 package platform
 
 import (
+	"kipper.run/kip/internal/cluster"
+
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -20,8 +22,8 @@ func sampleReport() *VersionsReport {
 		ConsoleAPI: ConsoleAPIBuild{Recorded: true, Version: "v1.8.0", Commit: "0a1b2c3", StartedAt: "2026-07-01T10:31:00Z", Pod: "console-api-7d9f-abcde"},
 		PinnedK3s:  "v1.37.2+k3s1",
 		Nodes: []NodeVersion{
-			{Name: "srv", Role: RoleServer, Kubernetes: "v1.37.2+k3s1", ContainerRuntime: "containerd://2.1.4-k3s1", OSImage: "Debian GNU/Linux 13 (trixie)"},
-			{Name: "w1", Role: RoleWorker, Kubernetes: "v1.36.4+k3s1"},
+			{Name: "srv", Role: cluster.RoleServer, Kubernetes: "v1.37.2+k3s1", ContainerRuntime: "containerd://2.1.4-k3s1", OSImage: "Debian GNU/Linux 13 (trixie)"},
+			{Name: "w1", Role: cluster.RoleWorker, Kubernetes: "v1.36.4+k3s1"},
 		},
 		Charts: []ChartVersion{
 			{Component: "traefik", Release: "traefik", Namespace: "traefik", Chart: "traefik", Pinned: "41.6.0", HelmChart: "41.6.0",

@@ -85,12 +85,6 @@ type ConsoleAPIBuild struct {
 	Pod       string `json:"pod,omitempty"`
 }
 
-// Node roles.
-const (
-	RoleServer = "server"
-	RoleWorker = "worker"
-)
-
 // NodeVersion is one node's Kubernetes version, as its kubelet reports it.
 type NodeVersion struct {
 	Name string `json:"name"`
@@ -369,29 +363,13 @@ func nodeVersions(ctx context.Context, c *kube.Clients) ([]NodeVersion, error) {
 	out := make([]NodeVersion, 0, len(list.Items))
 	for i := range list.Items {
 		n := &list.Items[i]
-		out = append(out, NodeVersion{Name: n.Name, Role: nodeRole(n), Kubernetes: n.Status.NodeInfo.KubeletVersion,
+		out = append(out, NodeVersion{Name: n.Name, Role: cluster.NodeRole(n), Kubernetes: n.Status.NodeInfo.KubeletVersion,
 			ContainerRuntime: n.Status.NodeInfo.ContainerRuntimeVersion, OSImage: n.Status.NodeInfo.OSImage})
 	}
 	slices.SortFunc(out, func(a, b NodeVersion) int {
-		return cmp.Or(cmp.Compare(roleOrder(a.Role), roleOrder(b.Role)), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(cluster.RoleOrder(a.Role), cluster.RoleOrder(b.Role)), cmp.Compare(a.Name, b.Name))
 	})
 	return out, nil
-}
-
-func nodeRole(n *corev1.Node) string {
-	for _, l := range []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
-		if _, ok := n.Labels[l]; ok {
-			return RoleServer
-		}
-	}
-	return RoleWorker
-}
-
-func roleOrder(role string) int {
-	if role == RoleServer {
-		return 0
-	}
-	return 1
 }
 
 // listHelmCharts returns the HelmCharts in kube-system by name; none on a cluster without

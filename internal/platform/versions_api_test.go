@@ -302,13 +302,13 @@ func TestVersionsAPI(t *testing.T) {
 	for _, n := range r.Nodes {
 		nodes[n.Name] = n
 	}
-	if n := nodes[srvNodeName]; n.Role != RoleServer || n.Kubernetes != f.k3s {
+	if n := nodes[srvNodeName]; n.Role != cluster.RoleServer || n.Kubernetes != f.k3s {
 		t.Errorf("node %s: %+v, want a server on %s", srvNodeName, n, f.k3s)
 	}
-	if n := nodes[workerName]; n.Role != RoleWorker || n.Kubernetes != oldKubernetes {
+	if n := nodes[workerName]; n.Role != cluster.RoleWorker || n.Kubernetes != oldKubernetes {
 		t.Errorf("node %s: %+v, want a worker on %s", workerName, n, oldKubernetes)
 	}
-	if len(r.Nodes) > 0 && r.Nodes[0].Role != RoleServer {
+	if len(r.Nodes) > 0 && r.Nodes[0].Role != cluster.RoleServer {
 		t.Errorf("nodes %+v: the server is not first", r.Nodes)
 	}
 

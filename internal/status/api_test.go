@@ -226,16 +226,16 @@ func TestAPI(t *testing.T) {
 			t.Errorf("cluster %+v", c)
 		}
 		srv := findNode(t, r, srvNode)
-		if srv.Role != RoleServer || srv.Status != NodeReady || srv.K3sVersion != f.pinned {
+		if srv.Role != cluster.RoleServer || srv.Status != NodeReady || srv.K3sVersion != f.pinned {
 			t.Errorf("server %+v", srv)
 		}
-		if n := findNode(t, r, fencedNode); n.Role != RoleWorker || n.Status != NodeOutOfService {
+		if n := findNode(t, r, fencedNode); n.Role != cluster.RoleWorker || n.Status != NodeOutOfService {
 			t.Errorf("fenced worker %+v", n)
 		}
 		if n := findNode(t, r, deadNode); n.Status != NodeNotReady || n.InternalIP != "192.0.2.12" {
 			t.Errorf("dead worker %+v", n)
 		}
-		if r.Nodes[0].Role != RoleServer {
+		if r.Nodes[0].Role != cluster.RoleServer {
 			t.Errorf("servers are not listed first: %+v", r.Nodes)
 		}
 		s := srv.Storage

@@ -285,7 +285,7 @@ func (d *doctor) nodeChecks(v *view) []Check {
 // checkNode judges one node; addr is where kip reaches it.
 func checkNode(n *corev1.Node, addr string) Check {
 	c := Check{Name: "node", Node: n.Name, Status: StatusOK}
-	role := nodeRole(n)
+	role := cluster.NodeRole(n)
 	st := nodeStatus(n)
 	switch st {
 	case NodeOutOfService:
@@ -296,7 +296,7 @@ func checkNode(n *corev1.Node, addr string) Check {
 	case NodeNotReady, NodeUnknown:
 		c.Status = StatusFail
 		c.Detail = st + readyReason(n)
-		if role == RoleServer {
+		if role == cluster.RoleServer {
 			c.Fix = "check k3s on the server: systemctl status k3s; journalctl -u k3s"
 		} else {
 			c.Fix = fmt.Sprintf("if k3s-agent on the worker logs 'not authorized', its certificates expired or are missing: run 'kip node add %s' again with the original options; if the worker is down, fence it once it has been NotReady for a minute: kip node fence %s",
@@ -354,7 +354,7 @@ func readyReason(n *corev1.Node) string {
 // address when the cluster has one server, any other node at its external address, else its
 // internal one.
 func (v *view) sshAddr(o *Options, n *corev1.Node) string {
-	if nodeRole(n) == RoleServer && len(v.servers()) == 1 {
+	if cluster.NodeRole(n) == cluster.RoleServer && len(v.servers()) == 1 {
 		if a := v.serverAddr(o); a != "" {
 			return a
 		}
@@ -404,10 +404,10 @@ func checkK3sVersions(nodes []corev1.Node, server string) Check {
 		case err != nil:
 			off = append(off, fmt.Sprintf("%s: %v", n.Name, err))
 			addFix("look at the node's kubelet: kubectl describe node " + n.Name)
-		case m.Kind == k3s.KeepBehind && nodeRole(n) == RoleServer:
+		case m.Kind == k3s.KeepBehind && cluster.NodeRole(n) == cluster.RoleServer:
 			off = append(off, m.Warning)
 			addFix(fmt.Sprintf("kip install keeps a server more than one Kubernetes minor behind: upgrade its k3s by hand one minor at a time, as the warning says, then run '%s' again to reach %s", rerunInstall(server), pinned))
-		case m.Kind == k3s.Upgrade && nodeRole(n) == RoleServer:
+		case m.Kind == k3s.Upgrade && cluster.NodeRole(n) == cluster.RoleServer:
 			off = append(off, fmt.Sprintf("%s runs %s", n.Name, installed))
 			addFix(fmt.Sprintf("run '%s' again: it moves the server's k3s to %s and restarts k3s (read \"Re-running install\" in docs/install.md first)", rerunInstall(server), pinned))
 		case m.Kind == k3s.KeepBehind || m.Kind == k3s.Upgrade:
@@ -779,7 +779,7 @@ func (d *doctor) targets(v *view) (targets []target, unaddressed []string) {
 			unaddressed = append(unaddressed, n.Name)
 			continue
 		}
-		targets = append(targets, target{node: n.Name, addr: addr, server: nodeRole(n) == RoleServer})
+		targets = append(targets, target{node: n.Name, addr: addr, server: cluster.NodeRole(n) == cluster.RoleServer})
 	}
 	return targets, unaddressed
 }

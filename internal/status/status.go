@@ -252,7 +252,7 @@ func (v *view) readNodes(ctx context.Context) error {
 	}
 	v.nodes = list.Items
 	slices.SortFunc(v.nodes, func(a, b corev1.Node) int {
-		return cmp.Or(cmp.Compare(roleOrder(nodeRole(&a)), roleOrder(nodeRole(&b))), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(cluster.RoleOrder(cluster.NodeRole(&a)), cluster.RoleOrder(cluster.NodeRole(&b))), cmp.Compare(a.Name, b.Name))
 	})
 	return nil
 }
@@ -308,28 +308,6 @@ func clusterInfo(v *view) ClusterInfo {
 	}
 }
 
-// Node roles.
-const (
-	RoleServer = "server"
-	RoleWorker = "worker"
-)
-
-func nodeRole(n *corev1.Node) string {
-	for _, l := range []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"} {
-		if _, ok := n.Labels[l]; ok {
-			return RoleServer
-		}
-	}
-	return RoleWorker
-}
-
-func roleOrder(role string) int {
-	if role == RoleServer {
-		return 0
-	}
-	return 1
-}
-
 // nodeStatus is Ready, NotReady, Unknown or OutOfService.
 func nodeStatus(n *corev1.Node) string {
 	if hasTaint(n, OutOfServiceTaint) {
@@ -366,7 +344,7 @@ func nodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
 func nodeInfo(n *corev1.Node) Node {
 	return Node{
 		Name:          n.Name,
-		Role:          nodeRole(n),
+		Role:          cluster.NodeRole(n),
 		Status:        nodeStatus(n),
 		Unschedulable: n.Spec.Unschedulable,
 		K3sVersion:    n.Status.NodeInfo.KubeletVersion,
@@ -394,7 +372,7 @@ func operation(p workflow.Progress) Operation {
 func (v *view) servers() []*corev1.Node {
 	var s []*corev1.Node
 	for i := range v.nodes {
-		if nodeRole(&v.nodes[i]) == RoleServer {
+		if cluster.NodeRole(&v.nodes[i]) == cluster.RoleServer {
 			s = append(s, &v.nodes[i])
 		}
 	}
