@@ -11,14 +11,13 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	helmv1 "github.com/k3s-io/helm-controller/pkg/apis/helm.cattle.io/v1"
+	"golang.org/x/sync/errgroup"
 	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,10 +176,7 @@ type Image struct {
 	Init      bool   `json:"init,omitempty"`
 }
 
-// Workload kinds, in the order the report lists them.
-var workloadKinds = []string{"Deployment", "StatefulSet", "DaemonSet"}
-
-// parallelReads bounds the API requests Versions has in flight at once.
+// parallelReads bounds the Helm release reads Versions has in flight at once.
 const parallelReads = 8
 
 // Versions reports the versions the cluster runs to o.Out.
@@ -197,9 +193,9 @@ func Versions(ctx context.Context, o *VersionsOptions) error {
 	return r.WriteText(o.Out)
 }
 
-// CollectVersions reads the report: a bounded number of requests, at most parallelReads at once
-// (the App CRD, the console-api ConfigMap, the nodes, the cluster record, the HelmCharts, one
-// list per chart and three per system namespace).
+// CollectVersions reads the report: the HelmCharts, the cluster record, the App CRD, the
+// console-api ConfigMap, the nodes, one list per workload kind, and one Helm release history per
+// chart (at most parallelReads at once).
 func CollectVersions(ctx context.Context, o *VersionsOptions) (*VersionsReport, error) {
 	c, err := o.Kube()
 	if err != nil {
@@ -241,90 +237,33 @@ func CollectVersions(ctx context.Context, o *VersionsOptions) (*VersionsReport, 
 		server = rec.Server
 	}
 
-	var (
-		mu        sync.Mutex
-		errs      []error
-		appCRD    bool
-		workloads = make([][]Workload, len(r.Namespaces)*len(workloadKinds))
-	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	var reads []func()
-	reads = append(reads,
-		func() {
-			if v, found, err := recordedKip(ctx, c); err != nil {
-				fail(err)
-			} else {
-				r.Kip.Recorded, appCRD = v, found
-			}
-		},
-		func() {
-			if b, err := consoleAPIBuild(ctx, c); err != nil {
-				fail(err)
-			} else {
-				r.ConsoleAPI = b
-			}
-		},
-		func() {
-			if n, err := nodeVersions(ctx, c); err != nil {
-				fail(err)
-			} else {
-				r.Nodes = n
-			}
-		},
-	)
-	for i, ch := range charts {
-		reads = append(reads, func() { r.Charts[i] = chartVersion(c, ch, helmCharts, server) })
-	}
-	for i, ns := range r.Namespaces {
-		for j, kind := range workloadKinds {
-			reads = append(reads, func() {
-				w, err := listWorkloads(ctx, c, ns, kind)
-				if err != nil {
-					fail(err)
-					return
-				}
-				workloads[i*len(workloadKinds)+j] = w
-			})
-		}
-	}
-	parallel(ctx, parallelReads, reads)
-	if err := ctx.Err(); err != nil {
+	var appCRD bool
+	if r.Kip.Recorded, appCRD, err = recordedKip(ctx, c); err != nil {
 		return nil, err
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("read versions: %w", errors.Join(errs...))
+	if r.ConsoleAPI, err = consoleAPIBuild(ctx, c); err != nil {
+		return nil, err
 	}
-	for _, w := range workloads {
-		r.Workloads = append(r.Workloads, w...)
+	if r.Nodes, err = nodeVersions(ctx, c); err != nil {
+		return nil, err
+	}
+	if r.Workloads, err = listWorkloads(ctx, c, r.Namespaces); err != nil {
+		return nil, err
+	}
+	// One Helm release history per chart, each its own list request: a few at once.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelReads)
+	for i, ch := range charts {
+		g.Go(func() error {
+			r.Charts[i] = chartVersion(c, ch, helmCharts, server)
+			return gctx.Err()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	r.Warnings = append(r.Warnings, warnings(r, appCRD)...)
 	return r, nil
-}
-
-// parallel runs fns, at most n at once, and returns when they have all returned; fns not started
-// when ctx ends are skipped.
-func parallel(ctx context.Context, n int, fns []func()) {
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for _, fn := range fns {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			fn()
-		}()
-	}
-	wg.Wait()
 }
 
 // recordedKip reads the App CRD's kip version; found is false when the cluster has no App CRD.
@@ -492,45 +431,46 @@ func failedReleaseFix(server, name, namespace string) []string {
 	}
 }
 
-func listWorkloads(ctx context.Context, c *kube.Clients, ns, kind string) ([]Workload, error) {
-	var (
-		out  []Workload
-		err  error
-		opts = metav1.ListOptions{}
-	)
-	add := func(name string, spec *corev1.PodSpec) {
-		out = append(out, Workload{Namespace: ns, Kind: kind, Name: name, Images: images(spec)})
+// listWorkloads lists the Deployments, StatefulSets and DaemonSets in namespaces: one request a
+// kind, across the cluster.
+func listWorkloads(ctx context.Context, c *kube.Clients, namespaces []string) ([]Workload, error) {
+	var out []Workload
+	add := func(kind string, meta metav1.ObjectMeta, spec *corev1.PodSpec) {
+		if slices.Contains(namespaces, meta.Namespace) {
+			out = append(out, Workload{Namespace: meta.Namespace, Kind: kind, Name: meta.Name, Images: images(spec)})
+		}
 	}
 	apps := c.Kube.AppsV1()
-	switch kind {
-	case "Deployment":
-		var l *appsv1.DeploymentList
-		if l, err = apps.Deployments(ns).List(ctx, opts); err == nil {
-			for i := range l.Items {
-				add(l.Items[i].Name, &l.Items[i].Spec.Template.Spec)
-			}
-		}
-	case "StatefulSet":
-		var l *appsv1.StatefulSetList
-		if l, err = apps.StatefulSets(ns).List(ctx, opts); err == nil {
-			for i := range l.Items {
-				add(l.Items[i].Name, &l.Items[i].Spec.Template.Spec)
-			}
-		}
-	case "DaemonSet":
-		var l *appsv1.DaemonSetList
-		if l, err = apps.DaemonSets(ns).List(ctx, opts); err == nil {
-			for i := range l.Items {
-				add(l.Items[i].Name, &l.Items[i].Spec.Template.Spec)
-			}
-		}
-	default:
-		return nil, fmt.Errorf("unknown workload kind %s", kind)
-	}
+	deps, err := apps.Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list %ss in %s: %w", strings.ToLower(kind), ns, err)
+		return nil, fmt.Errorf("list Deployments: %w", err)
 	}
-	slices.SortFunc(out, func(a, b Workload) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range deps.Items {
+		add("Deployment", deps.Items[i].ObjectMeta, &deps.Items[i].Spec.Template.Spec)
+	}
+	stss, err := apps.StatefulSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list StatefulSets: %w", err)
+	}
+	for i := range stss.Items {
+		add("StatefulSet", stss.Items[i].ObjectMeta, &stss.Items[i].Spec.Template.Spec)
+	}
+	dss, err := apps.DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list DaemonSets: %w", err)
+	}
+	for i := range dss.Items {
+		add("DaemonSet", dss.Items[i].ObjectMeta, &dss.Items[i].Spec.Template.Spec)
+	}
+	// In the namespaces' order, then by kind as listed above, then by name.
+	kinds := []string{"Deployment", "StatefulSet", "DaemonSet"}
+	slices.SortStableFunc(out, func(a, b Workload) int {
+		return cmp.Or(cmp.Compare(slices.Index(namespaces, a.Namespace), slices.Index(namespaces, b.Namespace)),
+			cmp.Compare(slices.Index(kinds, a.Kind), slices.Index(kinds, b.Kind)), cmp.Compare(a.Name, b.Name))
+	})
+	if out == nil {
+		out = []Workload{}
+	}
 	return out, nil
 }
 
