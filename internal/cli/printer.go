@@ -182,15 +182,3 @@ func (s *spinner) stop() {
 	s.wg.Wait()
 	fmt.Fprint(s.w, "\r\033[K")
 }
-
-// WriteList writes a report's titled list, "\nTitle" then one "  <glyph> item" line each, and
-// nothing when items is empty: the Warnings of kip status, doctor and platform versions.
-func WriteList(w io.Writer, title, glyph string, items []string) {
-	if len(items) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\n"+title)
-	for _, s := range items {
-		fmt.Fprintf(w, "  %s %s\n", glyph, s)
-	}
-}

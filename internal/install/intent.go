@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/sshx"
@@ -65,7 +66,7 @@ func (in *installer) resume(u cluster.Intent) error {
 	var diff []string
 	differ := func(flag, given, recorded string) {
 		if given != "" && given != recorded {
-			diff = append(diff, fmt.Sprintf("%s %s, where it has %s", flag, given, orNone(recorded)))
+			diff = append(diff, fmt.Sprintf("%s %s, where it has %s", flag, given, cli.OrNone(recorded)))
 		}
 	}
 	differ("--profile", in.o.Profile, u.Profile)
@@ -94,13 +95,6 @@ func (in *installer) resume(u cluster.Intent) error {
 	}
 	in.p.Info("Continuing the " + which)
 	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 func backupWords(u cluster.Intent) string {

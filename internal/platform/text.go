@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"kipper.run/kip/internal/cli"
@@ -29,13 +28,13 @@ func (r *VersionsReport) WriteText(w io.Writer) error {
 }
 
 func (r *VersionsReport) writeKip(b *strings.Builder) {
-	fmt.Fprintf(b, "kip: %s recorded on the App CRD, this kip %s\n", orNone(r.Kip.Recorded), orDash(r.Kip.Running))
+	fmt.Fprintf(b, "kip: %s recorded on the App CRD, this kip %s\n", cli.OrNone(r.Kip.Recorded), cli.OrDash(r.Kip.Running))
 	c := r.ConsoleAPI
 	if !c.Recorded {
 		fmt.Fprintf(b, "console-api: %s\n", ConsoleAPIUnknown)
 		return
 	}
-	s := orDash(c.Version)
+	s := cli.OrDash(c.Version)
 	if c.Commit != "" {
 		s += " (commit " + c.Commit + ")"
 	}
@@ -51,32 +50,23 @@ func (r *VersionsReport) writeKip(b *strings.Builder) {
 }
 
 func (r *VersionsReport) writeNodes(b *strings.Builder) {
-	fmt.Fprintln(b, "\nNodes")
-	if len(r.Nodes) == 0 {
-		fmt.Fprintln(b, "  none")
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tROLE\tKUBERNETES\tRUNTIME\tOS")
+	var rows [][]string
 	for _, n := range r.Nodes {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, orDash(n.Kubernetes), orDash(n.ContainerRuntime), orDash(n.OSImage))
+		rows = append(rows, []string{n.Name, n.Role, cli.OrDash(n.Kubernetes), cli.OrDash(n.ContainerRuntime), cli.OrDash(n.OSImage)})
 	}
-	tw.Flush()
+	cli.WriteTable(b, "Nodes", "none", []string{"NAME", "ROLE", "KUBERNETES", "RUNTIME", "OS"}, rows)
 }
 
 func (r *VersionsReport) writeCharts(b *strings.Builder) {
-	fmt.Fprintln(b, "\nCharts")
+	var rows [][]string
+	for _, c := range r.Charts {
+		rows = append(rows, []string{chartGlyph(c.State) + " " + c.Component, c.Namespace + "/" + c.Release, c.Chart,
+			c.Pinned, cli.OrDash(c.Installed), cli.OrDash(c.AppVersion), chartStatus(c)})
+	}
+	cli.WriteTable(b, "Charts", "none", []string{"  COMPONENT", "RELEASE", "CHART", "PINNED", "INSTALLED", "APP VERSION", "STATUS"}, rows)
 	if len(r.Charts) == 0 {
-		fmt.Fprintln(b, "  none")
 		return
 	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "    COMPONENT\tRELEASE\tCHART\tPINNED\tINSTALLED\tAPP VERSION\tSTATUS")
-	for _, c := range r.Charts {
-		fmt.Fprintf(tw, "  %s %s\t%s\t%s\t%s\t%s\t%s\t%s\n", chartGlyph(c.State), c.Component, c.Namespace+"/"+c.Release, c.Chart,
-			c.Pinned, orDash(c.Installed), orDash(c.AppVersion), chartStatus(c))
-	}
-	tw.Flush()
 	for _, c := range r.Charts {
 		if c.State != ChartFailed {
 			continue
@@ -90,7 +80,7 @@ func (r *VersionsReport) writeCharts(b *strings.Builder) {
 			fmt.Fprintf(b, "    helm: %s\n", c.Description)
 		}
 		if d := c.Deployed; d != nil {
-			fmt.Fprintf(b, "    revision %d (chart %s) is the last deployed\n", d.Revision, orDash(d.Chart))
+			fmt.Fprintf(b, "    revision %d (chart %s) is the last deployed\n", d.Revision, cli.OrDash(d.Chart))
 		}
 		fmt.Fprintf(b, "    fix: drop the stale Helm release Secrets and let helm-controller install %s afresh:\n", c.Release)
 		for _, cmd := range c.Fix {
@@ -134,38 +124,19 @@ func chartStatus(c ChartVersion) string {
 }
 
 func (r *VersionsReport) writeWorkloads(b *strings.Builder) {
-	fmt.Fprintln(b, "\nImages")
-	if len(r.Workloads) == 0 {
-		fmt.Fprintf(b, "  no Deployment, StatefulSet or DaemonSet in %s\n", strings.Join(r.Namespaces, ", "))
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAMESPACE\tKIND\tNAME\tCONTAINER\tIMAGE")
+	var rows [][]string
 	for _, w := range r.Workloads {
 		if len(w.Images) == 0 {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t-\t-\n", w.Namespace, w.Kind, w.Name)
+			rows = append(rows, []string{w.Namespace, w.Kind, w.Name, "-", "-"})
 		}
 		for _, im := range w.Images {
 			name := im.Container
 			if im.Init {
 				name += " (init)"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", w.Namespace, w.Kind, w.Name, name, im.Image)
+			rows = append(rows, []string{w.Namespace, w.Kind, w.Name, name, im.Image})
 		}
 	}
-	tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
+	cli.WriteTable(b, "Images", "no Deployment, StatefulSet or DaemonSet in "+strings.Join(r.Namespaces, ", "),
+		[]string{"NAMESPACE", "KIND", "NAME", "CONTAINER", "IMAGE"}, rows)
 }

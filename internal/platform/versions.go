@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
@@ -497,7 +498,7 @@ func warnings(r *VersionsReport, appCRD bool) []string {
 	}
 	for _, n := range r.Nodes {
 		if r.PinnedK3s != "" && n.Kubernetes != r.PinnedK3s {
-			out = append(out, fmt.Sprintf("node %s runs %s, this kip pins k3s %s", n.Name, orDash(n.Kubernetes), r.PinnedK3s))
+			out = append(out, fmt.Sprintf("node %s runs %s, this kip pins k3s %s", n.Name, cli.OrDash(n.Kubernetes), r.PinnedK3s))
 		}
 	}
 	for _, ch := range r.Charts {

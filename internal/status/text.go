@@ -49,25 +49,19 @@ func (r *Report) writeCluster(b *strings.Builder) {
 		backups = "none"
 	}
 	fmt.Fprintf(b, "Cluster: %s storage, %s profile, monitoring %s, backups %s\n", c.Storage, c.Profile, monitoring, backups)
-	fmt.Fprintf(b, "  server %s, pod network %s, installed by kip %s\n", orDash(c.Server), orDash(c.Network), orDash(c.KipVersion))
+	fmt.Fprintf(b, "  server %s, pod network %s, installed by kip %s\n", cli.OrDash(c.Server), cli.OrDash(c.Network), cli.OrDash(c.KipVersion))
 }
 
 func (r *Report) writeNodes(b *strings.Builder) {
-	fmt.Fprintln(b, "\nNodes")
-	if len(r.Nodes) == 0 {
-		fmt.Fprintln(b, "  none")
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tROLE\tSTATUS\tK3S\tINTERNAL-IP\tEXTERNAL-IP")
+	var rows [][]string
 	for _, n := range r.Nodes {
 		st := n.Status
 		if n.Unschedulable {
 			st += ",SchedulingDisabled"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, st, orDash(n.K3sVersion), orDash(n.InternalIP), orDash(n.ExternalIP))
+		rows = append(rows, []string{n.Name, n.Role, st, cli.OrDash(n.K3sVersion), cli.OrDash(n.InternalIP), cli.OrDash(n.ExternalIP)})
 	}
-	tw.Flush()
+	cli.WriteTable(b, "Nodes", "none", []string{"NAME", "ROLE", "STATUS", "K3S", "INTERNAL-IP", "EXTERNAL-IP"}, rows)
 }
 
 func (r *Report) writeStorage(b *strings.Builder) {
@@ -151,7 +145,7 @@ func (r *Report) writeComponents(b *strings.Builder) {
 		case c.Error != "":
 			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, c.Name, c.Error)
 		default:
-			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, c.Name, orDash(c.Pending))
+			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, c.Name, cli.OrDash(c.Pending))
 		}
 	}
 }
@@ -191,11 +185,4 @@ func writeOps(b *strings.Builder, ops []Operation) {
 			fmt.Fprintf(b, "    continue it: %s\n", op.Resume)
 		}
 	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
