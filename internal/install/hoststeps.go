@@ -131,19 +131,9 @@ func (in *installer) k3sUnit(ctx context.Context) (unitState, error) {
 
 // parseUnit reads systemctl show's ActiveState, UnitFileState and InvocationID.
 func parseUnit(out string) unitState {
-	var u unitState
-	for _, line := range strings.Split(out, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
-		switch k {
-		case "ActiveState":
-			u.state, u.active = v, v == "active"
-		case "UnitFileState":
-			u.enabled = v == "enabled"
-		case "InvocationID":
-			u.invocation = v
-		}
-	}
-	return u
+	p, _ := sshx.Properties(out)
+	return unitState{state: p["ActiveState"], active: p["ActiveState"] == "active",
+		enabled: p["UnitFileState"] == "enabled", invocation: p["InvocationID"]}
 }
 
 // fileSums returns the SHA-256 of each path that exists on the host, in one round trip.

@@ -35,3 +35,13 @@ func TestShort(t *testing.T) {
 		t.Errorf("short(ok) = %q", got)
 	}
 }
+
+func TestProperties(t *testing.T) {
+	p, rest := Properties("ActiveState=active\nInvocationID=\n\nFailed to connect to bus: No such file or directory\nExecMainStatus=0\n")
+	if p["ActiveState"] != "active" || p["ExecMainStatus"] != "0" || len(p) != 3 || p["InvocationID"] != "" {
+		t.Errorf("properties %v", p)
+	}
+	if len(rest) != 1 || rest[0] != "Failed to connect to bus: No such file or directory" {
+		t.Errorf("rest %q", rest)
+	}
+}

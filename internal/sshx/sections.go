@@ -46,3 +46,17 @@ func Lines(s string) []string {
 	}
 	return out
 }
+
+// Properties reads "Key=Value" lines, as systemctl show prints them; rest are the lines that are
+// not, in order (an error systemctl printed instead).
+func Properties(s string) (props map[string]string, rest []string) {
+	props = map[string]string{}
+	for _, l := range Lines(s) {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			props[k] = v
+		} else {
+			rest = append(rest, l)
+		}
+	}
+	return props, rest
+}

@@ -51,35 +51,10 @@ func unitArg(server bool) string {
 
 // parseUnit reads the "unit NAME" section (systemctl show) and the "journal NAME" one.
 func parseUnit(name, show, journal string) *Unit {
-	u := &Unit{Name: name + ".service"}
-	var other []string
-	for _, line := range sshx.Lines(show) {
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			other = append(other, line)
-			continue
-		}
-		switch k {
-		case "LoadState":
-			u.LoadState = v
-		case "UnitFileState":
-			u.UnitFileState = v
-		case "ActiveState":
-			u.ActiveState = v
-		case "SubState":
-			u.SubState = v
-		case "Result":
-			u.Result = v
-		case "ExecMainStatus":
-			u.ExecMainStatus = v
-		case "NRestarts":
-			u.Restarts = v
-		case "StateChangeTimestamp":
-			u.Since = v
-		default:
-			other = append(other, line)
-		}
-	}
+	p, other := sshx.Properties(show)
+	u := &Unit{Name: name + ".service", LoadState: p["LoadState"], UnitFileState: p["UnitFileState"],
+		ActiveState: p["ActiveState"], SubState: p["SubState"], Result: p["Result"],
+		ExecMainStatus: p["ExecMainStatus"], Restarts: p["NRestarts"], Since: p["StateChangeTimestamp"]}
 	if u.ActiveState == "" {
 		u.Error = strings.Join(other, "; ")
 		if u.Error == "" {
