@@ -44,8 +44,9 @@ import (
 const (
 	managedByLabel = "app.kubernetes.io/managed-by"
 	partOfLabel    = "app.kubernetes.io/part-of"
-	// kipVersionAnnotation on the App CRD records the kip that last wrote the Kipper schemas.
-	kipVersionAnnotation = "kipper.run/kip-version"
+	// KipVersionAnnotation on the App CRD (AppCRD) records the kip that last wrote the Kipper
+	// schemas.
+	KipVersionAnnotation = "kipper.run/kip-version"
 	// configHashAnnotation on Dex's pods rolls them when the Dex config changes: the chart reads the
 	// config from a Secret it does not watch.
 	configHashAnnotation = "kipper.run/config-sha256"
@@ -55,8 +56,11 @@ const (
 
 // Namespaces and names.
 const (
-	systemNamespace    = "kipper-system"
-	helmChartNamespace = "kube-system" // where k3s's helm-controller runs the helm-install Jobs
+	systemNamespace = "kipper-system"
+	// HelmChartNamespace is where kip applies the HelmCharts and k3s's helm-controller runs the
+	// helm-install Jobs; k3s's own system (CoreDNS, the local-path provisioner, metrics-server)
+	// runs there too.
+	HelmChartNamespace = "kube-system"
 	longhornNamespace  = "longhorn-system"
 	veleroNamespace    = "velero"
 	localPathClass     = "local-path" // k3s's local-path provisioner
@@ -354,7 +358,7 @@ func (r *renderer) chartComponent(name, namespace string, values map[string]any,
 		content = string(b)
 	}
 	err = collect(&c.Objects, typed(helmv1.SchemeGroupVersion.String(), "HelmChart", &helmv1.HelmChart{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: helmChartNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: HelmChartNamespace},
 		Spec: helmv1.HelmChartSpec{
 			Chart:           pin.Chart,
 			Repo:            pin.Repo,

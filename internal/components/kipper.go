@@ -39,7 +39,7 @@ func (r *renderer) kipperCRDs() (Component, error) {
 		for _, obj := range objs {
 			labelled(obj)
 			if obj.GetName() == "apps.kipper.run" {
-				setAnnotation(obj, kipVersionAnnotation, r.o.KipVersion)
+				setAnnotation(obj, KipVersionAnnotation, r.o.KipVersion)
 			}
 			c.Objects = append(c.Objects, obj)
 		}

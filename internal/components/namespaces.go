@@ -18,14 +18,6 @@ import (
 // wrote the Kipper schemas (KipVersionAnnotation).
 const AppCRD = "apps.kipper.run"
 
-// KipVersionAnnotation on AppCRD records the kip that last wrote the Kipper schemas.
-const KipVersionAnnotation = kipVersionAnnotation
-
-// HelmChartNamespace is where kip applies the HelmCharts and k3s's helm-controller runs the
-// helm-install Jobs; k3s's own system (CoreDNS, the local-path provisioner, metrics-server) runs
-// there too.
-const HelmChartNamespace = helmChartNamespace
-
 // catalogueAddress stands in for a server address when rendering the catalogue: TEST-NET-1, never
 // reached, since the catalogue is never applied.
 const catalogueAddress = "192.0.2.1"
