@@ -70,6 +70,9 @@ type platform struct {
 	cl     *kube.Clients
 	rec    cluster.Record
 	pinned *manifests.Versions
+	// dex is the cluster's Dex config, read once (dexRead) for every render of this command.
+	dex     []byte
+	dexRead bool
 }
 
 func loadPlatform(ctx context.Context, o Options) (*platform, error) {
@@ -93,15 +96,18 @@ func loadPlatform(ctx context.Context, o Options) (*platform, error) {
 
 // components renders the cluster's components as its record describes them, with monitoring mon.
 func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon cluster.Monitoring) ([]components.Component, error) {
-	dex, err := components.ReadDexConfig(ctx, pl.cl)
-	if err != nil {
-		return nil, err
+	if !pl.dexRead {
+		dex, err := components.ReadDexConfig(ctx, pl.cl)
+		if err != nil {
+			return nil, err
+		}
+		pl.dex, pl.dexRead = dex, true
 	}
 	o, err := components.Recorded(pl.rec, pl.pinned, pl.o.KipVersion)
 	if err != nil {
 		return nil, err
 	}
-	o.Sizing.Profile, o.Monitoring, o.ExistingDexConfig = profile, mon, dex
+	o.Sizing.Profile, o.Monitoring, o.ExistingDexConfig = profile, mon, pl.dex
 	return components.Render(o)
 }
 
@@ -158,7 +164,24 @@ func SetMonitoring(ctx context.Context, o *MonitoringOptions) error {
 	if err != nil {
 		return err
 	}
-	if !on {
+	if on {
+		if err := pl.checkRoom(ctx, component); err != nil {
+			return err
+		}
+	}
+	// The cluster as it will be: the component turned on, or Grafana's data sources without it.
+	comps, err := pl.components(ctx, profile, mon)
+	if err != nil {
+		return err
+	}
+	var step workflow.Step
+	if on {
+		c, err := named(comps, component)
+		if err != nil {
+			return err
+		}
+		step = components.Step(pl.cl, c)
+	} else {
 		objs, err := pl.componentObjects(ctx, profile, component)
 		if err != nil {
 			return err
@@ -167,47 +190,27 @@ func SetMonitoring(ctx context.Context, o *MonitoringOptions) error {
 		if err != nil || !ok {
 			return errors.Join(err, errCancelled(ok))
 		}
-		steps, err := pl.grafanaFollows(ctx, profile, component, mon, removeStep(pl.cl, component, objs))
+		step = removeStep(pl.cl, component, objs)
+	}
+	steps := []workflow.Step{step}
+	if component == PlatformLoki && mon.Prometheus {
+		// Grafana, which comes with Prometheus, lists Loki as a data source only while Loki runs.
+		prometheus, err := named(comps, PlatformPrometheus)
 		if err != nil {
 			return err
 		}
-		return pl.run(ctx, "platform-"+component, steps, mutate)
-	}
-	if err := pl.checkRoom(ctx, component); err != nil {
-		return err
-	}
-	comps, err := pl.components(ctx, profile, mon)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(comps, func(c components.Component) bool { return c.Name == component })
-	if i < 0 {
-		return fmt.Errorf("kip renders no %s component for this cluster", component)
-	}
-	steps, err := pl.grafanaFollows(ctx, profile, component, mon, components.Step(pl.cl, comps[i]))
-	if err != nil {
-		return err
+		steps = append(steps, components.Step(pl.cl, prometheus))
 	}
 	return pl.run(ctx, "platform-"+component, steps, mutate)
 }
 
-// grafanaFollows returns step, followed, when Loki goes on or off while Prometheus is on, by
-// Prometheus's step: Grafana, which comes with it, lists Loki as a data source only while Loki
-// runs.
-func (pl *platform) grafanaFollows(ctx context.Context, profile cluster.Profile, component string, mon cluster.Monitoring, step workflow.Step) ([]workflow.Step, error) {
-	steps := []workflow.Step{step}
-	if component != PlatformLoki || !mon.Prometheus {
-		return steps, nil
-	}
-	comps, err := pl.components(ctx, profile, mon)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(comps, func(c components.Component) bool { return c.Name == PlatformPrometheus })
+// named is the component called name among comps.
+func named(comps []components.Component, name string) (components.Component, error) {
+	i := slices.IndexFunc(comps, func(c components.Component) bool { return c.Name == name })
 	if i < 0 {
-		return nil, errors.New("kip renders no prometheus component for this cluster")
+		return components.Component{}, fmt.Errorf("kip renders no %s component for this cluster", name)
 	}
-	return append(steps, components.Step(pl.cl, comps[i])), nil
+	return comps[i], nil
 }
 
 func onOff(on bool) string {
@@ -231,12 +234,8 @@ func (pl *platform) componentObjects(ctx context.Context, profile cluster.Profil
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range comps {
-		if c.Name == component {
-			return c.Objects, nil
-		}
-	}
-	return nil, fmt.Errorf("kip renders no %s component", component)
+	c, err := named(comps, component)
+	return c.Objects, err
 }
 
 // removeStep deletes a component's objects; deleting its HelmChart has k3s's helm-controller
