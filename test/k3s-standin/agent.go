@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -65,8 +66,7 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	if err != nil {
 		return err
 	}
-	binDir := o.str("standin-bin-dir")
-	if err := checkFiles(binDir, kwokFiles()...); err != nil {
+	if err := checkKubelet(o, o.str("standin-bin-dir")); err != nil {
 		return err
 	}
 	n, err := nodeFrom(o, version, dataDir)
@@ -104,22 +104,17 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 		return fmt.Errorf("node client: %w", err)
 	}
 	n.setFlannel(serverFlannelBackend(ctx, kube), false)
-	if err := n.register(ctx, kube); err != nil {
-		return err
-	}
 
 	sup := newSupervisor()
-	hbCtx, stopHeartbeat := context.WithCancel(context.Background())
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var background sync.WaitGroup
 	defer func() {
-		stopHeartbeat()
+		stopBackground()
+		background.Wait()
 		_ = sdNotify("STOPPING=1")
 		sup.stop(stopTimeout)
 	}()
-	go n.heartbeat(hbCtx, kube)
-	if err := n.startKwok(sup, binDir); err != nil {
-		return err
-	}
-	if err := n.waitKubelet(ctx, sup); err != nil {
+	if err := n.run(ctx, bgCtx, sup, kube, o, func(ctx context.Context) ([]byte, error) { return readClientCA(ctx, kube) }, background.Go); err != nil {
 		return err
 	}
 	if err := sdNotify("READY=1"); err != nil {
@@ -127,6 +122,19 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	}
 	slog.Info("k3s agent is running", "node", n.name, "server", serverURL)
 	return supervise(ctx, sup)
+}
+
+// readClientCA reads the CA of client certificates where kube-apiserver publishes it.
+func readClientCA(ctx context.Context, kube kubernetes.Interface) ([]byte, error) {
+	cm, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster's client CA: %w", err)
+	}
+	ca := cm.Data["client-ca-file"]
+	if ca == "" {
+		return nil, errors.New("read the cluster's client CA: kube-system/extension-apiserver-authentication has no client-ca-file")
+	}
+	return []byte(ca), nil
 }
 
 // join checks the server against the token and gets the node's client certificate with it.

@@ -24,7 +24,6 @@ import (
 	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -127,7 +126,7 @@ type helmController struct {
 	kube     kubernetes.Interface
 	dyn      dynamic.Interface
 	ext      apiextensionsclientset.Interface
-	mapper   *restmapper.DeferredDiscoveryRESTMapper
+	applier  *applier
 	fixtures string // <data-dir>/server/standin-charts
 	log      *slog.Logger
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
@@ -157,7 +156,7 @@ func newHelmController(cfg *rest.Config, fixtures string) (*helmController, erro
 		kube:     kube,
 		dyn:      dyn,
 		ext:      ext,
-		mapper:   restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		applier:  &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
 		fixtures: fixtures,
 		log:      slog.New(slog.NewTextHandler(&prefixWriter{prefix: "helm"}, nil)),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -567,25 +566,8 @@ func (h *helmController) applyFixtures(ctx context.Context, chart *helmv1.HelmCh
 }
 
 // apply applies o server-side with helmFieldManager, taking conflicts, as helm's server-side
-// apply with --force-conflicts would.
+// apply with --force-conflicts would, with what helm puts on every object of a release.
 func (h *helmController) apply(ctx context.Context, chart *helmv1.HelmChart, target string, o *unstructured.Unstructured) error {
-	gvk := o.GroupVersionKind()
-	mapping, err := h.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		h.mapper.Reset() // a kind from a CRD created since discovery was read
-		mapping, err = h.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
-	if err != nil {
-		return fmt.Errorf("chart fixture %s %s: %w", gvk.Kind, o.GetName(), err)
-	}
-	var res dynamic.ResourceInterface = h.dyn.Resource(mapping.Resource)
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		if o.GetNamespace() == "" {
-			o.SetNamespace(target)
-		}
-		res = h.dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
-	}
-	// What helm puts on every object of a release.
 	labels := o.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -599,8 +581,8 @@ func (h *helmController) apply(ctx context.Context, chart *helmv1.HelmChart, tar
 	annotations["meta.helm.sh/release-name"] = chart.Name
 	annotations["meta.helm.sh/release-namespace"] = target
 	o.SetAnnotations(annotations)
-	if _, err := res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: helmFieldManager, Force: true}); err != nil {
-		return fmt.Errorf("apply chart fixture %s %s: %w", gvk.Kind, o.GetName(), err)
+	if err := h.applier.apply(ctx, o, target, helmFieldManager); err != nil {
+		return fmt.Errorf("chart fixture: %w", err)
 	}
 	return nil
 }
@@ -613,8 +595,13 @@ func readObjects(path string) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return decodeObjects(f)
+}
+
+// decodeObjects reads objects as readObjects does.
+func decodeObjects(in io.Reader) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured
-	r := yaml.NewYAMLReader(bufio.NewReader(f))
+	r := yaml.NewYAMLReader(bufio.NewReader(in))
 	for {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {

@@ -262,10 +262,9 @@ func osImage() string {
 
 // register creates the Node or, when it exists (a restart), brings its labels, annotations and
 // status up to date as a restarted kubelet and k3s would; node-label and node-taint apply only
-// when the Node is created, as with k3s.
+// when the Node is created, as with k3s. For kwok, which plays only the Node's pods.
 func (n *node) register(ctx context.Context, kube kubernetes.Interface) error {
-	want := n.object()
-	_, err := kube.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Nodes().Create(ctx, n.object(), metav1.CreateOptions{})
 	if err == nil {
 		slog.Info("registered node " + n.name)
 		return nil
@@ -273,7 +272,18 @@ func (n *node) register(ctx context.Context, kube kubernetes.Interface) error {
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("register node %s: %w", n.name, err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return n.updateNode(ctx, kube, true)
+}
+
+// update brings the labels and annotations k3s puts on a Node up to date once the kubelet has
+// registered it.
+func (n *node) update(ctx context.Context, kube kubernetes.Interface) error {
+	return n.updateNode(ctx, kube, false)
+}
+
+func (n *node) updateNode(ctx context.Context, kube kubernetes.Interface, withStatus bool) error {
+	want := n.object()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -296,7 +306,7 @@ func (n *node) register(ctx context.Context, kube kubernetes.Interface) error {
 			cur.Spec.ProviderID = want.Spec.ProviderID
 		}
 		updated, err := kube.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
-		if err != nil {
+		if err != nil || !withStatus {
 			return err
 		}
 		updated.Status = n.status(&updated.Status)

@@ -79,7 +79,10 @@ func newServerConfig(o *options, version string) (*serverConfig, error) {
 		return nil, err
 	}
 	c := &serverConfig{o: o, paths: newServerPaths(dataDir), binDir: o.str("standin-bin-dir")}
-	if err := checkFiles(c.binDir, append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}, kwokFiles()...)...); err != nil {
+	if err := checkFiles(c.binDir, "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"); err != nil {
+		return nil, err
+	}
+	if err := checkKubelet(o, c.binDir); err != nil {
 		return nil, err
 	}
 	if c.node, err = nodeFrom(o, version, dataDir); err != nil {
@@ -310,6 +313,7 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 		return err
 	}
 	background.Go(func() { helm.run(bgCtx) })
+	background.Go(func() { runCloudController(bgCtx, admin) })
 	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.CertPEM, pk.admin); err != nil {
 		return err
 	}
@@ -328,17 +332,11 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err != nil {
 		return fmt.Errorf("node client: %w", err)
 	}
-	if err := n.register(ctx, nodeKube); err != nil {
+	clientCA := func(context.Context) ([]byte, error) { return pk.clientCA.CertPEM, nil }
+	if err := n.run(ctx, bgCtx, sup, nodeKube, o, clientCA, background.Go); err != nil {
 		return err
 	}
 	if err := labelControlPlane(ctx, admin, n.name, o.boolean("cluster-init")); err != nil {
-		return err
-	}
-	background.Go(func() { n.heartbeat(bgCtx, nodeKube) })
-	if err := n.startKwok(sup, c.binDir); err != nil {
-		return err
-	}
-	if err := n.waitKubelet(ctx, sup); err != nil {
 		return err
 	}
 	if err := sdNotify("READY=1"); err != nil {
@@ -349,8 +347,8 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 }
 
 // deployAddons does what k3s does for its add-ons before the stand-in reports ready: it creates
-// helm-controller's CRDs and waits until they are Established, and deploys the local-storage
-// manifest's StorageClass unless it is disabled. It returns the helm-controller to run.
+// helm-controller's CRDs and waits until they are Established, and deploys the packaged CoreDNS
+// and local-storage manifests unless they are disabled. It returns the helm-controller to run.
 func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCfg *rest.Config, admin kubernetes.Interface) (*helmController, error) {
 	ext, err := apiextensionsclientset.NewForConfig(adminCfg)
 	if err != nil {
@@ -365,10 +363,20 @@ func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCf
 	}); err != nil {
 		return nil, err
 	}
-	if err := deployLocalStorage(ctx, admin, c.o.list("disable")); err != nil {
+	helm, err := newHelmController(adminCfg, filepath.Join(c.paths.server, "standin-charts"))
+	if err != nil {
 		return nil, err
 	}
-	return newHelmController(adminCfg, filepath.Join(c.paths.server, "standin-charts"))
+	vars := map[string]string{
+		"CLUSTER_DNS":                clusterDNS,
+		"CLUSTER_DOMAIN":             clusterDomain,
+		"DEFAULT_LOCAL_STORAGE_PATH": defaultLocalStoragePath,
+		"NODE_HOSTS":                 c.node.internalIPs[0] + " " + c.node.name,
+	}
+	if err := deployPackaged(ctx, helm.applier, c.o.list("disable"), vars); err != nil {
+		return nil, err
+	}
+	return helm, nil
 }
 
 // supervise waits for a signal (a clean stop) or a child's end (a failure).
@@ -555,6 +563,8 @@ func bootstrapRBAC(ctx context.Context, admin kubernetes.Interface) error {
 		{"k3s-standin-node-bootstrapper", "system:node-bootstrapper", bootstrapGroup},
 		{"k3s-standin-node-autoapprove", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapGroup},
 		{"k3s-standin-node-reader", reader.Name, "system:nodes"},
+		// kube-proxy runs with the Node's credentials (k3s gives it a certificate of its own).
+		{"k3s-standin-node-proxier", "system:node-proxier", "system:nodes"},
 	}
 	for _, b := range bindings {
 		crb := &rbacv1.ClusterRoleBinding{
@@ -569,6 +579,20 @@ func bootstrapRBAC(ctx context.Context, admin kubernetes.Interface) error {
 		if err != nil {
 			return fmt.Errorf("bind %s to %s: %w", b.role, b.group, err)
 		}
+	}
+	// An agent's kubelet checks the API server's client certificate against the client CA,
+	// which it reads where kube-apiserver publishes it (k3s's agent gets it from the server).
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "k3s-standin-node-client-ca", Namespace: metav1.NamespaceSystem},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+	}
+	_, err = admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = admin.RbacV1().RoleBindings(rb.Namespace).Update(ctx, rb, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s to system:nodes: %w", rb.RoleRef.Name, err)
 	}
 	return nil
 }

@@ -122,7 +122,8 @@ func startStandin(t *testing.T, dir, name string, args, env []string) *standin {
 	}
 	s.cmd = exec.Command(standinBinary(t), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	s.cmd.Env = append(os.Environ(), append(env, "NOTIFY_SOCKET="+sock)...)
+	// No kubelet may run on the build machine: kwok plays it here. Lab hosts run the real one.
+	s.cmd.Env = append(os.Environ(), append(env, "NOTIFY_SOCKET="+sock, "KIP_STANDIN_KUBELET="+kubeletKwok)...)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.started = time.Now()
 	if err := s.cmd.Start(); err != nil {

@@ -42,7 +42,25 @@ const (
 	longhornPath = "/var/lib/longhorn"
 	// sysBlock lists this machine's block devices, a bound loop device with its backing file.
 	sysBlock = "/sys/block"
+	// containerdPath is where k3s's containerd keeps images and snapshots.
+	containerdPath = "/var/lib/rancher/k3s/agent/containerd"
+	// tunablesDir holds the host's answers for kubeletTunables, resolved inside the host as the
+	// meminfo file is.
+	tunablesDir = "/etc/kip-lab/sysctl"
 )
+
+// kubeletTunables are the kernel settings a kubelet sets when it starts, and fails to start
+// without (kubelet's setupKernelTunables). They belong to this machine's kernel, which a host
+// may not change: each host sees them set as a kubelet would set them, in files bound over
+// /proc/sys.
+var kubeletTunables = []struct{ key, value string }{
+	{"vm/overcommit_memory", "1"},
+	{"vm/panic_on_oom", "0"},
+	{"kernel/panic", "10"},
+	{"kernel/panic_on_oops", "1"},
+	{"kernel/keys/root_maxkeys", "1000000"},
+	{"kernel/keys/root_maxbytes", "25000000"},
+}
 
 // Host is a lab host: a Debian bookworm booted by systemd, reachable as root with KeyPath.
 type Host struct {
@@ -86,6 +104,10 @@ func (h *Host) netns() string   { return netnsPrefix + h.Name }
 func (h *Host) longhornImage() string { return filepath.Join(diskDir, h.Name, "longhorn.img") }
 func (h *Host) longhornMount() string { return filepath.Join(diskDir, h.Name, "longhorn") }
 
+// containerdDir is the host's containerd directory, on this machine's file system beside the
+// host's overlay.
+func (h *Host) containerdDir() string { return filepath.Join(diskDir, h.Name, "containerd") }
+
 // veth returns the name of the root namespace's end of the host's link to a network.
 func (h *Host) veth(network string) string { return hostVeth(h.Name, network) }
 
@@ -99,7 +121,7 @@ func hostVeth(name, network string) string {
 // create makes the host's disk, files, key and network namespace; all lists every host of the lab.
 func (h *Host) create(ctx context.Context, all []hostState, m mirrors) error {
 	disk := filepath.Dir(h.root())
-	for _, d := range []string{h.dir(), h.root(), filepath.Join(disk, "upper"), filepath.Join(disk, "work")} {
+	for _, d := range []string{h.dir(), h.root(), filepath.Join(disk, "upper"), filepath.Join(disk, "work"), h.containerdDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -172,7 +194,7 @@ func (h *Host) files(all []hostState, m mirrors, key ssh.PublicKey) ([]file, err
 	for _, hs := range all {
 		hosts += fmt.Sprintf("%s\t%s\n", h.lab.newHost(hs).PrivateIP, hs.Name)
 	}
-	sources := fmt.Sprintf("deb %s bookworm bookworm-updates main\n", m.Archive)
+	sources := fmt.Sprintf("deb %s bookworm main\ndeb %s bookworm-updates main\n", m.Archive, m.Archive)
 	if m.Security != "" {
 		sources += fmt.Sprintf("deb %s bookworm-security main\n", m.Security)
 	}
@@ -183,6 +205,12 @@ func (h *Host) files(all []hostState, m mirrors, key ssh.PublicKey) ([]file, err
 		{"root/.ssh/authorized_keys", string(ssh.MarshalAuthorizedKey(key)), 0o600},
 		{"etc/apt/sources.list", sources, 0o644},
 		{"etc/apt/apt.conf.d/01kip-proxy", fmt.Sprintf("Acquire::http::Proxy %q;\n", AptProxy), 0o644},
+		// nspawn gives the host no /dev/kmsg, which the kubelet's OOM watcher reads; the console
+		// stands in for it, as in other container-hosted nodes (kind).
+		{"etc/tmpfiles.d/kip-lab-kmsg.conf", "L /dev/kmsg - - - - /dev/console\n", 0o644},
+	}
+	for _, t := range kubeletTunables {
+		files = append(files, file{tunablesDir + "/" + t.key, t.value + "\n", 0o444})
 	}
 	if h.MemoryMiB > 0 {
 		mi, err := meminfo(h.MemoryMiB)
@@ -326,13 +354,23 @@ func (h *Host) boot() error {
 	if err := os.WriteFile(filepath.Join(h.dir(), "cgroups"), []byte(strings.Join(cgroups, "\n")+"\n"), 0o644); err != nil {
 		return err
 	}
+	if err := makeCgroups(cgroups); err != nil {
+		return err
+	}
 	args := []string{
 		"--boot", "--register=no", "--keep-unit",
 		"--directory=" + h.root(),
 		"--machine=" + h.Name, "--hostname=" + h.Name,
 		"--network-namespace-path=/run/netns/" + h.netns(),
-		"--capability=CAP_NET_ADMIN,CAP_NET_RAW,CAP_SYS_MODULE",
+		"--capability=CAP_NET_ADMIN,CAP_NET_RAW,CAP_SYS_MODULE,CAP_SYS_RESOURCE",
+		// runc gives each container a session keyring, which nspawn's filter refuses.
+		"--system-call-filter=@keyring",
 		"--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=read-only",
+		// containerd's overlayfs snapshots cannot sit on the host's overlayfs disk.
+		"--bind=" + h.containerdDir() + ":" + containerdPath,
+	}
+	for _, t := range kubeletTunables {
+		args = append(args, "--bind-ro="+tunablesDir+"/"+t.key+":/proc/sys/"+t.key)
 	}
 	if h.MemoryMiB > 0 {
 		args = append(args, "--bind-ro="+meminfoPath+":/proc/meminfo")
@@ -364,8 +402,10 @@ func (h *Host) boot() error {
 	return err
 }
 
-// cgroupDirs returns the cgroups of the host's own, one per hierarchy that systemd uses (the
-// name=systemd one of cgroup v1 and the unified one), below this process's.
+// cgroupDirs returns the cgroups of the host's own, below this process's: one per hierarchy,
+// systemd's (name=systemd of cgroup v1, and the unified one) and each cgroup v1 controller's,
+// so that the containers a host runs are limited and counted in its own cgroups, apart from
+// other hosts' and from this machine's.
 func cgroupDirs(name string) ([]string, error) {
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -375,21 +415,33 @@ func cgroupDirs(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v1, v2 string // mount points
+	var v2 string             // mount point of the unified hierarchy
+	v1 := map[string]string{} // mount point of each v1 hierarchy, by its controllers as /proc/self/cgroup names them
 	for line := range strings.Lines(string(mounts)) {
 		pre, post, ok := strings.Cut(line, " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
 		if !ok || len(f) < 5 || len(g) < 3 {
 			continue
 		}
-		switch {
-		case g[0] == "cgroup2" && v2 == "":
-			v2 = f[4]
-		case g[0] == "cgroup" && strings.Contains(","+g[2]+",", ",name=systemd,"):
-			v1 = f[4]
+		switch g[0] {
+		case "cgroup2":
+			if v2 == "" {
+				v2 = f[4]
+			}
+		case "cgroup":
+			var ctrls []string
+			for _, o := range strings.Split(g[2], ",") {
+				if o != "rw" && o != "ro" && !strings.Contains(o, "=") || strings.HasPrefix(o, "name=") {
+					ctrls = append(ctrls, o)
+				}
+			}
+			if key := strings.Join(ctrls, ","); key != "" && v1[key] == "" {
+				v1[key] = f[4]
+			}
 		}
 	}
 	var dirs []string
+	systemd := false
 	for line := range strings.Lines(string(self)) {
 		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
 		if len(parts) != 3 {
@@ -397,15 +449,39 @@ func cgroupDirs(name string) ([]string, error) {
 		}
 		switch {
 		case parts[0] == "0" && parts[1] == "" && v2 != "":
-			dirs = append(dirs, filepath.Join(v2, parts[2], "kip-"+name))
-		case parts[1] == "name=systemd" && v1 != "":
-			dirs = append(dirs, filepath.Join(v1, parts[2], "kip-"+name))
+			dirs, systemd = append(dirs, filepath.Join(v2, parts[2], "kip-"+name)), true
+		case v1[parts[1]] != "":
+			dirs = append(dirs, filepath.Join(v1[parts[1]], parts[2], "kip-"+name))
+			systemd = systemd || parts[1] == "name=systemd"
 		}
 	}
-	if len(dirs) == 0 {
+	if !systemd {
 		return nil, errors.New("no systemd or unified cgroup hierarchy is mounted")
 	}
 	return dirs, nil
+}
+
+// makeCgroups creates the host's cgroups. A new cpuset cgroup has no CPUs or memory nodes, and
+// no process can join it until it has: it gets its parent's.
+func makeCgroups(dirs []string) error {
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			v, err := os.ReadFile(filepath.Join(filepath.Dir(d), f))
+			if errors.Is(err, fs.ErrNotExist) {
+				break // not the cpuset hierarchy
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+				return fmt.Errorf("set %s of %s: %w", f, d, err)
+			}
+		}
+	}
+	return nil
 }
 
 // supervisor returns the pid of the script running the host, or 0 when it is not running.

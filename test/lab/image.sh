@@ -11,7 +11,7 @@ if [ -n "$3" ]; then
 fi
 
 debootstrap --variant=minbase \
-	--include=systemd,systemd-sysv,dbus,openssh-server,iproute2,iptables,sudo,ca-certificates,kmod,curl \
+	--include=systemd,systemd-sysv,dbus,openssh-server,iproute2,iptables,sudo,ca-certificates,kmod,curl,runc,containernetworking-plugins \
 	bookworm "$dir" "$mirror"
 
 cd "$dir"
@@ -37,6 +37,24 @@ KbdInteractiveAuthentication no
 UseDNS no
 CONF
 install -d -m 700 root/.ssh
+
+# nspawn mounts the cgroup v1 controllers read-only; containers (runc, under k3s's kubelet) make
+# their cgroups there. The host has its own cgroup in each (the lab makes them), so it may write
+# below it.
+cat >etc/systemd/system/kip-cgroup-rw.service <<'UNIT'
+[Unit]
+Description=kip lab: make the cgroup v1 controllers writable for containers
+DefaultDependencies=no
+Before=sysinit.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for d in /sys/fs/cgroup/*; do case $$d in */systemd|*/unified) ;; *) mount -o remount,bind,rw $$d ;; esac; done'
+[Install]
+WantedBy=sysinit.target
+UNIT
+mkdir -p etc/systemd/system/sysinit.target.wants
+ln -sf ../kip-cgroup-rw.service etc/systemd/system/sysinit.target.wants/kip-cgroup-rw.service
 
 # Units that cannot work in a container, or would reach beyond the lab. run-rpc_pipefs.mount
 # comes with nfs-common (which kip installs) and needs the rpc_pipefs file system, which the
