@@ -2,7 +2,8 @@
 # Installs the Debian packages kip's tests need, when they are missing: sshd and sudo for the SSH
 # tests; systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 for the lab hosts
 # (test/lab), and e2fsprogs and mount for their Longhorn disks (mkfs.ext4, mount -o loop, losetup:
-# Priority required, but not Essential, so a minimal system may lack them). No service is
+# Priority required, but not Essential, so a minimal system may lack them); busybox-static for the
+# lab's container images. No service is
 # started: the lab runs its own apt-cacher-ng.
 set -eu
 
@@ -21,6 +22,11 @@ want iptables iptables
 want ip iproute2
 want mkfs.ext4 e2fsprogs
 want losetup mount
+# The lab's container images are built from Debian's static busybox (test/images); the busybox
+# package's is dynamically linked.
+if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
+	missing="$missing busybox-static"
+fi
 
 if [ -z "$missing" ]; then
 	exit 0

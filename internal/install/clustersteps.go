@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -235,13 +236,26 @@ const (
 	// verifyImage is k3s's own mirror of busybox, which k3s's local-path provisioner uses, so
 	// that an airgapped server has it.
 	verifyImage = "rancher/mirrored-library-busybox:1.37.0"
-	// verifyScript resolves the API's Service name through cluster DNS and opens a TLS
-	// connection to its ClusterIP: any HTTP answer, even 401, proves the route.
-	verifyScript = `set -e
-nslookup kubernetes.default.svc.cluster.local
-out=$(wget -T 10 -O- --no-check-certificate "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/livez" 2>&1 || true)
+	// verifyScript resolves the API's Service name through cluster DNS and sends plain HTTP to
+	// its ClusterIP: the API server's answer to that, 400 ("an HTTP request to an HTTPS
+	// server"), proves the route without TLS, which busybox's wget cannot do with k3s's ECDSA
+	// certificates (and its -T option crashes Debian's static build: timeout bounds it instead).
+	// Its last line says what failed, for kip's error.
+	verifyScript = `dns=$(sed -n 's/^nameserver //p' /etc/resolv.conf | head -n 1)
+if ! out=$(nslookup kubernetes.default.svc.cluster.local 2>&1); then
+	echo "$out"
+	echo "cluster DNS does not answer: kubernetes.default.svc.cluster.local did not resolve through $dns (is CoreDNS running? kubectl -n kube-system get pods -l k8s-app=kube-dns)"
+	exit 1
+fi
 echo "$out"
-echo "$out" | grep -q -e '^ok' -e '401' -e 'Unauthorized'`
+api="$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+out=$(timeout 10 wget -O- "http://$api/" 2>&1 || true)
+echo "$out"
+if ! echo "$out" | grep -q 'HTTP/1\.[01] 400'; then
+	echo "Service routing does not work: no answer from the API's Service at $api (is kube-proxy running on this node?)"
+	exit 1
+fi
+echo "cluster DNS and Service routing work"`
 )
 
 // verifyJobName is the verification Job's name for node in run id: a DNS label (at most 63
@@ -306,12 +320,23 @@ func (in *installer) verifyPending(ctx context.Context, id string) (string, erro
 			pending = append(pending, n.Name+" (not started)")
 		case jobCondition(j, batchv1.JobComplete):
 		case jobCondition(j, batchv1.JobFailed):
-			return "", fmt.Errorf("verification on node %s failed: %s", n.Name, in.podWords(ctx, j))
+			return "", verifyFailed(n.Name, in.podWords(ctx, j))
 		default:
 			pending = append(pending, n.Name)
 		}
 	}
 	return strings.Join(pending, ", "), nil
+}
+
+// verifyFailed is the error for a node whose verification failed: the pod's last line, which
+// says what failed, then what it printed before.
+func verifyFailed(node, words string) error {
+	lines := strings.Split(words, "\n")
+	err := fmt.Sprintf("verification on node %s failed: %s", node, lines[len(lines)-1])
+	if len(lines) > 1 {
+		err += "\n  its pod printed:\n    " + strings.Join(lines[:len(lines)-1], "\n    ")
+	}
+	return errors.New(err)
 }
 
 func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {

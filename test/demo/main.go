@@ -60,7 +60,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(bundle) //nolint:errcheck // a temporary directory
-	bind, err := e2e.StandinBind(bins)
+	binds, err := e2e.StandinBinds(bins)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func run() error {
 	l, err := lab.Up(ctx, 1, lab.Options{
 		// The lab's kernel loads no modules: the host pretends to load the ones k3s needs.
 		Hosts:      []lab.HostOptions{{MemoryMiB: 4096, CPUs: 2, Modules: []string{"br_netfilter", "overlay"}}},
-		ReadOnly:   []lab.Bind{bind},
+		ReadOnly:   binds,
 		Persistent: keep,
 		Logf:       func(format string, args ...any) { fmt.Printf("   "+format+"\n", args...) },
 	})

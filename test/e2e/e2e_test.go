@@ -56,12 +56,13 @@ func TestKipRunsAsASubprocess(t *testing.T) {
 }
 
 // TestStandinClusterUnderSystemd runs the k3s stand-in as k3s runs: a server on lab1 and agents
-// on lab2 and lab3 under systemd units. The API answers at the server's private address, a
-// Node per host turns Ready, a Deployment's Pods run, and the stand-in behaves like k3s when
-// its host dies and comes back.
+// on lab2 and lab3 under systemd units, each with a real containerd, kubelet and kube-proxy. The
+// API answers at the server's private address, a Node per host turns Ready, local-path claims
+// are directories on each host's disk, pods reach each other across hosts by IP and by Service
+// name, and a host that dies takes its containers with it and brings them back when it boots.
 func TestStandinClusterUnderSystemd(t *testing.T) {
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	server, a1, a2 := s.Lab.Hosts[0], s.Lab.Hosts[1], s.Lab.Hosts[2]
 
@@ -114,29 +115,44 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 		t.Errorf("server Node InternalIP %q, want %s", got, server.PrivateIP)
 	}
 
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](3),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+	t.Run("LocalPath", func(t *testing.T) { testLocalPath(ctx, t, c, []*lab.Host{server, a1, a2}) })
+	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(ctx, t, c, server, a1) })
+
+	// A container on every node, its node's name in its command line.
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "marker", Namespace: "default"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "marker"}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web:1"}}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "marker"}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name: "marker", Image: busybox,
+						Command: []string{"sh", "-c", `exec sh -c 'while :; do sleep 1; done' "kip-e2e-marker-on-$NODE_NAME"`},
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+					}},
+				},
 			},
 		},
 	}
-	if _, err := c.Kube.AppsV1().Deployments("default").Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Kube.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.WaitRollout(ctx, c, "Deployment", "default", "web", 2*time.Minute); err != nil {
+	if err := kube.WaitRollout(ctx, c, "DaemonSet", "default", "marker", 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	marker := "kip-e2e-marker-on-" + a2.Name
+	waitContainer(ctx, t, marker, true, time.Minute)
 
-	// A worker killed outright goes NotReady like a dead kubelet's node, and comes back Ready
-	// when its host boots again and systemd restarts the enabled agent.
+	// A worker killed outright goes NotReady like a dead kubelet's node, its containers stop with
+	// it, and it comes back Ready, its containers running again, when its host boots again and
+	// systemd restarts the enabled agent.
 	if err := a2.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	waitContainer(ctx, t, marker, false, time.Minute)
 	waitNodeReady(ctx, t, c, a2.Name, corev1.ConditionUnknown, 2*time.Minute)
 	if err := a2.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -144,6 +160,7 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 	if err := kube.WaitNodesReady(ctx, c, []string{a2.Name}, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	waitContainer(ctx, t, marker, true, 3*time.Minute)
 
 	// A drop-in that keeps the agent from starting holds across a restart, as kip's fence needs.
 	dropIn := "mkdir -p /etc/systemd/system/k3s-agent.service.d && printf '[Service]\\nExecStartPre=/bin/false\\n' > /etc/systemd/system/k3s-agent.service.d/fence.conf && systemctl daemon-reload"
@@ -217,6 +234,17 @@ func nodeAddress(n *corev1.Node, kind corev1.NodeAddressType) string {
 		}
 	}
 	return ""
+}
+
+// waitContainer waits until a container with marker in its command line runs on this machine
+// (running) or none does.
+func waitContainer(ctx context.Context, t *testing.T, marker string, running bool, timeout time.Duration) {
+	t.Helper()
+	if err := poll(ctx, timeout, fmt.Sprintf("a container %q running: %v", marker, running), func(context.Context) (bool, error) {
+		return containerRunning(marker) == running, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitNodeReady waits until the Node's Ready condition has the given status.

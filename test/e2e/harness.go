@@ -35,6 +35,9 @@ import (
 // stand-in runs (bind-mounted read-only from bin/testenv).
 const StandinBinDir = "/opt/kip-testenv"
 
+// StandinImagesDir is where k3s imports an airgap install's images from.
+const StandinImagesDir = "/var/lib/rancher/k3s/agent/images"
+
 // Suite is what a package's end-to-end tests share.
 type Suite struct {
 	Lab *lab.Lab
@@ -101,25 +104,30 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 	if s.Bundle, err = StandinBundle(filepath.Join(root, "bin", "k3s-standin")); err != nil {
 		return nil, err
 	}
-	bind, err := StandinBind(bins)
+	binds, err := StandinBinds(bins)
 	if err != nil {
 		return nil, err
 	}
-	opts.ReadOnly = append(opts.ReadOnly, bind)
+	opts.ReadOnly = append(opts.ReadOnly, binds...)
 	if s.Lab, err = lab.Up(ctx, n, opts); err != nil {
 		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
 	}
 	return s, nil
 }
 
-// StandinBind binds the test control plane's binaries (bins, usually bin/testenv) into lab hosts
-// at StandinBinDir, where the k3s stand-in finds them.
-func StandinBind(bins string) (lab.Bind, error) {
+// StandinBinds bind the test environment's binaries (bins, usually bin/testenv) into lab hosts
+// at StandinBinDir, where the k3s stand-in finds them, and its container images where a k3s
+// airgap install has them (StandinImagesDir), which the stand-in imports when it starts.
+func StandinBinds(bins string) ([]lab.Bind, error) {
 	resolved, err := filepath.EvalSymlinks(bins)
 	if err != nil {
-		return lab.Bind{}, err
+		return nil, err
 	}
-	return lab.Bind{Source: resolved, Target: StandinBinDir}, nil
+	images := filepath.Join(resolved, "images")
+	if _, err := os.Stat(filepath.Join(images, ".stamp")); err != nil {
+		return nil, fmt.Errorf("the lab's container images are not built: run make testenv (%v)", err)
+	}
+	return []lab.Bind{{Source: resolved, Target: StandinBinDir}, {Source: images, Target: StandinImagesDir}}, nil
 }
 
 // StandinBundle lays the stand-in out as an x86_64 k3s release's airgap assets in a new

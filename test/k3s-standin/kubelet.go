@@ -178,7 +178,13 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	if err != nil {
 		return err
 	}
-	if err := sup.start("kube-proxy", filepath.Join(binDir, "kube-proxy"), []string{"--config=" + proxyCfg}, env, nil); err != nil {
+	if noKubeProxy() {
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "kube-proxy"), "--cleanup").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kube-proxy --cleanup: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		slog.Warn("not running kube-proxy: " + faultPath + " asks for " + faultNoKubeProxy)
+	} else if err := sup.start("kube-proxy", filepath.Join(binDir, "kube-proxy"), []string{"--config=" + proxyCfg}, env, nil); err != nil {
 		return err
 	}
 	bgGo(func() { keepRoutes(bg, kube, n.name) })
@@ -204,6 +210,11 @@ state = %q
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = %q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # The lab's machine withholds CAP_SYS_RESOURCE, so no process may lower its OOM score
+  # (a pod sandbox asks for -998): keep scores at or above containerd's own, as rootless k3s does.
+  restrict_oom_score_adj = true
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = [%q]
@@ -283,6 +294,11 @@ func (n *node) writeKubeletConfig() (string, error) {
 		"tlsCertFile":              filepath.Join(dir, "serving-kubelet.crt"),
 		"tlsPrivateKeyFile":        filepath.Join(dir, "serving-kubelet.key"),
 	}
+	resolv, err := n.resolvConf()
+	if err != nil {
+		return "", err
+	}
+	cfg["resolvConf"] = resolv
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return "", err
@@ -292,6 +308,27 @@ func (n *node) writeKubeletConfig() (string, error) {
 		return "", err
 	}
 	return path, controlplane.WriteFile(path, data, 0o600)
+}
+
+// resolvConf chooses the resolv.conf the kubelet gives pods with the Default DNS policy (CoreDNS
+// among them) as k3s chooses it: the host's when it names a nameserver that is not on loopback,
+// else systemd-resolved's upstream one, else one k3s writes, naming 8.8.8.8.
+func (n *node) resolvConf() (string, error) {
+	for _, p := range []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
+				if ip := net.ParseIP(f[1]); ip != nil && !ip.IsLoopback() {
+					return p, nil
+				}
+			}
+		}
+	}
+	p := filepath.Join(n.etcDir(), "resolv.conf")
+	return p, controlplane.WriteFile(p, []byte("nameserver 8.8.8.8\n"), 0o644)
 }
 
 // writeKubeProxyConfig writes kube-proxy's configuration: iptables mode, k3s's cluster CIDR,

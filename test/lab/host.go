@@ -362,7 +362,7 @@ func (h *Host) boot() error {
 		"--directory=" + h.root(),
 		"--machine=" + h.Name, "--hostname=" + h.Name,
 		"--network-namespace-path=/run/netns/" + h.netns(),
-		"--capability=CAP_NET_ADMIN,CAP_NET_RAW,CAP_SYS_MODULE,CAP_SYS_RESOURCE",
+		"--capability=CAP_NET_ADMIN,CAP_NET_RAW,CAP_SYS_MODULE",
 		// runc gives each container a session keyring, which nspawn's filter refuses.
 		"--system-call-filter=@keyring",
 		"--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=read-only",
