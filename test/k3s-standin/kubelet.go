@@ -64,6 +64,7 @@ func (n *node) cniConfDir() string     { return filepath.Join(n.etcDir(), "cni",
 func (n *node) imagesDir() string      { return filepath.Join(n.agentDir(), "images") }
 func (n *node) containerdRoot() string { return filepath.Join(n.agentDir(), "containerd") }
 func (n *node) clientCAPath() string   { return filepath.Join(n.agentDir(), "client-ca.crt") }
+func (n *node) certsDir() string       { return filepath.Join(n.etcDir(), "containerd", "certs.d") }
 
 // run runs the Node's kubelet, the one o's standin-kubelet names, and returns when it answers.
 // clientCA gives the CA of the API server's client certificates, which a real kubelet checks.
@@ -109,6 +110,9 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 		}
 	}
 	env := childEnv("PATH=" + binDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	if err := n.serveMirror(ctx, bg, n.certsDir(), bgGo); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx, sup, binDir, env); err != nil {
 		return err
 	}
@@ -211,6 +215,9 @@ state = %q
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = %q
 
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = %q
+
 [plugins.'io.containerd.cri.v1.runtime']
   # The lab's machine withholds CAP_SYS_RESOURCE, so no process may lower its OOM score
   # (a pod sandbox asks for -998): keep scores at or above containerd's own, as rootless k3s does.
@@ -226,7 +233,7 @@ state = %q
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
   BinaryName = %q
   SystemdCgroup = false
-`, n.containerdRoot(), containerdState, containerdSocket, pauseImage, cniBinDir, n.cniConfDir(), runcPath)
+`, n.containerdRoot(), containerdState, containerdSocket, pauseImage, n.certsDir(), cniBinDir, n.cniConfDir(), runcPath)
 	path := filepath.Join(n.etcDir(), "containerd", "config.toml")
 	if err := controlplane.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err
