@@ -24,6 +24,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
@@ -278,6 +279,8 @@ func TestInstallNano(t *testing.T) {
 		t.Fatalf("kip doctor on a healthy cluster: exit %d\n%s\n%s", r.ExitCode, r.Stdout, r.Stderr)
 	}
 
+	verificationFailures(ctx, t, s, home, h, c)
+
 	// A re-run keeps the storage mode and refuses to switch it.
 	r = s.Kip(t, home, installArgs(s, h, s.Bundle, "--storage", "longhorn")...)
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "never switches the storage mode") {
@@ -377,6 +380,44 @@ func TestInstallNano(t *testing.T) {
 	}
 
 	restartRecovery(ctx, t, s, home, h)
+}
+
+// verificationFailures breaks what install's verification pods check, on the installed nano
+// cluster, and runs install again each time: it fails naming the node and what failed. Cluster
+// DNS: CoreDNS scaled to 0. Service routing: the API's ClusterIP dropped for pods on the host.
+// Mended, install passes again.
+func verificationFailures(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host, c *kube.Clients) {
+	t.Helper()
+	scale := func(n int) {
+		t.Helper()
+		if _, err := h.Run(ctx, sshx.Command("k3s", "kubectl", "-n", "kube-system", "scale", "deployment", "coredns", "--replicas="+strconv.Itoa(n))); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.WaitRollout(ctx, c, "Deployment", "kube-system", "coredns", 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scale(0)
+	r := s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if want := "verification on node " + h.Name + " failed: cluster DNS does not answer"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("install with CoreDNS scaled to 0: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	scale(1)
+
+	drop := []string{"PREROUTING", "-s", "10.42.0.0/16", "-d", "10.43.0.1", "-p", "tcp", "--dport", "443", "-j", "DROP"}
+	if _, err := h.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-t", "mangle", "-I"}, drop...)...)); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, installArgs(s, h, s.Bundle)...)
+	if want := "verification on node " + h.Name + " failed: Service routing does not work"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("install with the API's ClusterIP dropped: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	if _, err := h.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-t", "mangle", "-D"}, drop...)...)); err != nil {
+		t.Fatal(err)
+	}
+	if r = s.Kip(t, home, installArgs(s, h, s.Bundle)...); r.ExitCode != 0 {
+		t.Fatalf("install with DNS and Service routing mended: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
 }
 
 // TestInstallLonghorn installs on an 8 GiB host: the small profile with Longhorn, its host

@@ -15,8 +15,8 @@ import (
 // Fault injection for kip's tests: a k3s that fails to start, as a real k3s does on a
 // configuration it cannot run, and at a point a test chooses. docs/k3s-standin.md describes it.
 const (
-	// faultPath names the fault, one word: refuse-changed-config, refuse-every-start,
-	// hold-changed-config or no-kube-proxy.
+	// faultPath names the fault, one word: refuse-changed-config, refuse-every-start or
+	// hold-changed-config.
 	faultPath = "/etc/k3s-standin/fault"
 	// heldPath is where a held start says it is waiting; it goes on when the file is removed.
 	heldPath = "/var/lib/k3s-standin/held"
@@ -32,12 +32,15 @@ const (
 //   - hold-changed-config: once, on a changed configuration, the start writes heldPath and waits
 //     until a test removes it (having cut the host's network, say), then fails. The fault file is
 //     removed as the hold begins, so that systemd's next restart starts normally.
-//   - no-kube-proxy: the start goes on, but kube-proxy does not run (see noKubeProxy).
 func injectedFault(ctx context.Context) error {
-	fault, err := readFault()
-	if fault == "" || err != nil {
+	data, err := os.ReadFile(faultPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
+	fault := strings.TrimSpace(string(data))
 	refused := fmt.Errorf("refusing to start: %s asks for %s", faultPath, fault)
 	switch fault {
 	case "refuse-every-start":
@@ -46,10 +49,8 @@ func injectedFault(ctx context.Context) error {
 		if !configChanged() {
 			return nil
 		}
-	case faultNoKubeProxy:
-		return nil
 	default:
-		return fmt.Errorf("%s: unknown fault %q (refuse-changed-config, refuse-every-start, hold-changed-config or %s)", faultPath, fault, faultNoKubeProxy)
+		return fmt.Errorf("%s: unknown fault %q (refuse-changed-config, refuse-every-start or hold-changed-config)", faultPath, fault)
 	}
 	if fault == "refuse-changed-config" {
 		return refused
@@ -74,25 +75,6 @@ func injectedFault(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// faultNoKubeProxy makes a server or agent start without kube-proxy, its Service rules removed
-// (kube-proxy --cleanup), so that no ClusterIP routes on that node, as when kube-proxy fails.
-const faultNoKubeProxy = "no-kube-proxy"
-
-// readFault returns the configured fault, or "".
-func readFault() (string, error) {
-	data, err := os.ReadFile(faultPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	return strings.TrimSpace(string(data)), err
-}
-
-// noKubeProxy reports whether the fault file asks for a node without kube-proxy.
-func noKubeProxy() bool {
-	fault, _ := readFault()
-	return fault == faultNoKubeProxy
 }
 
 // configChanged reports whether config.yaml differs from the backup kip kept of the previous one.

@@ -182,13 +182,7 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	if err != nil {
 		return err
 	}
-	if noKubeProxy() {
-		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "kube-proxy"), "--cleanup").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("kube-proxy --cleanup: %w: %s", err, strings.TrimSpace(string(out)))
-		}
-		slog.Warn("not running kube-proxy: " + faultPath + " asks for " + faultNoKubeProxy)
-	} else if err := sup.start("kube-proxy", filepath.Join(binDir, "kube-proxy"), []string{"--config=" + proxyCfg}, env, nil); err != nil {
+	if err := sup.start("kube-proxy", filepath.Join(binDir, "kube-proxy"), []string{"--config=" + proxyCfg}, env, nil); err != nil {
 		return err
 	}
 	bgGo(func() { keepRoutes(bg, kube, n.name) })
