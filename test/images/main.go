@@ -1,0 +1,324 @@
+// Command images builds the container image archives the test lab's hosts import into
+// containerd (ctr -n k8s.io images import), the way a k3s airgap install imports
+// /var/lib/rancher/k3s/agent/images/*.tar: no docker, no registry. Each image is one
+// deterministic layer holding binaries built elsewhere (-bin, by make testenv) or Debian's
+// static busybox, tagged with the reference k3s itself uses so that pod specs are the same in
+// the lab and on a real cluster.
+//
+//	go run ./test/images -bin DIR -busybox /bin/busybox -out DIR
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// defaultPath is the PATH the images that run a shell or look up commands set.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// epoch is every layer entry's mtime and every config's creation time, so the same inputs give
+// the same digests.
+var epoch = time.Unix(0, 0).UTC()
+
+// binary is a file in an image copied from the -bin directory.
+type binary struct {
+	path string // absolute path inside the image
+	bin  string // file name in the -bin directory
+}
+
+// image is one archive the tool writes.
+type image struct {
+	file       string // archive name in -out
+	ref        string // image reference k3s uses
+	bins       []binary
+	busybox    bool // add /bin/busybox and a /bin/<applet> symlink for each applet
+	entrypoint []string
+	cmd        []string
+	env        []string
+}
+
+// images is what the tool builds; adding an image is one entry.
+var images = []image{
+	{
+		file:       "pause.tar",
+		ref:        "docker.io/rancher/mirrored-pause:3.6",
+		bins:       []binary{{path: "/pause", bin: "pause"}},
+		entrypoint: []string{"/pause"},
+	},
+	{
+		file:       "coredns.tar",
+		ref:        "docker.io/rancher/mirrored-coredns-coredns:1.14.6",
+		bins:       []binary{{path: "/coredns", bin: "coredns"}},
+		entrypoint: []string{"/coredns"},
+	},
+	{
+		file: "local-path-provisioner.tar",
+		ref:  "docker.io/rancher/local-path-provisioner:v0.0.30",
+		bins: []binary{{path: "/usr/bin/local-path-provisioner", bin: "local-path-provisioner"}},
+		env:  []string{defaultPath},
+	},
+	{
+		file:    "busybox.tar",
+		ref:     "docker.io/rancher/mirrored-library-busybox:1.37.0",
+		busybox: true,
+		cmd:     []string{"sh"},
+		env:     []string{defaultPath},
+	},
+}
+
+const (
+	passwd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+	group  = "root:x:0:\nnogroup:x:65534:\n"
+)
+
+func main() {
+	binDir := flag.String("bin", "", "directory holding the static binaries coredns, local-path-provisioner and pause (make testenv builds them)")
+	busybox := flag.String("busybox", "/bin/busybox", "Debian's static busybox (apt-get install busybox-static)")
+	outDir := flag.String("out", "", "directory to write the image archives to")
+	flag.Parse()
+	if *binDir == "" || *outDir == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/images -bin DIR [-busybox PATH] -out DIR")
+		os.Exit(2)
+	}
+	if err := build(*binDir, *busybox, *outDir); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+}
+
+// build writes every image's archive into outDir.
+func build(binDir, busybox, outDir string) error {
+	if err := checkInputs(binDir, busybox); err != nil {
+		return err
+	}
+	applets, err := busyboxApplets(busybox)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	for _, im := range images {
+		img, err := im.build(binDir, busybox, applets)
+		if err != nil {
+			return fmt.Errorf("%s: %w", im.ref, err)
+		}
+		if err := writeArchive(filepath.Join(outDir, im.file), im.ref, img); err != nil {
+			return fmt.Errorf("%s: %w", im.ref, err)
+		}
+	}
+	return nil
+}
+
+// checkInputs reports every binary the images need that is missing from binDir, and a busybox
+// that is missing or dynamically linked.
+func checkInputs(binDir, busybox string) error {
+	var missing []string
+	for _, im := range images {
+		for _, b := range im.bins {
+			p := filepath.Join(binDir, b.bin)
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				missing = append(missing, p)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (run make testenv to build them)", strings.Join(missing, ", "))
+	}
+	return checkStaticBusybox(busybox)
+}
+
+// checkStaticBusybox refuses a busybox that is not a static ELF binary: the images hold no
+// libc, and Debian's dynamic busybox package installs /bin/busybox too.
+func checkStaticBusybox(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("busybox %s: %w (apt-get install busybox-static)", p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("busybox %s is dynamically linked; the images need a static one (apt-get install busybox-static)", p)
+		}
+	}
+	return nil
+}
+
+// busyboxApplets runs busybox --list and returns the applet names, sorted.
+func busyboxApplets(busybox string) ([]string, error) {
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	seen := map[string]bool{}
+	var applets []string
+	for _, a := range strings.Fields(string(out)) {
+		if a == "busybox" || strings.Contains(a, "/") || seen[a] {
+			continue
+		}
+		seen[a] = true
+		applets = append(applets, a)
+	}
+	if len(applets) == 0 {
+		return nil, fmt.Errorf("%s --list printed no applets", busybox)
+	}
+	sort.Strings(applets)
+	return applets, nil
+}
+
+// entry is one file, directory or symlink in a layer.
+type entry struct {
+	typ    byte
+	mode   int64
+	data   []byte
+	target string // symlink target
+}
+
+// build assembles the image: one layer, then a config naming the platform, entrypoint, cmd
+// and environment.
+func (im image) build(binDir, busybox string, applets []string) (v1.Image, error) {
+	entries := map[string]entry{
+		"etc/":       {typ: tar.TypeDir, mode: 0o755},
+		"tmp/":       {typ: tar.TypeDir, mode: 0o1777},
+		"etc/passwd": {typ: tar.TypeReg, mode: 0o644, data: []byte(passwd)},
+		"etc/group":  {typ: tar.TypeReg, mode: 0o644, data: []byte(group)},
+	}
+	for _, b := range im.bins {
+		data, err := os.ReadFile(filepath.Join(binDir, b.bin))
+		if err != nil {
+			return nil, err
+		}
+		entries[strings.TrimPrefix(b.path, "/")] = entry{typ: tar.TypeReg, mode: 0o755, data: data}
+	}
+	if im.busybox {
+		data, err := os.ReadFile(busybox)
+		if err != nil {
+			return nil, err
+		}
+		entries["bin/busybox"] = entry{typ: tar.TypeReg, mode: 0o755, data: data}
+		for _, a := range applets {
+			entries["bin/"+a] = entry{typ: tar.TypeSymlink, mode: 0o777, target: "busybox"}
+		}
+	}
+	layerTar, err := layerTar(entries)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.Append(empty.Image, mutate.Addendum{
+		Layer: layer,
+		History: v1.History{
+			Created:   v1.Time{Time: epoch},
+			CreatedBy: "kip test/images",
+			Comment:   "test-lab stand-in for " + im.ref,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Architecture = runtime.GOARCH
+	cfg.OS = "linux"
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Entrypoint = im.entrypoint
+	cfg.Config.Cmd = im.cmd
+	cfg.Config.Env = im.env
+	return mutate.ConfigFile(img, cfg)
+}
+
+// layerTar writes entries, and the parent directories they need, as a tar owned by root with
+// a fixed mtime, in sorted order.
+func layerTar(entries map[string]entry) ([]byte, error) {
+	for p := range entries {
+		for d := path.Dir(strings.TrimSuffix(p, "/")); d != "."; d = path.Dir(d) {
+			if _, ok := entries[d+"/"]; !ok {
+				entries[d+"/"] = entry{typ: tar.TypeDir, mode: 0o755}
+			}
+		}
+	}
+	names := make([]string, 0, len(entries))
+	for p := range entries {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range names {
+		e := entries[p]
+		hdr := &tar.Header{
+			Typeflag: e.typ,
+			Name:     p,
+			Linkname: e.target,
+			Mode:     e.mode,
+			Size:     int64(len(e.data)),
+			ModTime:  epoch,
+			Uname:    "root",
+			Gname:    "root",
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeArchive writes img tagged ref as a docker-save style tarball at p, atomically.
+func writeArchive(p, ref string, img v1.Image) (err error) {
+	tag, err := name.NewTag(ref, name.StrictValidation)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	defer func() {
+		if err != nil {
+			os.Remove(tmpName)
+		}
+	}()
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := tarball.WriteToFile(tmpName, tag, img); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmpName, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmpName, p)
+}
