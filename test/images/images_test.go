@@ -207,6 +207,11 @@ func TestBuild(t *testing.T) {
 					t.Errorf("%s is not the -bin %s", b.path, b.bin)
 				}
 			}
+			for f, content := range im.files {
+				if e := wantEntry(t, entries, strings.TrimPrefix(f, "/"), tar.TypeReg, 0o644); string(e.data) != content {
+					t.Errorf("%s: %q, want %q", f, e.data, content)
+				}
+			}
 			if im.file == "local-path-provisioner.tar" {
 				wantEntry(t, entries, "usr/", tar.TypeDir, 0o755)
 				wantEntry(t, entries, "usr/bin/", tar.TypeDir, 0o755)

@@ -29,6 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"kipper.run/kip/manifests"
 )
 
 // defaultPath is the PATH the images that run a shell or look up commands set.
@@ -49,7 +51,9 @@ type image struct {
 	file       string // archive name in -out
 	ref        string // image reference k3s uses
 	bins       []binary
-	busybox    bool // add /bin/busybox and a /bin/<applet> symlink for each applet
+	busybox    bool              // add /bin/busybox and a /bin/<applet> symlink for each applet
+	files      map[string]string // more files (path inside the image → content), mode 0644
+	pin        string            // the component of manifests/versions.yaml whose image:version ref is
 	entrypoint []string
 	cmd        []string
 	env        []string
@@ -82,6 +86,56 @@ var images = []image{
 		cmd:     []string{"sh"},
 		env:     []string{defaultPath},
 	},
+	// Stand-ins. helm-controller's Job image (the k3s stand-in's helmJobImage): the lab installs
+	// charts as objects only (its chart fixtures), so the Job's pod says so and succeeds.
+	{
+		file:       "klipper-helm.tar",
+		ref:        "docker.io/rancher/klipper-helm:v0.9.10-build20251111",
+		busybox:    true,
+		env:        []string{defaultPath},
+		entrypoint: []string{"/bin/sh", "-c", `echo "k3s stand-in's helm job: helm $*: nothing is installed (chart fixtures stand in for the chart)"`, "klipper-helm"},
+	},
+	// The Kipper console, which cannot run here: each answers HTTP on the console's ports
+	// (internal/components: the UI on 80, console-api on 8080 and its metrics on 8081).
+	{
+		file:       "kipper-console.tar",
+		pin:        "console",
+		busybox:    true,
+		files:      map[string]string{"/www/index.html": consolePage},
+		env:        []string{defaultPath},
+		entrypoint: []string{"/bin/sh", "-c", "exec httpd -f -p 80 -h /www"},
+	},
+	{
+		file:       "kipper-console-api.tar",
+		pin:        "console-api",
+		busybox:    true,
+		files:      map[string]string{"/www/index.html": consolePage},
+		env:        []string{defaultPath},
+		entrypoint: []string{"/bin/sh", "-c", "httpd -p 8081 -h /www && exec httpd -f -p 8080 -h /www"},
+	},
+}
+
+// consolePage is what the console stand-ins serve.
+const consolePage = "kip's test lab: a stand-in for the Kipper console; it does nothing else.\n"
+
+// resolveRefs sets the reference of each image pinned in manifests/versions.yaml: the image and
+// version kip deploys.
+func resolveRefs() error {
+	pins, err := manifests.Pinned()
+	if err != nil {
+		return err
+	}
+	for i := range images {
+		if images[i].pin == "" {
+			continue
+		}
+		c, err := pins.Component(images[i].pin)
+		if err != nil {
+			return err
+		}
+		images[i].ref = c.Image + ":" + c.Version
+	}
+	return nil
 }
 
 const (
@@ -106,6 +160,9 @@ func main() {
 
 // build writes every image's archive into outDir.
 func build(binDir, busybox, outDir string) error {
+	if err := resolveRefs(); err != nil {
+		return err
+	}
 	if err := checkInputs(binDir, busybox); err != nil {
 		return err
 	}
@@ -207,6 +264,9 @@ func (im image) build(binDir, busybox string, applets []string) (v1.Image, error
 			return nil, err
 		}
 		entries[strings.TrimPrefix(b.path, "/")] = entry{typ: tar.TypeReg, mode: 0o755, data: data}
+	}
+	for p, content := range im.files {
+		entries[strings.TrimPrefix(p, "/")] = entry{typ: tar.TypeReg, mode: 0o644, data: []byte(content)}
 	}
 	if im.busybox {
 		data, err := os.ReadFile(busybox)
