@@ -154,13 +154,16 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 	}
 	waitContainer(ctx, t, marker, false, time.Minute)
 	waitNodeReady(ctx, t, c, a2.Name, corev1.ConditionUnknown, 2*time.Minute)
+	booted := time.Now()
 	if err := a2.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.WaitNodesReady(ctx, c, []string{a2.Name}, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("measured: host boot to its Node Ready: %s", time.Since(booted).Round(100*time.Millisecond))
 	waitContainer(ctx, t, marker, true, 3*time.Minute)
+	t.Logf("measured: host boot to its containers running again: %s", time.Since(booted).Round(100*time.Millisecond))
 
 	// A drop-in that keeps the agent from starting holds across a restart, as kip's fence needs.
 	dropIn := "mkdir -p /etc/systemd/system/k3s-agent.service.d && printf '[Service]\\nExecStartPre=/bin/false\\n' > /etc/systemd/system/k3s-agent.service.d/fence.conf && systemctl daemon-reload"

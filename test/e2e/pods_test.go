@@ -192,7 +192,7 @@ func testPodNetwork(ctx context.Context, t *testing.T, c *kube.Clients, server, 
 		// The Service's endpoints and the DNS record follow the Pod's readiness within seconds.
 		err := poll(ctx, time.Minute, "the agent's pod fetching "+url, func(ctx context.Context) (bool, error) {
 			var err error
-			out, err = server.Run(ctx, sshx.Command("k3s", "kubectl", "exec", "-n", "default", "client", "--", "wget", "-q", "-T", "5", "-O-", url))
+			out, err = server.Run(ctx, sshx.Command("k3s", "kubectl", "exec", "-n", "default", "client", "--", "timeout", "5", "wget", "-q", "-O-", url))
 			return err == nil, nil
 		})
 		if err != nil {

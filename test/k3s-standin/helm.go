@@ -45,9 +45,9 @@ import (
 // The stand-in's helm-controller. k3s embeds github.com/k3s-io/helm-controller, which turns each
 // helm.cattle.io/v1 HelmChart into a Job, helm-install-<name>, whose klipper-helm container runs
 // helm. The stand-in keeps the same objects in the API (the CRDs, the Job, the chart's status),
-// and kwok completes the Job's Pod; no helm runs, so a chart installs nothing. What a chart would
-// have created can be given as fixture files instead (see applyFixtures). See
-// docs/k3s-standin.md.
+// and the Job's Pod (the lab's stand-in klipper-helm image, or kwok) completes; no helm runs, so
+// a chart installs nothing. What a chart would have created can be given as fixture files
+// instead (see applyFixtures). See docs/k3s-standin.md.
 
 const (
 	// helmFieldManager applies chart fixtures; the controller's own writes carry it as their

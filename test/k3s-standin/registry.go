@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -24,8 +25,9 @@ import (
 // The lab's registry mirror (stand-in only). A k3s node of an airgapped site pulls through a
 // mirror named in registries.yaml; the lab has no registry at all, and a pod whose
 // imagePullPolicy is Always (kip's console) must pull. So each stand-in node serves the images
-// of its airgap tarballs from memory on mirrorAddr (go-containerregistry's registry) and points
-// containerd at it, as k3s's registries.yaml would, for every registry those images name.
+// of its airgap tarballs on mirrorAddr (go-containerregistry's registry, its blobs in
+// agent/standin-registry) and points containerd at it, as k3s's registries.yaml would, for every
+// registry those images name.
 const mirrorAddr = "127.0.0.1:5999"
 
 // serveMirror starts the mirror with the images of agent/images/*.tar until bg ends, and writes
@@ -35,7 +37,15 @@ func (n *node) serveMirror(ctx, bg context.Context, certsDir string, bgGo func(f
 	if err != nil {
 		return fmt.Errorf("the lab's registry mirror: %w", err)
 	}
-	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	blobs := filepath.Join(n.agentDir(), "standin-registry")
+	if err := os.RemoveAll(blobs); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)),
+		registry.WithBlobHandler(registry.NewDiskBlobHandler(blobs)))}
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	bgGo(func() {
 		<-bg.Done()
@@ -85,6 +95,7 @@ func (n *node) serveMirror(ctx, bg context.Context, certsDir string, bgGo func(f
 			return err
 		}
 	}
+	debug.FreeOSMemory() // what reading the archives took
 	slog.Info("the lab's registry mirror serves the airgap images", "address", mirrorAddr, "registries", strings.Join(registries, ","))
 	return nil
 }
