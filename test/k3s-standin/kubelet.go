@@ -175,7 +175,7 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	if err := n.writeCNIConfig(cidr); err != nil {
 		return err
 	}
-	if err := n.masquerade(ctx); err != nil {
+	if err := n.podNetworkRules(ctx); err != nil {
 		return err
 	}
 	proxyCfg, err := n.writeKubeProxyConfig()
@@ -381,31 +381,45 @@ func (n *node) writeCNIConfig(cidr string) error {
 	return controlplane.WriteFile(filepath.Join(n.cniConfDir(), "10-standin.conflist"), data, 0o644)
 }
 
-// masqueradeChain holds the rule that gives pods' traffic leaving the pod network the node's
-// address, as flannel's does on k3s.
-const masqueradeChain = "STANDIN-POSTRTG"
+// The pod network's iptables rules, as flannel's on k3s: STANDIN-POSTRTG (nat) gives pods'
+// traffic leaving the pod network the node's address; STANDIN-FWD (filter) forwards the pod
+// network's traffic whatever the FORWARD policy (ufw's is DROP), as flannel's FLANNEL-FWD.
+var podNetworkChains = []struct {
+	table, name, parent string
+	rules               [][]string
+}{
+	{"nat", "STANDIN-POSTRTG", "POSTROUTING", [][]string{{"-s", podNetwork, "!", "-d", podNetwork, "-j", "MASQUERADE", "--random-fully"}}},
+	{"filter", "STANDIN-FWD", "FORWARD", [][]string{{"-s", podNetwork, "-j", "ACCEPT"}, {"-d", podNetwork, "-j", "ACCEPT"}}},
+}
 
-func (n *node) masquerade(ctx context.Context) error {
-	ipt := func(args ...string) error {
-		out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+// podNetworkRules installs podNetworkChains, replacing what an earlier start left.
+func (n *node) podNetworkRules(ctx context.Context) error {
+	for _, c := range podNetworkChains {
+		ipt := func(args ...string) error {
+			out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", c.table}, args...)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("iptables -t %s %s: %w: %s", c.table, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+			}
+			return nil
 		}
-		return nil
-	}
-	if ipt("-n", "-L", masqueradeChain) != nil {
-		if err := ipt("-N", masqueradeChain); err != nil {
+		if ipt("-n", "-L", c.name) != nil {
+			if err := ipt("-N", c.name); err != nil {
+				return err
+			}
+		}
+		if err := ipt("-F", c.name); err != nil {
 			return err
 		}
-	}
-	if err := ipt("-F", masqueradeChain); err != nil {
-		return err
-	}
-	if err := ipt("-A", masqueradeChain, "-s", podNetwork, "!", "-d", podNetwork, "-j", "MASQUERADE", "--random-fully"); err != nil {
-		return err
-	}
-	if ipt("-C", "POSTROUTING", "-j", masqueradeChain) != nil {
-		return ipt("-A", "POSTROUTING", "-j", masqueradeChain)
+		for _, r := range c.rules {
+			if err := ipt(append([]string{"-A", c.name}, r...)...); err != nil {
+				return err
+			}
+		}
+		if ipt("-C", c.parent, "-j", c.name) != nil {
+			if err := ipt("-A", c.parent, "-j", c.name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
