@@ -415,9 +415,18 @@ func cgroupDirs(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v2 string             // mount point of the unified hierarchy
-	v1 := map[string]string{} // mount point of each v1 hierarchy, by its controllers as /proc/self/cgroup names them
-	for line := range strings.Lines(string(mounts)) {
+	return hostCgroups(name, string(self), string(mounts))
+}
+
+// hostCgroups is cgroupDirs on a process's /proc/self/cgroup and mountinfo.
+func hostCgroups(name, self, mounts string) ([]string, error) {
+	var v2 string // mount point of the unified hierarchy
+	type v1Mount struct {
+		path string
+		opts []string // super options: rw, the controllers, name=…, xattr, …
+	}
+	var v1 []v1Mount
+	for line := range strings.Lines(mounts) {
 		pre, post, ok := strings.Cut(line, " - ")
 		f, g := strings.Fields(pre), strings.Fields(post)
 		if !ok || len(f) < 5 || len(g) < 3 {
@@ -429,20 +438,21 @@ func cgroupDirs(name string) ([]string, error) {
 				v2 = f[4]
 			}
 		case "cgroup":
-			var ctrls []string
-			for _, o := range strings.Split(g[2], ",") {
-				if o != "rw" && o != "ro" && !strings.Contains(o, "=") || strings.HasPrefix(o, "name=") {
-					ctrls = append(ctrls, o)
-				}
-			}
-			if key := strings.Join(ctrls, ","); key != "" && v1[key] == "" {
-				v1[key] = f[4]
+			v1 = append(v1, v1Mount{f[4], strings.Split(g[2], ",")})
+		}
+	}
+	// The v1 hierarchy whose mount has every one of ctrls ("cpu,cpuacct", "name=systemd").
+	mountOf := func(ctrls string) string {
+		for _, m := range v1 {
+			if !slices.ContainsFunc(strings.Split(ctrls, ","), func(c string) bool { return !slices.Contains(m.opts, c) }) {
+				return m.path
 			}
 		}
+		return ""
 	}
 	var dirs []string
 	systemd := false
-	for line := range strings.Lines(string(self)) {
+	for line := range strings.Lines(self) {
 		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
 		if len(parts) != 3 {
 			continue
@@ -450,8 +460,8 @@ func cgroupDirs(name string) ([]string, error) {
 		switch {
 		case parts[0] == "0" && parts[1] == "" && v2 != "":
 			dirs, systemd = append(dirs, filepath.Join(v2, parts[2], "kip-"+name)), true
-		case v1[parts[1]] != "":
-			dirs = append(dirs, filepath.Join(v1[parts[1]], parts[2], "kip-"+name))
+		case parts[1] != "" && mountOf(parts[1]) != "":
+			dirs = append(dirs, filepath.Join(mountOf(parts[1]), parts[2], "kip-"+name))
 			systemd = systemd || parts[1] == "name=systemd"
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,5 +239,35 @@ func TestLoopsBacking(t *testing.T) {
 	}
 	if got := loopsBacking(sys, "/nowhere"); got != nil {
 		t.Errorf("for an unbound file: %q", got)
+	}
+}
+
+// TestHostCgroups: a host gets a cgroup of its own below the caller's in every hierarchy this
+// machine mounts (cgroup v1 controllers, name=systemd, the unified one), as measured here.
+func TestHostCgroups(t *testing.T) {
+	self := "9:name=systemd:/\n8:pids:/\n5:devices:/\n4:memory:/sandbox/abc\n3:cpuset:/\n2:cpu,cpuacct:/\n0::/\n"
+	mounts := `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+	got, err := hostCgroups("lab1", self, mounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"/sys/fs/cgroup/systemd/kip-lab1", "/sys/fs/cgroup/pids/kip-lab1", "/sys/fs/cgroup/devices/kip-lab1",
+		"/sys/fs/cgroup/memory/sandbox/abc/kip-lab1", "/sys/fs/cgroup/cpuset/kip-lab1",
+		"/sys/fs/cgroup/cpu,cpuacct/kip-lab1", "/sys/fs/cgroup/unified/kip-lab1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("host cgroups:\n got %q\nwant %q", got, want)
+	}
+	if _, err := hostCgroups("lab1", "4:memory:/\n", "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"); err == nil {
+		t.Error("no systemd or unified hierarchy: no error")
 	}
 }
