@@ -163,7 +163,7 @@ func TestVersionDefaultsToPin(t *testing.T) {
 func TestServerConfig(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	for _, f := range append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}, kwokFiles()...) {
+	for _, f := range append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}, realNodeFiles...) {
 		writeFile(t, filepath.Join(bin, f), "")
 	}
 	writeFile(t, filepath.Join(dir, "config.yaml"), "node-ip: 10.77.0.5\ntls-san: [k3s.example]\n")
@@ -177,6 +177,18 @@ func TestServerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The real kubelet is the default; kwok needs its own files, and nothing else is a kubelet.
+	for kubelet, want := range map[string]string{kubeletKwok: "k3s stand-in programs missing", "bogus": `invalid standin-kubelet "bogus"`} {
+		env["KIP_STANDIN_KUBELET"] = kubelet
+		o, err := parseOptions("server", []string{"--data-dir", dir}, func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newServerConfig(o, "v1.37.2+k3s1"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("standin-kubelet %s: %v, want %q", kubelet, err, want)
+		}
+	}
+	delete(env, "KIP_STANDIN_KUBELET")
 	args := c.apiserverArgs()
 	for _, want := range []string{"--secure-port=7443", "--audit-log-path=/x.log", "--advertise-address=10.77.0.5", "--bind-address=0.0.0.0", "--etcd-servers=http://127.0.0.1:2379"} {
 		if !slices.Contains(args, want) {
