@@ -25,11 +25,11 @@ test: test-deps testenv lint
 	$(GO) test $(TESTFLAGS) ./...
 	$(if $(FAULT_TEST_PKGS),$(GO) test $(TESTFLAGS) -tags kipfault $(FAULT_TEST_PKGS))
 
-## test-deps: install the Debian packages the tests use (sshd, sudo, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
+## test-deps: install the Debian packages the tests use (sshd, sudo, busybox-static for the lab's images, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
 test-deps:
 	sh test/deps.sh
 
-## testenv: build (or reuse from ~/.cache/kip) kube-apiserver, controller-manager, scheduler, etcd, kwok
+## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd) and the lab's container images
 testenv:
 	sh tools/testenv.sh
 
