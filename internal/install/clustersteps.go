@@ -202,19 +202,26 @@ func (in *installer) serverNodePending(ctx context.Context) (string, error) {
 }
 
 // verifyStep runs a verification Job on every node: cluster DNS resolves and a ClusterIP
-// (the API's Service) answers from that node's pod network.
+// (the API's Service) answers from that node's pod network. A verification that failed (in an
+// earlier run of the same install) is not done: it runs again, the failed Job replaced.
 func (in *installer) verifyStep(intent *clusterIntent) workflow.Step {
 	return workflow.Step{
 		Name: "verify-nodes", Title: "Verify DNS and Service routing from every node",
 		Done: "DNS and Service routing work on every node", Already: "Every node already verified",
 		Check: func(ctx context.Context) (bool, error) {
 			pending, err := in.verifyPending(ctx, intent.VerifyID)
+			if errors.As(err, new(*verificationError)) {
+				return false, nil
+			}
 			return pending == "", err
 		},
 		Apply: func(ctx context.Context) error {
 			nodes, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return fmt.Errorf("list nodes: %w", err)
+			}
+			if err := in.deleteFailedVerifications(ctx, intent.VerifyID); err != nil {
+				return err
 			}
 			for _, n := range nodes.Items {
 				job := verifyJob(intent.VerifyID, n.Name)
@@ -320,7 +327,7 @@ func (in *installer) verifyPending(ctx context.Context, id string) (string, erro
 			pending = append(pending, n.Name+" (not started)")
 		case jobCondition(j, batchv1.JobComplete):
 		case jobCondition(j, batchv1.JobFailed):
-			return "", verifyFailed(n.Name, in.podWords(ctx, j))
+			return "", &verificationError{node: n.Name, words: in.podWords(ctx, j)}
 		default:
 			pending = append(pending, n.Name)
 		}
@@ -328,15 +335,49 @@ func (in *installer) verifyPending(ctx context.Context, id string) (string, erro
 	return strings.Join(pending, ", "), nil
 }
 
-// verifyFailed is the error for a node whose verification failed: the pod's last line, which
-// says what failed, then what it printed before.
-func verifyFailed(node, words string) error {
-	lines := strings.Split(words, "\n")
-	err := fmt.Sprintf("verification on node %s failed: %s", node, lines[len(lines)-1])
+// verificationError is a node whose verification failed, with what its pod printed.
+type verificationError struct{ node, words string }
+
+// Error says the pod's last line, which says what failed, then what it printed before.
+func (e *verificationError) Error() string {
+	lines := strings.Split(e.words, "\n")
+	msg := fmt.Sprintf("verification on node %s failed: %s", e.node, lines[len(lines)-1])
 	if len(lines) > 1 {
-		err += "\n  its pod printed:\n    " + strings.Join(lines[:len(lines)-1], "\n    ")
+		msg += "\n  its pod printed:\n    " + strings.Join(lines[:len(lines)-1], "\n    ")
 	}
-	return errors.New(err)
+	return msg
+}
+
+// deleteFailedVerifications deletes run id's failed verification Jobs, with their pods, and
+// waits until they are gone, so that the same Jobs can run again.
+func (in *installer) deleteFailedVerifications(ctx context.Context, id string) error {
+	jobs := in.clients.Kube.BatchV1().Jobs(verifyNamespace)
+	list, err := jobs.List(ctx, metav1.ListOptions{LabelSelector: verifyLabel + "=" + id})
+	if err != nil {
+		return fmt.Errorf("list verification jobs: %w", err)
+	}
+	var failed []string
+	for _, j := range list.Items {
+		if !jobCondition(&j, batchv1.JobFailed) {
+			continue
+		}
+		err := jobs.Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete failed verification job %s: %w", j.Name, err)
+		}
+		failed = append(failed, j.Name)
+	}
+	return kube.PollPending(ctx, verifyTimeout, "the failed verification jobs to go", func(ctx context.Context) (string, error) {
+		var left []string
+		for _, name := range failed {
+			if _, err := jobs.Get(ctx, name, metav1.GetOptions{}); err == nil {
+				left = append(left, name)
+			} else if !apierrors.IsNotFound(err) {
+				return "", err
+			}
+		}
+		return strings.Join(left, ", "), nil
+	})
 }
 
 func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) bool {

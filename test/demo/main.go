@@ -23,13 +23,17 @@ import (
 
 const banner = `
 kip demo — what is real and what is not
-  real:      kip itself (bin/kip), SSH, the Debian host with systemd, apt, ufw, and the Kubernetes
-             control plane (kube-apiserver, etcd, controller-manager, scheduler v1.37.2)
+  real:      kip itself (bin/kip), SSH, the Debian host with systemd, apt, ufw, the Kubernetes
+             control plane (kube-apiserver, etcd, controller-manager, scheduler v1.37.2) and the
+             node: containerd, runc, the kubelet, kube-proxy, a pod network, CoreDNS and the
+             local-path provisioner, so every pod runs as containers on the host
   stand-in:  "k3s" is test/k3s-standin, uploaded through kip's airgap path as if it were the k3s
-             release: it runs that control plane under k3s's systemd unit, but kubelets are kwok,
-             so no container runs; charts (HelmCharts) are "installed" by the stand-in's
-             helm-controller as Jobs that complete without running helm
-  simulated: the host's 4 GiB of RAM (a /proc/meminfo fixture) and kernel modules (a modprobe shim)
+             release: it runs those parts under k3s's systemd unit and paths, but it is not k3s's
+             single binary and has no flannel; charts (HelmCharts) are "installed" by its
+             helm-controller as Jobs that complete without running helm; the Kipper console is
+             a stand-in image that only answers HTTP
+  simulated: the host's 4 GiB of RAM (a /proc/meminfo fixture), kernel modules (a modprobe shim)
+             and the kubelet's kernel tunables (fixture files)
 `
 
 func main() {
