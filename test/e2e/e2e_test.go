@@ -117,6 +117,13 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 
 	t.Run("LocalPath", func(t *testing.T) { testLocalPath(ctx, t, c, []*lab.Host{server, a1, a2}) })
 	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(ctx, t, c, server, a1) })
+	for _, h := range []*lab.Host{server, a1, a2} {
+		rss, err := h.RSS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("measured: %s's memory (its cgroup's RSS: systemd, sshd, the stand-in and its children, containers): %d MiB", h.Name, rss>>20)
+	}
 
 	// A container on every node, its node's name in its command line.
 	ds := &appsv1.DaemonSet{

@@ -717,35 +717,28 @@ func (h *Host) setLinks(ctx context.Context, network, state string) error {
 	return nil
 }
 
-// RSS returns the resident memory of the host's processes, in bytes: the sum of VmRSS over the
-// processes in its PID namespace (pages they share are counted for each).
+// RSS returns the resident memory of the host, in bytes: total_rss of its own memory cgroup,
+// which holds every process of the host, its containers' too, each page counted once.
 func (h *Host) RSS() (uint64, error) {
-	init := h.init()
-	if init == 0 {
+	if h.init() == 0 {
 		return 0, fmt.Errorf("%s is not running", h.Name)
 	}
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	b, err := os.ReadFile(filepath.Join(h.dir(), "cgroups"))
 	if err != nil {
 		return 0, err
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	var total uint64
-	for _, p := range procs {
-		if l, err := os.Readlink(p + "/ns/pid"); err != nil || l != ns {
-			continue
-		}
-		status, err := os.ReadFile(p + "/status")
+	for _, cg := range strings.Fields(string(b)) {
+		stat, err := os.ReadFile(filepath.Join(cg, "memory.stat"))
 		if err != nil {
-			continue // gone
+			continue // not the memory hierarchy
 		}
-		for line := range strings.Lines(string(status)) {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				total += kb * 1024
+		for line := range strings.Lines(string(stat)) {
+			if v, ok := strings.CutPrefix(line, "total_rss "); ok {
+				return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			}
 		}
 	}
-	return total, nil
+	return 0, fmt.Errorf("%s has no memory cgroup of its own", h.Name)
 }
 
 // removeHost removes everything of the host called name: its processes, disks, network
