@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
-TESTFLAGS ?= -timeout 40m
+TESTFLAGS ?= -timeout 60m
 
 .PHONY: all build build-fault test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
 
