@@ -127,6 +127,7 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 		"--config=" + cfg,
 		"--kubeconfig=" + filepath.Join(n.agentDir(), "kubelet.kubeconfig"),
 		"--hostname-override=" + n.name,
+		"--root-dir=" + kubeletRoot,
 		"--node-ip=" + strings.Join(n.internalIPs, ","),
 		"--cloud-provider=external",
 	}
