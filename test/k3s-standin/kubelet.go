@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,8 +135,8 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	}
 	if len(n.labels) > 0 {
 		var ls []string
-		for k, v := range n.labels {
-			ls = append(ls, k+"="+v)
+		for _, k := range slices.Sorted(maps.Keys(n.labels)) {
+			ls = append(ls, k+"="+n.labels[k])
 		}
 		args = append(args, "--node-labels="+strings.Join(ls, ","))
 	}
