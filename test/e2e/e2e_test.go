@@ -122,7 +122,7 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("measured: %s's memory (its cgroup's RSS: systemd, sshd, the stand-in and its children, containers): %d MiB", h.Name, rss>>20)
+		t.Logf("measured: %s's anonymous memory (its cgroup's RSS: systemd, sshd, the stand-in and its children, containers): %d MiB", h.Name, rss>>20)
 	}
 
 	// A container on every node, its node's name in its command line.

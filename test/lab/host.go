@@ -717,8 +717,9 @@ func (h *Host) setLinks(ctx context.Context, network, state string) error {
 	return nil
 }
 
-// RSS returns the resident memory of the host, in bytes: total_rss of its own memory cgroup,
-// which holds every process of the host, its containers' too, each page counted once.
+// RSS returns the resident anonymous memory of the host, in bytes: total_rss of its own memory
+// cgroup, which holds every process of the host, its containers' too, each page counted once.
+// Pages mapped from files (the programs themselves) are the cgroup's cache, not counted here.
 func (h *Host) RSS() (uint64, error) {
 	if h.init() == 0 {
 		return 0, fmt.Errorf("%s is not running", h.Name)
