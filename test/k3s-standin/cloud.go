@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -24,6 +26,7 @@ const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
 // annotations name (internal, external, host name) and lifts the uninitialized taint, and keeps
 // CoreDNS's NodeHosts listing every Node.
 func runCloudController(ctx context.Context, admin kubernetes.Interface) {
+	written := "" // the NodeHosts last found or written: unchanged Nodes cost no ConfigMap request
 	for {
 		nodes, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err == nil {
@@ -32,8 +35,12 @@ func runCloudController(ctx context.Context, admin kubernetes.Interface) {
 					slog.Warn("cloud controller: initialize node", "node", nodes.Items[i].Name, "err", err)
 				}
 			}
-			if err := updateNodeHosts(ctx, admin, nodes.Items); err != nil && ctx.Err() == nil {
-				slog.Warn("cloud controller: update CoreDNS NodeHosts", "err", err)
+			if want := nodeHosts(nodes.Items); want != written {
+				if err := updateNodeHosts(ctx, admin, want); err != nil && ctx.Err() == nil && !errors.Is(err, errNoCoreDNS) {
+					slog.Warn("cloud controller: update CoreDNS NodeHosts", "err", err)
+				} else if err == nil {
+					written = want
+				}
 			}
 		} else if ctx.Err() == nil {
 			slog.Warn("cloud controller: list nodes", "err", err)
@@ -84,6 +91,9 @@ func initializeNode(ctx context.Context, admin kubernetes.Interface, nd *corev1.
 	})
 }
 
+// errNoCoreDNS: the coredns ConfigMap does not exist (disabled); not worth a warning.
+var errNoCoreDNS = errors.New("no coredns ConfigMap")
+
 // nodeHosts is CoreDNS's NodeHosts: each Node's internal address and name, one per line.
 func nodeHosts(nodes []corev1.Node) string {
 	var lines []string
@@ -96,13 +106,17 @@ func nodeHosts(nodes []corev1.Node) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-func updateNodeHosts(ctx context.Context, admin kubernetes.Interface, nodes []corev1.Node) error {
+// updateNodeHosts sets CoreDNS's NodeHosts to want. Without the ConfigMap (CoreDNS disabled) it
+// does nothing and says so with an error, so that it is tried again.
+func updateNodeHosts(ctx context.Context, admin kubernetes.Interface, want string) error {
 	cms := admin.CoreV1().ConfigMaps("kube-system")
 	cm, err := cms.Get(ctx, "coredns", metav1.GetOptions{})
-	if err != nil {
-		return nil // CoreDNS is disabled, or not deployed yet
+	if apierrors.IsNotFound(err) {
+		return errNoCoreDNS
 	}
-	want := nodeHosts(nodes)
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
 	if cm.Data["NodeHosts"] == want {
 		return nil
 	}
