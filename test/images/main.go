@@ -97,22 +97,19 @@ var images = []image{
 	},
 	// The Kipper console, which cannot run here: each answers HTTP on the console's ports
 	// (internal/components: the UI on 80, console-api on 8080 and its metrics on 8081).
-	{
-		file:       "kipper-console.tar",
-		pin:        "console",
-		busybox:    true,
+	consoleStandIn("kipper-console.tar", "console", "exec httpd -f -p 80 -h /www"),
+	consoleStandIn("kipper-console-api.tar", "console-api", "httpd -p 8081 -h /www && exec httpd -f -p 8080 -h /www"),
+}
+
+// consoleStandIn is a console image: busybox's httpd serving consolePage, started by script,
+// under the reference manifests/versions.yaml pins for component pin.
+func consoleStandIn(file, pin, script string) image {
+	return image{
+		file: file, pin: pin, busybox: true,
 		files:      map[string]string{"/www/index.html": consolePage},
 		env:        []string{defaultPath},
-		entrypoint: []string{"/bin/sh", "-c", "exec httpd -f -p 80 -h /www"},
-	},
-	{
-		file:       "kipper-console-api.tar",
-		pin:        "console-api",
-		busybox:    true,
-		files:      map[string]string{"/www/index.html": consolePage},
-		env:        []string{defaultPath},
-		entrypoint: []string{"/bin/sh", "-c", "httpd -p 8081 -h /www && exec httpd -f -p 8080 -h /www"},
-	},
+		entrypoint: []string{"/bin/sh", "-c", script},
+	}
 }
 
 // consolePage is what the console stand-ins serve.
