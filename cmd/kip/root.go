@@ -48,6 +48,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newCompletionCmd(f),
 		newStatusCmd(f, nil),
 		newDoctorCmd(f, nil),
+		newBackupCmd(f, backupRunners{}),
 	)
 	return cmd
 }

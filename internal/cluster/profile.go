@@ -34,9 +34,12 @@ type Profile struct {
 	ConsoleAPIMemory string `json:"consoleAPIMemory"`
 }
 
+// ProfileNano is the smallest profile's name: one small server on local storage.
+const ProfileNano = "nano"
+
 // Profiles, smallest first. Nano fits any server kip supports; a larger one needs its minimums.
 var Profiles = []Profile{
-	{Name: "nano", Monitoring: false, RegistrySize: "10Gi", ConsoleAPIMemory: "256Mi"},
+	{Name: ProfileNano, Monitoring: false, RegistrySize: "10Gi", ConsoleAPIMemory: "256Mi"},
 	{Name: "small", MinMemoryMiB: LonghornMinMemoryMiB, MinCPUs: 2, Monitoring: true,
 		PrometheusRetention: "3d", LokiRetention: "3d", RegistrySize: "20Gi", ConsoleAPIMemory: "384Mi"},
 	{Name: "standard", MinMemoryMiB: 14000, MinCPUs: 4, Monitoring: true,
@@ -94,7 +97,7 @@ func Choose(memMiB, cpus int, profile, storage string) (Sizing, error) {
 	} else {
 		s.Profile = largestFor(memMiB, cpus)
 		s.ProfileReason = fmt.Sprintf("the largest profile for %d MiB of RAM and %s", memMiB, cpuCount(cpus))
-		if s.Profile.Name == "nano" {
+		if s.Profile.Name == ProfileNano {
 			next := Profiles[1]
 			s.ProfileReason = fmt.Sprintf("%d MiB of RAM and %s is below the %d MiB and %s of the %s profile",
 				memMiB, cpuCount(cpus), next.MinMemoryMiB, cpuCount(next.MinCPUs), next.Name)
@@ -103,7 +106,7 @@ func Choose(memMiB, cpus int, profile, storage string) (Sizing, error) {
 
 	switch storage {
 	case "":
-		if s.Profile.Name == "nano" {
+		if s.Profile.Name == ProfileNano {
 			s.Storage, s.StorageReason = StorageLocal, "the nano profile keeps volumes on the server's own disk; pass --storage longhorn on a server with at least 6000 MiB for Longhorn"
 		} else {
 			s.Storage, s.StorageReason = StorageLonghorn, fmt.Sprintf("the %s profile's default", s.Profile.Name)

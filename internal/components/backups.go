@@ -20,7 +20,7 @@ import (
 // (The platform's other volumes, the registry's, Prometheus's and Loki's, stay on the server's
 // disk in k3s's local-path class whatever the cluster's storage.)
 func (r *renderer) minio() (Component, error) {
-	c, err := r.chartComponent("minio", veleroNamespace, map[string]any{
+	c, err := r.chartComponent("minio", VeleroNamespace, map[string]any{
 		"mode":           "standalone",
 		"replicas":       1,
 		"existingSecret": minioCredentialsSecret,
@@ -38,7 +38,7 @@ func (r *renderer) minio() (Component, error) {
 		return Component{}, err
 	}
 	err = collect(&c.CreateOnly, typed("v1", "Secret", &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: minioCredentialsSecret, Namespace: veleroNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: minioCredentialsSecret, Namespace: VeleroNamespace},
 		Type:       corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
 			"rootUser":     []byte(minioRootUser),
@@ -83,7 +83,7 @@ func (r *renderer) velero() (Component, error) {
 		// backup keys. Without them the cluster's Secret stays.
 		if !b.keepsCredentials() {
 			extra = append(extra, typed("v1", "Secret", &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: veleroCredentialsSecret, Namespace: veleroNamespace},
+				ObjectMeta: metav1.ObjectMeta{Name: veleroCredentialsSecret, Namespace: VeleroNamespace},
 				Type:       corev1.SecretTypeOpaque,
 				Data:       map[string][]byte{"cloud": awsCredentials(b.AccessKeyID, b.SecretAccessKey)},
 			}))
@@ -92,11 +92,11 @@ func (r *renderer) velero() (Component, error) {
 		location["bucket"] = minioBucket
 		location["config"] = map[string]any{
 			"region":           "minio",
-			"s3Url":            "http://minio." + veleroNamespace + ".svc:9000",
+			"s3Url":            "http://minio." + VeleroNamespace + ".svc:9000",
 			"s3ForcePathStyle": "true",
 		}
 	}
-	return r.chartComponent("velero", veleroNamespace, map[string]any{
+	return r.chartComponent("velero", VeleroNamespace, map[string]any{
 		"image": map[string]any{"repository": pin.Image, "tag": pin.Version},
 		"initContainers": []any{map[string]any{
 			"name":            "velero-plugin-for-aws",

@@ -62,7 +62,7 @@ const (
 	// runs there too.
 	HelmChartNamespace = "kube-system"
 	longhornNamespace  = "longhorn-system"
-	veleroNamespace    = "velero"
+	VeleroNamespace    = "velero"
 	localPathClass     = "local-path" // k3s's local-path provisioner
 	longhornClass      = "longhorn"
 	clusterIssuer      = "letsencrypt"

@@ -567,7 +567,7 @@ func (in *installer) summary() {
 	in.p.Info("  kip status                      the cluster's nodes, storage and components")
 	in.p.Info("  kip doctor                      check the cluster and its host")
 	in.p.Info("  export KUBECONFIG=" + in.kubePath)
-	if in.sizing.Profile.Name == "nano" && !in.record.Monitoring.Prometheus {
+	if in.sizing.Profile.Name == cluster.ProfileNano && !in.record.Monitoring.Prometheus {
 		in.p.Info("  kip platform enable prometheus  turn monitoring on when the server has room")
 	}
 }

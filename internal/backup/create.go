@@ -1,0 +1,164 @@
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/kube"
+)
+
+// DefaultTTL is how long a backup is kept unless --ttl says otherwise: 30 days.
+const DefaultTTL = 720 * time.Hour
+
+// WaitTimeout bounds kip backup create --wait: Velero's own limit on a file-system backup.
+const WaitTimeout = 4 * time.Hour
+
+// Labels kip puts on the backups it creates.
+const (
+	// ProjectLabel names the project of a backup made with --project.
+	ProjectLabel = "kipper.run/project"
+	// CreatedByAnnotation is the command line that created the backup.
+	CreatedByAnnotation = "kipper.run/created-by"
+)
+
+// CreateOptions are kip backup create's.
+type CreateOptions struct {
+	Options
+	Project    string
+	Namespaces []string
+	TTL        time.Duration
+	Wait       bool
+	// Holder is the command line, recorded on the backup.
+	Holder string
+}
+
+// Create starts a backup of the scope and, with Wait, waits until it finishes and is a completed
+// backup.
+func Create(ctx context.Context, o *CreateOptions) error {
+	e, err := load(ctx, &o.Options)
+	if err != nil {
+		return err
+	}
+	b, err := e.create(ctx, o)
+	if err != nil || !o.Wait {
+		return err
+	}
+	_, err = e.wait(ctx, b)
+	return err
+}
+
+// create creates the Backup object, with kip's record of the claims it should hold.
+func (e *env) create(ctx context.Context, o *CreateOptions) (*velerov1.Backup, error) {
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if ttl < time.Hour {
+		return nil, cli.Usagef("--ttl %s is too short: a backup is kept at least an hour (Velero deletes expired backups hourly)", ttl)
+	}
+	scope, err := resolveScope(ctx, e.cl, o.Project, o.Namespaces)
+	if err != nil {
+		return nil, err
+	}
+	c, err := takeCensus(ctx, e.cl, scope.Namespaces)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range c.Skipped {
+		e.o.Printer.Warn("Velero will hold no data for this volume, so this backup will not be a completed backup: " + s + "; start it and back up again")
+	}
+	claims, err := json.Marshal(c.Claims)
+	if err != nil {
+		return nil, err
+	}
+	b := &velerov1.Backup{
+		TypeMeta: metav1.TypeMeta{APIVersion: velerov1.SchemeGroupVersion.String(), Kind: "Backup"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        backupName(scope, e.o.now()),
+			Namespace:   components.VeleroNamespace,
+			Annotations: map[string]string{VolumesAnnotation: string(claims), CreatedByAnnotation: o.Holder},
+		},
+		Spec: velerov1.BackupSpec{
+			IncludedNamespaces:       scope.Namespaces,
+			TTL:                      metav1.Duration{Duration: ttl},
+			DefaultVolumesToFsBackup: ptr.To(true),
+		},
+	}
+	if scope.Project != "" {
+		b.Labels = map[string]string{ProjectLabel: scope.Project}
+	}
+	created, err := kube.CreateAs(ctx, e.cl.Dynamic, backupsGVR, components.VeleroNamespace, b)
+	if err != nil {
+		return nil, veleroErr("create backup", err)
+	}
+	e.o.Printer.Success(fmt.Sprintf("Started backup %s of %s (%s, kept %s)", created.Name, joinAnd(scope.Namespaces),
+		plural(len(c.Claims), "volume"), cli.FormatDuration(ttl)))
+	return created, nil
+}
+
+// backupName is <scope>-<UTC time to the second>: the project, the namespace, "namespaces" for
+// several, or "kipper" for every project's.
+func backupName(s Scope, now time.Time) string {
+	prefix := "kipper"
+	switch {
+	case s.Project != "":
+		prefix = s.Project
+	case len(s.Namespaces) == 1:
+		prefix = s.Namespaces[0]
+	}
+	if len(prefix) > 40 {
+		prefix = strings.TrimRight(prefix[:40], "-")
+	}
+	return prefix + "-" + now.UTC().Format("20060102-150405")
+}
+
+// wait waits until b finishes, saying how far it got whenever that changes, and returns the
+// verdict; an error unless it is a completed backup.
+func (e *env) wait(ctx context.Context, b *velerov1.Backup) (Verdict, error) {
+	p := e.o.Printer
+	p.StepStarted("Waiting for backup " + b.Name)
+	start := time.Now()
+	var last string
+	var v Verdict
+	err := kube.Poll(ctx, WaitTimeout, "backup "+b.Name, func(ctx context.Context) (bool, string, error) {
+		s, err := ReadSnapshot(ctx, e.cl, e.o.now())
+		if err != nil {
+			return false, "", err
+		}
+		cur, err := s.Find(b.Name)
+		if err != nil {
+			return false, "", fmt.Errorf("backup %s is gone: it was deleted while kip waited", b.Name)
+		}
+		v = s.Verdict(cur)
+		if v.State != StateWaiting {
+			return true, "", nil
+		}
+		if msg := strings.Join(v.Reasons, "; "); msg != last {
+			last = msg
+			p.Info(b.Name + ": " + msg)
+		}
+		return false, strings.Join(v.Reasons, "; "), nil
+	})
+	if err != nil {
+		p.StepFailed("Backup "+b.Name, err)
+		if ctx.Err() != nil {
+			return v, fmt.Errorf("%w (the backup goes on in Velero: 'kip backup describe %s' shows it)", err, b.Name)
+		}
+		return v, err
+	}
+	if err := v.Err(b.Name); err != nil {
+		p.StepFailed("Backup "+b.Name, err)
+		return v, err
+	}
+	p.StepDone("Backup "+b.Name+" completed", time.Since(start))
+	return v, nil
+}
