@@ -1,7 +1,6 @@
 package backup
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	"kipper.run/kip/internal/kube"
 )
 
 // What "a completed backup" means to every kip workflow: a service move requires one of the
@@ -58,21 +59,26 @@ type Claim struct {
 
 func (c Claim) String() string { return c.Namespace + "/" + c.Name }
 
-// VolumesAnnotation is kip's record on a Backup it created: the JSON list of Claims whose data the
-// backup should hold, taken just before the backup was created (docs/records.md).
-const VolumesAnnotation = "kipper.run/backup-volumes"
+// volumesRecord is kip's record on a Backup it created, kipper.run/backup-volumes (format 1):
+// the claims whose data the backup should hold, taken just before it was created
+// (docs/records.md).
+const (
+	volumesRecord        = "backup-volumes"
+	volumesRecordVersion = 1
+)
 
-// RecordedClaims reads VolumesAnnotation; recorded is false when the backup has none (one kip did
-// not create).
+// VolumesRecord is the data of that record.
+type VolumesRecord struct {
+	Claims []Claim `json:"claims"`
+}
+
+// RecordedClaims reads the record; recorded is false when the backup has none (one kip did not
+// create).
 func RecordedClaims(b *velerov1.Backup) (claims []Claim, recorded bool, err error) {
-	raw, ok := b.Annotations[VolumesAnnotation]
-	if !ok {
-		return nil, false, nil
-	}
-	if err := json.Unmarshal([]byte(raw), &claims); err != nil {
-		return nil, true, fmt.Errorf("backup %s: read %s: %w", b.Name, VolumesAnnotation, err)
-	}
-	return claims, true, nil
+	ref := kube.ObjectRef{Group: velerov1.SchemeGroupVersion.Group, Version: velerov1.SchemeGroupVersion.Version,
+		Resource: backupsGVR.Resource, Namespace: b.Namespace, Name: b.Name}
+	rec, found, err := kube.RecordFrom[VolumesRecord](ref, b.Annotations, volumesRecord, volumesRecordVersion)
+	return rec.Claims, found, err
 }
 
 // Input is what Check decides from: the backup, the PodVolumeBackups and DeleteBackupRequests of

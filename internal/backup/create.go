@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -76,7 +75,7 @@ func (e *env) create(ctx context.Context, o *CreateOptions) (*velerov1.Backup, e
 	for _, s := range c.Skipped {
 		e.o.Printer.Warn("Velero will hold no data for this volume, so this backup will not be a completed backup: " + s + "; start it and back up again")
 	}
-	claims, err := json.Marshal(c.Claims)
+	key, claims, err := kube.RecordAnnotation(volumesRecord, volumesRecordVersion, VolumesRecord{Claims: c.Claims})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +84,7 @@ func (e *env) create(ctx context.Context, o *CreateOptions) (*velerov1.Backup, e
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        backupName(scope, e.o.now()),
 			Namespace:   components.VeleroNamespace,
-			Annotations: map[string]string{VolumesAnnotation: string(claims), CreatedByAnnotation: o.Holder},
+			Annotations: map[string]string{key: claims, CreatedByAnnotation: o.Holder},
 		},
 		Spec: velerov1.BackupSpec{
 			IncludedNamespaces:       scope.Namespaces,

@@ -142,6 +142,24 @@ func ReadRecords[T any](ctx context.Context, dyn dynamic.Interface, ref ObjectRe
 	return recs, nil
 }
 
+// RecordAnnotation encodes rec as record name of format version: the annotation key and value
+// to put on an object kip creates with its record already on it (a Velero Backup).
+func RecordAnnotation(name string, version int, rec any) (key, value string, err error) {
+	value, err = encodeRecord(version, rec)
+	return RecordPrefix + name, value, err
+}
+
+// RecordFrom decodes record name from the annotations of the object ref names; found is false
+// when it has none.
+func RecordFrom[T any](ref ObjectRef, annotations map[string]string, name string, version int) (rec T, found bool, err error) {
+	raw, ok := annotations[RecordPrefix+name]
+	if !ok {
+		return rec, false, nil
+	}
+	rec, err = decodeRecord[T](ref, name, raw, version)
+	return rec, true, err
+}
+
 func decodeRecord[T any](ref ObjectRef, name, raw string, version int) (T, error) {
 	var rec T
 	var env envelope

@@ -1,0 +1,557 @@
+package backup_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/backup"
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/test/testenv"
+	velerotest "kipper.run/kip/test/velero"
+)
+
+// TestMain shares one API test environment among this package's tests; each test that needs
+// Velero starts the real Velero server against it (velerotest.Start).
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+var (
+	projectsGVR = schema.GroupVersionResource{Group: "kipper.run", Version: "v1alpha1", Resource: "projects"}
+	backupsGVR  = velerov1.SchemeGroupVersion.WithResource("backups")
+	dbrsGVR     = velerov1.SchemeGroupVersion.WithResource("deletebackuprequests")
+)
+
+// fixture is a test's cluster: the environment, kip's clients, Velero, and what kip printed.
+type fixture struct {
+	env    *testenv.Env
+	cl     *kube.Clients
+	velero *velerotest.Server
+	out    *bytes.Buffer
+	errOut *bytes.Buffer
+	p      *cli.Printer
+}
+
+func newFixture(t *testing.T, profile string, backups string) *fixture {
+	t.Helper()
+	env := testenv.Get(t)
+	env.StartKwok(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{env: env, cl: cl, out: &bytes.Buffer{}, errOut: &bytes.Buffer{}}
+	f.p = cli.NewPrinter(&cli.IOStreams{Out: f.out, ErrOut: f.errOut, Getenv: func(string) string { return "" }})
+	f.record(t, profile, backups)
+	if backups != cluster.BackupsNone {
+		f.velero = velerotest.Start(t, env)
+	}
+	env.AddNode(t, "node-"+env.Namespace(t), testenv.NodeOptions{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kip printed:\n%s%s", f.errOut, f.out)
+		}
+	})
+	return f
+}
+
+func (f *fixture) record(t *testing.T, profile, backups string) {
+	t.Helper()
+	if _, err := cluster.UpdateRecord(context.Background(), f.cl.Dynamic, func(rec *cluster.Record, _ bool) error {
+		rec.Profile, rec.Storage, rec.Backups = profile, cluster.StorageLocal, backups
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) options() backup.Options {
+	return backup.Options{Kube: func() (*kube.Clients, error) { return f.cl, nil }, Printer: f.p, Out: f.out, Poll: 200 * time.Millisecond}
+}
+
+// project creates a Kipper Project listing namespaces as its environments' namespaces, as the
+// console's controller does.
+func (f *fixture) project(t *testing.T, name string, namespaces ...string) {
+	t.Helper()
+	ctx := context.Background()
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{}}}
+	created, err := f.cl.Dynamic.Resource(projectsGVR).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.cl.Dynamic.Resource(projectsGVR).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	ns := make([]any, len(namespaces))
+	for i, n := range namespaces {
+		ns[i] = n
+	}
+	if err := unstructured.SetNestedSlice(created.Object, ns, "status", "namespaces"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cl.Dynamic.Resource(projectsGVR).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// service puts a small service in ns: a ConfigMap and a Deployment whose pod (kwok's) runs.
+func (f *fixture) service(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-config", Namespace: ns}, Data: map[string]string{"greeting": "hello from " + ns}}
+	if _, err := f.cl.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: testenv.FastPodAnnotations()},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "registry.example/" + name + ":1"}},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}}}
+	if _, err := f.cl.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitRollout(ctx, f.cl, "Deployment", ns, name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) readBackup(t *testing.T, name string) *velerov1.Backup {
+	t.Helper()
+	b, err := kube.GetAs[velerov1.Backup](context.Background(), f.cl.Dynamic, backupsGVR, velerotest.Namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// lastBackup is the backup kip created last (kip names it in its output).
+func (f *fixture) lastBackup(t *testing.T) string {
+	t.Helper()
+	const started = "Started backup "
+	i := strings.LastIndex(f.errOut.String(), started)
+	if i < 0 {
+		t.Fatalf("kip named no backup:\n%s", f.errOut)
+	}
+	name, _, _ := strings.Cut(f.errOut.String()[i+len(started):], " ")
+	return name
+}
+
+func describe(t *testing.T, f *fixture, name string) backup.Description {
+	t.Helper()
+	f.out.Reset()
+	o := &backup.DescribeOptions{Options: f.options(), Name: name}
+	o.JSON = true
+	if err := backup.Describe(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	var d backup.Description
+	if err := json.Unmarshal(f.out.Bytes(), &d); err != nil {
+		t.Fatalf("describe -o json: %v\n%s", err, f.out)
+	}
+	return d
+}
+
+// TestCreateWaitRestore backs a project of three namespaces up with the real Velero server, finds
+// the backup in the bucket, restores one namespace beside the original and refuses to restore it
+// over the original.
+func TestCreateWaitRestore(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	var namespaces []string
+	for i := 0; i < 3; i++ {
+		ns := f.env.Namespace(t)
+		f.service(t, ns, fmt.Sprintf("web%d", i))
+		namespaces = append(namespaces, ns)
+	}
+	f.project(t, "shop", namespaces...)
+
+	start := time.Now()
+	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Project: "shop", Wait: true, Holder: "kip backup create --project shop --wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("measured: kip backup create --project shop --wait, a project of 3 namespaces, took %s", time.Since(start).Round(time.Millisecond))
+	name := f.lastBackup(t)
+	if !strings.HasPrefix(name, "shop-") {
+		t.Errorf("backup %s is not named after its project", name)
+	}
+	b := f.readBackup(t, name)
+	slices.Sort(namespaces)
+	if !slices.Equal(b.Spec.IncludedNamespaces, namespaces) || b.Labels[backup.ProjectLabel] != "shop" || b.Spec.TTL.Duration != backup.DefaultTTL {
+		t.Errorf("backup spec %+v labels %v: want the project's namespaces %v and a 720h TTL", b.Spec, b.Labels, namespaces)
+	}
+	if objs := f.velero.Objects(t, "backups/"+name+"/"); !slices.Contains(objs, "backups/"+name+"/"+name+".tar.gz") {
+		t.Fatalf("the bucket holds %v under backups/%s/, not the backup's tarball", objs, name)
+	}
+	d := describe(t, f, name)
+	if d.Verdict.State != backup.StateCompleted || d.Phase != "Completed" || d.TotalItems == 0 || len(d.ByNamespace) != 3 {
+		t.Errorf("describe: %+v", d)
+	}
+
+	// Restored beside the original, the objects come back.
+	src := namespaces[0]
+	dst := src + "-restored"
+	t.Cleanup(func() { f.cl.Kube.CoreV1().Namespaces().Delete(context.Background(), dst, metav1.DeleteOptions{}) })
+	err = backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}, Mapping: map[string]string{src: dst}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := f.cl.Kube.CoreV1().ConfigMaps(dst).Get(ctx, "web0-config", metav1.GetOptions{})
+	if err != nil || cm.Data["greeting"] != "hello from "+src {
+		t.Fatalf("restored ConfigMap %v, %v", cm, err)
+	}
+	if _, err := f.cl.Kube.AppsV1().Deployments(dst).Get(ctx, "web0", metav1.GetOptions{}); err != nil {
+		t.Errorf("restored Deployment: %v", err)
+	}
+
+	// Over the original, everything would be skipped: refused, naming what exists.
+	err = backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}})
+	if err == nil || !strings.Contains(err.Error(), "namespace "+src+" still holds objects that restoring "+name+" would skip") ||
+		!strings.Contains(err.Error(), "deployment web0") || !strings.Contains(err.Error(), "configmap web0-config") ||
+		!strings.Contains(err.Error(), "--namespace-mapping <namespace>:"+src+"-restored") {
+		t.Errorf("restore over the original: %v", err)
+	}
+}
+
+// TestPodNotRunningIsNotACompletedBackup: Velero skips the volumes of a pod that is not Running
+// and calls the backup Completed with no errors; kip does not.
+func TestPodNotRunningIsNotACompletedBackup(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	ns := f.env.Namespace(t)
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-db-0", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod that cannot be scheduled stays Pending.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: ns}, Spec: corev1.PodSpec{
+		NodeSelector: map[string]string{"kipper.run/no-such-node": "true"},
+		Containers:   []corev1.Container{{Name: "db", Image: "postgres:17", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql"}}}},
+		Volumes:      []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}}}
+	if _, err := f.cl.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true})
+	want := "it holds no data for volume " + ns + "/data-db-0"
+	if err == nil || !strings.Contains(err.Error(), "is not a completed backup") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("create --wait = %v, want a refusal containing %q", err, want)
+	}
+	if !strings.Contains(f.errOut.String(), "pod "+ns+"/db-0 (Pending) mounts claim data-db-0") {
+		t.Errorf("kip did not warn before the backup that the pod is not Running:\n%s", f.errOut)
+	}
+	b := f.readBackup(t, f.lastBackup(t))
+	if b.Status.Phase != velerov1.BackupPhaseCompleted || b.Status.Errors != 0 {
+		t.Fatalf("Velero's verdict: phase %s, %d errors; this test needs Velero to call it Completed with no errors", b.Status.Phase, b.Status.Errors)
+	}
+	t.Logf("Velero: phase %s, %d errors, %d warnings; kip: %v", b.Status.Phase, b.Status.Errors, b.Status.Warnings, err)
+	if d := describe(t, f, b.Name); d.Verdict.State != backup.StateNotCompleted || len(d.ByNamespace) != 1 || !slices.Equal(d.ByNamespace[0].Missing, []string{"data-db-0"}) {
+		t.Errorf("describe: %+v", d)
+	}
+}
+
+// TestExpiredAndBeingDeleted: a finished backup past its expiry (Velero's GC runs hourly, so the
+// object stays) and one with a DeleteBackupRequest not yet processed are not completed backups.
+func TestExpiredAndBeingDeleted(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	ns := f.env.Namespace(t)
+	f.service(t, ns, "web")
+	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true, TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	name := f.lastBackup(t)
+	b := f.readBackup(t, name)
+
+	// Expired: kip's clock an hour and a minute on.
+	later := f.options()
+	later.Now = func() time.Time { return b.Status.Expiration.Add(time.Minute) }
+	later.JSON = true
+	f.out.Reset()
+	if err := backup.List(ctx, &backup.ListOptions{Options: later}); err != nil {
+		t.Fatal(err)
+	}
+	var list []backup.Summary
+	if err := json.Unmarshal(f.out.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(list, func(s backup.Summary) bool { return s.Name == name })
+	if i < 0 || list[i].Verdict.State != backup.StateNotCompleted || !strings.Contains(strings.Join(list[i].Verdict.Reasons, ";"), "it expired at") || list[i].Phase != "Completed" {
+		t.Fatalf("list after expiry: %+v", list)
+	}
+
+	// Being deleted: Velero is stopped so that the request stays New, as it is until Velero
+	// takes it up.
+	f.velero.Stop(t)
+	req := &velerov1.DeleteBackupRequest{TypeMeta: metav1.TypeMeta{APIVersion: "velero.io/v1", Kind: "DeleteBackupRequest"},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-delete", Namespace: velerotest.Namespace,
+			Labels: map[string]string{velerov1.BackupNameLabel: name, velerov1.BackupUIDLabel: string(b.UID)}},
+		Spec: velerov1.DeleteBackupRequestSpec{BackupName: name}}
+	if _, err := kube.CreateAs(ctx, f.cl.Dynamic, dbrsGVR, velerotest.Namespace, req); err != nil {
+		t.Fatal(err)
+	}
+	d := describe(t, f, name)
+	if d.Verdict.State != backup.StateNotCompleted || d.Deletion == nil || d.Deletion.Phase != "New" ||
+		!strings.Contains(strings.Join(d.Verdict.Reasons, ";"), "it is being deleted (DeleteBackupRequest "+name+"-delete, New)") {
+		t.Errorf("describe while a deletion is requested: %+v", d)
+	}
+	err := backup.Drill(ctx, &backup.DrillOptions{Options: f.options(), Namespace: ns})
+	if err == nil || !strings.Contains(err.Error(), "no completed backup holds "+ns) || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("drill from a backup being deleted: %v", err)
+	}
+	f.velero.Resume(t)
+}
+
+// TestDrill restores a namespace's latest completed backup beside it, waits for its workloads and
+// removes the copy; on nano it is refused.
+func TestDrill(t *testing.T) {
+	f := newFixture(t, cluster.ProfileNano, cluster.BackupsExternal)
+	ctx := context.Background()
+	ns := f.env.Namespace(t)
+	f.service(t, ns, "web")
+	if err := backup.Drill(ctx, &backup.DrillOptions{Options: f.options(), Namespace: ns}); !errors.Is(err, backup.ErrDrillOnNano) {
+		t.Fatalf("drill on nano = %v", err)
+	}
+	if !strings.Contains(backup.ErrDrillOnNano.Error(), "kip service restore-dump") {
+		t.Errorf("the nano refusal names no alternative: %v", backup.ErrDrillOnNano)
+	}
+
+	f.record(t, "small", cluster.BackupsExternal)
+	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	o := &backup.DrillOptions{Options: f.options(), Namespace: ns}
+	o.JSON = true
+	f.out.Reset()
+	if err := backup.Drill(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	var rep backup.DrillReport
+	if err := json.Unmarshal(f.out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Copy != ns+"-drill" || !slices.Equal(rep.Ready, []string{"deployment web"}) || !rep.Removed {
+		t.Errorf("drill report %+v", rep)
+	}
+	if _, err := f.cl.Kube.CoreV1().Namespaces().Get(ctx, rep.Copy, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the copy %s is still there: %v", rep.Copy, err)
+	}
+}
+
+// TestNoBackups: every command on a cluster without Velero says how to add external storage.
+func TestNoBackups(t *testing.T) {
+	f := newFixture(t, cluster.ProfileNano, cluster.BackupsNone)
+	err := backup.List(context.Background(), &backup.ListOptions{Options: f.options()})
+	if !errors.Is(err, backup.ErrNoBackups) || !strings.Contains(err.Error(), "kip install --host HOST --backup-storage-bucket BUCKET") ||
+		!strings.Contains(err.Error(), "resets users created in the console") {
+		t.Errorf("list without backups: %v", err)
+	}
+}
+
+// TestRepositoryKeyExport writes the key Velero created to a 0600 file and refuses to overwrite.
+func TestRepositoryKeyExport(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	var secret *corev1.Secret
+	if err := kube.Poll(ctx, time.Minute, "Velero's repository key", func(ctx context.Context) (bool, string, error) {
+		s, err := f.cl.Kube.CoreV1().Secrets(velerotest.Namespace).Get(ctx, backup.RepositoryKeySecret, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "not created yet", nil
+		}
+		secret = s
+		return err == nil, "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "repository-key")
+	if err := backup.ExportRepositoryKey(ctx, &backup.ExportOptions{Options: f.options(), To: file}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(file)
+	if err != nil || !bytes.Equal(got, secret.Data[backup.RepositoryKeyField]) {
+		t.Fatalf("exported %q, %v; want the Secret's key", got, err)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode())
+	}
+	if strings.Contains(f.errOut.String()+f.out.String(), string(got)) {
+		t.Error("kip printed the key")
+	}
+	if err := backup.ExportRepositoryKey(ctx, &backup.ExportOptions{Options: f.options(), To: file}); err == nil || !strings.Contains(err.Error(), "never overwrites") {
+		t.Errorf("second export: %v", err)
+	}
+	err = backup.ExportSSEKey(ctx, &backup.ExportOptions{Options: f.options(), To: filepath.Join(t.TempDir(), "sse")})
+	if err == nil || !strings.Contains(err.Error(), "not encrypted with an SSE-C key") {
+		t.Errorf("sse-key export without SSE-C: %v", err)
+	}
+}
+
+// countingTransport counts the API requests kip makes.
+type countingTransport struct {
+	mu   sync.Mutex
+	reqs []string
+	next http.RoundTripper
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.reqs = append(c.reqs, r.Method+" "+r.URL.Path)
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+// TestListRequests: kip backup list reads 500 backups with one list request per kind.
+func TestListRequests(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	// Velero is stopped so that it does not run 500 backups; kip reads them as they are.
+	f.velero.Stop(t)
+	t.Cleanup(func() { f.velero.Resume(t) })
+	const n = 500
+	for i := 0; i < n; i++ {
+		b := &velerov1.Backup{TypeMeta: metav1.TypeMeta{APIVersion: "velero.io/v1", Kind: "Backup"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("many-%03d", i), Namespace: velerotest.Namespace, Labels: map[string]string{"kip-test": "many"}},
+			Spec:       velerov1.BackupSpec{IncludedNamespaces: []string{"shop-prod"}}}
+		if _, err := kube.CreateAs(ctx, f.cl.Dynamic, backupsGVR, velerotest.Namespace, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		f.cl.Dynamic.Resource(backupsGVR).Namespace(velerotest.Namespace).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "kip-test=many"})
+	})
+	counter := &countingTransport{}
+	cfg := rest.CopyConfig(f.env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.next = rt; return counter })
+	cl, err := kube.NewClients(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := f.options()
+	o.Kube = func() (*kube.Clients, error) { return cl, nil }
+	o.JSON = true
+	f.out.Reset()
+	if err := backup.List(ctx, &backup.ListOptions{Options: o}); err != nil {
+		t.Fatal(err)
+	}
+	var list []backup.Summary
+	if err := json.Unmarshal(f.out.Bytes(), &list); err != nil || len(list) < n {
+		t.Fatalf("listed %d backups, %v", len(list), err)
+	}
+	t.Logf("measured: kip backup list with %d backups made %d API requests: %s", len(list), len(counter.reqs), strings.Join(counter.reqs, ", "))
+	want := []string{
+		"GET /api/v1/namespaces/kube-system/configmaps/kipper-records",
+		"GET /apis/velero.io/v1/namespaces/velero/backups",
+		"GET /apis/velero.io/v1/namespaces/velero/podvolumebackups",
+		"GET /apis/velero.io/v1/namespaces/velero/deletebackuprequests",
+	}
+	if !slices.Equal(counter.reqs, want) {
+		t.Errorf("requests %v, want %v", counter.reqs, want)
+	}
+}
+
+// TestExcludedCopyPodIsLeftOut: a storage move's copy pod, its claim and its volume, labelled by
+// ExcludeFromBackups, are not in the backup, and kip does not expect data for the claim.
+func TestExcludedCopyPodIsLeftOut(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	ctx := context.Background()
+	ns := f.env.Namespace(t)
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "old-" + ns}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/rancher/k3s/storage/old"}},
+		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: "old-view"}}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "old-view", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}, VolumeName: pv.Name, StorageClassName: ptr.To(""),
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: ns, Annotations: testenv.FastPodAnnotations()}, Spec: corev1.PodSpec{
+		NodeSelector: map[string]string{"kipper.run/no-such-node": "true"},
+		Containers:   []corev1.Container{{Name: "copy", Image: "kipper/mover:1", VolumeMounts: []corev1.VolumeMount{{Name: "old", MountPath: "/old", ReadOnly: true}}}},
+		Volumes:      []corev1.Volume{{Name: "old", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "old-view", ReadOnly: true}}}}}}
+	for _, obj := range []metav1.Object{pv, pvc, pod} {
+		backup.ExcludeFromBackups(obj)
+	}
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.cl.Kube.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cl.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.service(t, ns, "web")
+	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	name := f.lastBackup(t)
+	list := resourceList(t, f.velero.Object(t, "backups/"+name+"/"+name+"-resource-list.json.gz"))
+	for _, held := range []string{"v1/Pod:" + ns + "/copy", "v1/PersistentVolumeClaim:" + ns + "/old-view", "v1/PersistentVolume:" + pv.Name} {
+		if strings.Contains(list, held) {
+			t.Errorf("the backup holds %s: %s", held, list)
+		}
+	}
+	if !strings.Contains(list, ns+"/web-config") {
+		t.Errorf("the backup's resource list does not hold the service's ConfigMap: %s", list)
+	}
+}
+
+// resourceList flattens Velero's <backup>-resource-list.json.gz ({"v1/Pod": ["ns/name"], …}) to
+// "kind:ns/name" words.
+func resourceList(t *testing.T, gz []byte) string {
+	t.Helper()
+	raw, err := gunzip(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string][]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("resource list: %v: %s", err, raw)
+	}
+	var words []string
+	for kind, names := range m {
+		for _, n := range names {
+			words = append(words, kind+":"+n)
+		}
+	}
+	slices.Sort(words)
+	return strings.Join(words, " ")
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
