@@ -188,6 +188,7 @@ func TestCreateWaitRestore(t *testing.T) {
 		namespaces = append(namespaces, ns)
 	}
 	f.project(t, "shop", namespaces...)
+	src := namespaces[0] // web0's
 
 	start := time.Now()
 	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Project: "shop", Wait: true, Holder: "kip backup create --project shop --wait"})
@@ -213,7 +214,6 @@ func TestCreateWaitRestore(t *testing.T) {
 	}
 
 	// Restored beside the original, the objects come back.
-	src := namespaces[0]
 	dst := src + "-restored"
 	t.Cleanup(func() { f.cl.Kube.CoreV1().Namespaces().Delete(context.Background(), dst, metav1.DeleteOptions{}) })
 	err = backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}, Mapping: map[string]string{src: dst}})

@@ -255,7 +255,7 @@ func (e *env) restore(ctx context.Context, b *velerov1.Backup, namespaces []stri
 	}
 	msg := fmt.Sprintf("Restored %s from backup %s", joinAnd(into), b.Name)
 	if cur.Status.Warnings > 0 {
-		msg += fmt.Sprintf(" (%s: objects that existed are among them)", plural(cur.Status.Warnings, "warning"))
+		msg += " (" + plural(cur.Status.Warnings, "warning") + ")"
 	}
 	p.StepDone(msg, time.Since(start))
 	return cur, nil
