@@ -29,9 +29,10 @@ test: test-deps testenv lint
 test-deps:
 	sh test/deps.sh
 
-## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd) and the lab's container images
+## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd), the lab's container images, and the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests
 testenv:
 	sh tools/testenv.sh
+	sh tools/velero.sh
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps
