@@ -149,9 +149,15 @@ func crdSources(root string) ([]crdSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	veleroFiles, err := filepath.Glob(filepath.Join(dirs[velero], "config", "crd", "v1", "bases", "*.yaml"))
-	if err != nil || len(veleroFiles) == 0 {
-		return nil, fmt.Errorf("no velero CRDs in %s/config/crd/v1/bases", dirs[velero])
+	// v1 (Backup, Restore, BackupStorageLocation, ...) and v2alpha1 (DataUpload, DataDownload):
+	// the Velero server refuses to start without every one of them, as its chart installs them.
+	var veleroFiles []string
+	for _, version := range []string{"v1", "v2alpha1"} {
+		files, err := filepath.Glob(filepath.Join(dirs[velero], "config", "crd", version, "bases", "*.yaml"))
+		if err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("no velero CRDs in %s/config/crd/%s/bases", dirs[velero], version)
+		}
+		veleroFiles = append(veleroFiles, files...)
 	}
 	helmFiles, err := filepath.Glob(filepath.Join(dirs[helm], "pkg", "crds", "yaml", "generated", "*.yaml"))
 	if err != nil || len(helmFiles) == 0 {

@@ -47,13 +47,13 @@ func TestLoadCRDsFromModules(t *testing.T) {
 			t.Errorf("%s: unexpected labels %v", c.Name, c.Labels)
 		}
 	}
-	for _, want := range []string{"volumes.longhorn.io", "engineimages.longhorn.io", "nodes.longhorn.io", "backups.velero.io", "restores.velero.io", "backupstoragelocations.velero.io"} {
+	for _, want := range []string{"volumes.longhorn.io", "engineimages.longhorn.io", "nodes.longhorn.io", "backups.velero.io", "restores.velero.io", "backupstoragelocations.velero.io", "datauploads.velero.io"} {
 		if !names[want] {
 			t.Errorf("CRD %s not loaded", want)
 		}
 	}
 	if len(crds) < 30 {
-		t.Errorf("loaded %d CRDs, want Longhorn's 22 and Velero's 11 at least", len(crds))
+		t.Errorf("loaded %d CRDs, want Longhorn's 22 and Velero's 13 at least", len(crds))
 	}
 }
 
