@@ -175,11 +175,11 @@ func describe(t *testing.T, f *fixture, name string) backup.Description {
 	return d
 }
 
-// TestCreateWaitRestore backs a project of three namespaces up with the real Velero server, finds
+// testCreateWaitRestore backs a project of three namespaces up with the real Velero server, finds
 // the backup in the bucket, restores one namespace beside the original and refuses to restore it
 // over the original.
-func TestCreateWaitRestore(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+func testCreateWaitRestore(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	var namespaces []string
 	for i := 0; i < 3; i++ {
@@ -237,10 +237,10 @@ func TestCreateWaitRestore(t *testing.T) {
 	}
 }
 
-// TestPodNotRunningIsNotACompletedBackup: Velero skips the volumes of a pod that is not Running
+// testPodNotRunningIsNotACompletedBackup: Velero skips the volumes of a pod that is not Running
 // and calls the backup Completed with no errors; kip does not.
-func TestPodNotRunningIsNotACompletedBackup(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+func testPodNotRunningIsNotACompletedBackup(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-db-0", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
@@ -276,10 +276,10 @@ func TestPodNotRunningIsNotACompletedBackup(t *testing.T) {
 	}
 }
 
-// TestExpiredAndBeingDeleted: a finished backup past its expiry (Velero's GC runs hourly, so the
+// testExpiredAndBeingDeleted: a finished backup past its expiry (Velero's GC runs hourly, so the
 // object stays) and one with a DeleteBackupRequest not yet processed are not completed backups.
-func TestExpiredAndBeingDeleted(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+func testExpiredAndBeingDeleted(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
 	f.service(t, ns, "web")
@@ -328,10 +328,10 @@ func TestExpiredAndBeingDeleted(t *testing.T) {
 	f.velero.Resume(t)
 }
 
-// TestDrill restores a namespace's latest completed backup beside it, waits for its workloads and
+// testDrill restores a namespace's latest completed backup beside it, waits for its workloads and
 // removes the copy; on nano it is refused.
-func TestDrill(t *testing.T) {
-	f := newFixture(t, cluster.ProfileNano, cluster.BackupsExternal)
+func testDrill(t *testing.T, f *fixture) {
+	f.record(t, cluster.ProfileNano, cluster.BackupsExternal)
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
 	f.service(t, ns, "web")
@@ -364,6 +364,30 @@ func TestDrill(t *testing.T) {
 	}
 }
 
+// TestVelero runs kip backup against one real Velero server (started once: each start waits for
+// the previous one's namespace to go).
+func TestVelero(t *testing.T) {
+	f := newFixture(t, "small", cluster.BackupsExternal)
+	for _, tt := range []struct {
+		name string
+		run  func(*testing.T, *fixture)
+	}{
+		{"CreateWaitRestore", testCreateWaitRestore},
+		{"PodNotRunningIsNotACompletedBackup", testPodNotRunningIsNotACompletedBackup},
+		{"ExpiredAndBeingDeleted", testExpiredAndBeingDeleted},
+		{"Drill", testDrill},
+		{"RepositoryKeyExport", testRepositoryKeyExport},
+		{"ListRequests", testListRequests},
+		{"ExcludedCopyPodIsLeftOut", testExcludedCopyPodIsLeftOut},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.out.Reset()
+			f.errOut.Reset()
+			tt.run(t, f)
+		})
+	}
+}
+
 // TestNoBackups: every command on a cluster without Velero says how to add external storage.
 func TestNoBackups(t *testing.T) {
 	f := newFixture(t, cluster.ProfileNano, cluster.BackupsNone)
@@ -374,9 +398,9 @@ func TestNoBackups(t *testing.T) {
 	}
 }
 
-// TestRepositoryKeyExport writes the key Velero created to a 0600 file and refuses to overwrite.
-func TestRepositoryKeyExport(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+// testRepositoryKeyExport writes the key Velero created to a 0600 file and refuses to overwrite.
+func testRepositoryKeyExport(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	var secret *corev1.Secret
 	if err := kube.Poll(ctx, time.Minute, "Velero's repository key", func(ctx context.Context) (bool, string, error) {
@@ -426,9 +450,9 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
-// TestListRequests: kip backup list reads 500 backups with one list request per kind.
-func TestListRequests(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+// testListRequests: kip backup list reads 500 backups with one list request per kind.
+func testListRequests(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	// Velero is stopped so that it does not run 500 backups; kip reads them as they are.
 	f.velero.Stop(t)
@@ -475,10 +499,10 @@ func TestListRequests(t *testing.T) {
 	}
 }
 
-// TestExcludedCopyPodIsLeftOut: a storage move's copy pod, its claim and its volume, labelled by
+// testExcludedCopyPodIsLeftOut: a storage move's copy pod, its claim and its volume, labelled by
 // ExcludeFromBackups, are not in the backup, and kip does not expect data for the claim.
-func TestExcludedCopyPodIsLeftOut(t *testing.T) {
-	f := newFixture(t, "small", cluster.BackupsExternal)
+func testExcludedCopyPodIsLeftOut(t *testing.T, f *fixture) {
+	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "old-" + ns}, Spec: corev1.PersistentVolumeSpec{
