@@ -32,7 +32,24 @@ link() {
 	ln -sfn "$dir" "$root/bin/velero"
 }
 
+# images builds Velero's container images (test/images -set velero: the server, node agent and
+# restore helper; the AWS plugin) into $dir/images from the cached binaries, again whenever their
+# recipe (test/images) changed: the backup tests import them on the lab hosts that run Velero.
+images() {
+	img_stamp=$(cat "$root"/test/images/*.go | sha256sum | cut -c1-16)
+	if [ "$(cat "$dir/images/.stamp" 2>/dev/null)" = "$img_stamp" ]; then
+		return
+	fi
+	rm -rf "$dir/images" "$dir/images.tmp"
+	mkdir -p "$dir/images.tmp"
+	(cd "$root" && go run ./test/images -set velero -bin "$dir" -busybox /bin/busybox -out "$dir/images.tmp")
+	echo "$img_stamp" >"$dir/images.tmp/.stamp"
+	mv "$dir/images.tmp" "$dir/images"
+	echo "velero: built Velero's container images in $dir/images"
+}
+
 if [ -f "$dir/.complete" ]; then
+	images
 	link
 	echo "velero: velero $velero_version, velero-plugin-for-aws $plugin_version and gofakes3 $gofakes3_version cached in $dir"
 	exit 0
@@ -53,6 +70,9 @@ mkdir -p "$tmp/plugins"
  -X github.com/vmware-tanzu/velero/pkg/buildinfo.GitTreeState=clean
  -X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=0" \
 	-o "$tmp/velero" github.com/vmware-tanzu/velero/cmd/velero)
+# Velero's file-system restores run it as an init container of each restored pod.
+(cd "$root/tools/velero" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+	-o "$tmp/velero-restore-helper" github.com/vmware-tanzu/velero/cmd/velero-restore-helper)
 # velero server --plugin-dir takes a directory of plugin executables.
 GOBIN=$tmp/plugins CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
 	"github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws@$plugin_version"
@@ -65,6 +85,7 @@ rm -rf "$dir"
 mkdir -p "$(dirname "$dir")"
 mv "$tmp" "$dir"
 trap - EXIT
+images
 link
 # Earlier builds are superseded by this recipe.
 for old in "$cache_root"/velero/*; do

@@ -29,6 +29,7 @@ import (
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/need"
 	"kipper.run/kip/test/testenv"
+	velerotest "kipper.run/kip/test/velero"
 )
 
 // StandinBinDir is where lab hosts find the test control plane's binaries, which the k3s
@@ -37,6 +38,11 @@ const StandinBinDir = "/opt/kip-testenv"
 
 // StandinImagesDir is where k3s imports an airgap install's images from.
 const StandinImagesDir = "/var/lib/rancher/k3s/agent/images"
+
+// VeleroDir is where lab hosts find tools/velero.sh's output (bind-mounted read-only from
+// bin/velero): Velero's container images under images/, which the backup tests import on the
+// hosts that run Velero (ImportVeleroImages).
+const VeleroDir = "/opt/kip-velero"
 
 // Suite is what a package's end-to-end tests share.
 type Suite struct {
@@ -109,6 +115,14 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 		return nil, err
 	}
 	opts.ReadOnly = append(opts.ReadOnly, binds...)
+	veleroDir, err := velerotest.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	if veleroDir, err = filepath.EvalSymlinks(veleroDir); err != nil {
+		return nil, fmt.Errorf("velero's test binaries are not built: run make testenv (%v)", err)
+	}
+	opts.ReadOnly = append(opts.ReadOnly, lab.Bind{Source: veleroDir, Target: VeleroDir})
 	if s.Lab, err = lab.Up(ctx, n, opts); err != nil {
 		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
 	}

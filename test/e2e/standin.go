@@ -136,3 +136,16 @@ func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(crds, longhornClass...), Mode: 0o644},
 	})
 }
+
+// ImportVeleroImages imports Velero's container images (VeleroDir/images) into h's containerd,
+// as an operator imports images with k3s ctr: only the hosts that run Velero's pods need them.
+func ImportVeleroImages(ctx context.Context, h *lab.Host) error {
+	for _, image := range []string{"velero.tar", "velero-plugin-for-aws.tar"} {
+		cmd := sshx.Command(StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io",
+			"images", "import", VeleroDir+"/images/"+image)
+		if out, err := h.Run(ctx, cmd); err != nil {
+			return fmt.Errorf("import %s on %s: %w\n%s", image, h.Name, err, out)
+		}
+	}
+	return nil
+}

@@ -141,14 +141,14 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	out1, out2 := t.TempDir(), t.TempDir()
-	if err := build(bin, testBusybox, out1); err != nil {
+	if err := build(setTestenv, bin, testBusybox, out1); err != nil {
 		t.Fatal(err)
 	}
-	if err := build(bin, testBusybox, out2); err != nil {
+	if err := build(setTestenv, bin, testBusybox, out2); err != nil {
 		t.Fatal(err)
 	}
 
-	for _, im := range images {
+	for _, im := range imagesOf(setTestenv) {
 		t.Run(im.file, func(t *testing.T) {
 			p := filepath.Join(out1, im.file)
 			fi, err := os.Stat(p)
@@ -259,7 +259,7 @@ func TestBuild(t *testing.T) {
 
 func TestBuildMissingBinary(t *testing.T) {
 	needBusybox(t)
-	err := build(t.TempDir(), testBusybox, t.TempDir())
+	err := build(setTestenv, t.TempDir(), testBusybox, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "coredns") || !strings.Contains(err.Error(), "make testenv") {
 		t.Fatalf("build with an empty -bin: %v, want an error naming coredns and make testenv", err)
 	}

@@ -57,7 +57,17 @@ type image struct {
 	entrypoint []string
 	cmd        []string
 	env        []string
+	// set is the -set that builds the image: setTestenv (the default) or setVelero.
+	set string
 }
+
+// Image sets: -set testenv builds the lab's own images from make testenv's binaries (-bin
+// bin/testenv); -set velero builds Velero's from tools/velero.sh's (-bin bin/velero), which the
+// backup tests import on the hosts that run Velero.
+const (
+	setTestenv = "testenv"
+	setVelero  = "velero"
+)
 
 // images is what the tool builds; adding an image is one entry.
 var images = []image{
@@ -99,6 +109,21 @@ var images = []image{
 	// (internal/components: the UI on 80, console-api on 8080 and its metrics on 8081).
 	consoleStandIn("kipper-console.tar", "console", "exec httpd -f -p 80 -h /www"),
 	consoleStandIn("kipper-console-api.tar", "console-api", "httpd -p 8081 -h /www && exec httpd -f -p 8080 -h /www"),
+	// Velero's server and node agent (one binary, as in Velero's image, with the restore helper
+	// its file-system restores run as an init container) and its AWS plugin, whose image copies
+	// the plugin into the server's plugin directory (the chart's init container mounts it at
+	// /target), all built from their modules by tools/velero.sh.
+	{
+		file: "velero.tar", pin: "velero", set: setVelero,
+		bins: []binary{{path: "/velero", bin: "velero"}, {path: "/velero-restore-helper", bin: "velero-restore-helper"}},
+		env:  []string{defaultPath}, entrypoint: []string{"/velero"},
+	},
+	{
+		file: "velero-plugin-for-aws.tar", pin: "velero-plugin-for-aws", set: setVelero, busybox: true,
+		bins:       []binary{{path: "/plugins/velero-plugin-for-aws", bin: "plugins/velero-plugin-for-aws"}},
+		env:        []string{defaultPath},
+		entrypoint: []string{"/bin/sh", "-c", "cp /plugins/velero-plugin-for-aws /target/velero-plugin-for-aws"},
+	},
 }
 
 // consoleStandIn is a console image: busybox's httpd serving consolePage, started by script,
@@ -141,26 +166,39 @@ const (
 )
 
 func main() {
-	binDir := flag.String("bin", "", "directory holding the static binaries coredns, local-path-provisioner and pause (make testenv builds them)")
+	binDir := flag.String("bin", "", "directory holding the binaries of the set's images: bin/testenv's coredns, local-path-provisioner and pause, or bin/velero's velero, velero-restore-helper and plugins/velero-plugin-for-aws")
+	set := flag.String("set", setTestenv, "which images to build: testenv (the lab's own) or velero (Velero's server and AWS plugin)")
 	busybox := flag.String("busybox", "/bin/busybox", "Debian's static busybox (apt-get install busybox-static)")
 	outDir := flag.String("out", "", "directory to write the image archives to")
 	flag.Parse()
-	if *binDir == "" || *outDir == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/images -bin DIR [-busybox PATH] -out DIR")
+	if *binDir == "" || *outDir == "" || flag.NArg() > 0 || *set != setTestenv && *set != setVelero {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/images [-set testenv|velero] -bin DIR [-busybox PATH] -out DIR")
 		os.Exit(2)
 	}
-	if err := build(*binDir, *busybox, *outDir); err != nil {
+	if err := build(*set, *binDir, *busybox, *outDir); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-// build writes every image's archive into outDir.
-func build(binDir, busybox, outDir string) error {
+// imagesOf returns the images of set.
+func imagesOf(set string) []image {
+	var out []image
+	for _, im := range images {
+		if im.set == set || im.set == "" && set == setTestenv {
+			out = append(out, im)
+		}
+	}
+	return out
+}
+
+// build writes the archive of every image of set into outDir.
+func build(set, binDir, busybox, outDir string) error {
 	if err := resolveRefs(); err != nil {
 		return err
 	}
-	if err := checkInputs(binDir, busybox); err != nil {
+	images := imagesOf(set)
+	if err := checkInputs(images, binDir, busybox); err != nil {
 		return err
 	}
 	applets, err := busyboxApplets(busybox)
@@ -184,7 +222,7 @@ func build(binDir, busybox, outDir string) error {
 
 // checkInputs reports every binary the images need that is missing from binDir, and a busybox
 // that is missing or dynamically linked.
-func checkInputs(binDir, busybox string) error {
+func checkInputs(images []image, binDir, busybox string) error {
 	var missing []string
 	for _, im := range images {
 		for _, b := range im.bins {

@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+
+	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 )
 
 // LonghornCRDs returns Longhorn's CRD manifests from the longhorn-manager module this checkout
@@ -24,4 +28,24 @@ func LonghornCRDs() ([]byte, error) {
 		return nil, fmt.Errorf("read Longhorn's CRDs: %w", err)
 	}
 	return helmAction.ReplaceAll(data, nil), nil
+}
+
+// InstallVeleroCRDs creates Velero's CRDs (v1 and v2alpha1, what its chart installs) from the velero
+// module this checkout builds against, and waits until they are Established: for a lab cluster
+// that runs Velero as the chart would.
+func InstallVeleroCRDs(ctx context.Context, client apiextensionsclientset.Interface) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	sources, err := crdSources(root)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(sources, func(s crdSource) bool { return s.name == "velero" })
+	crds, err := loadCRDs(sources[i : i+1])
+	if err != nil {
+		return err
+	}
+	return installCRDs(ctx, client, crds)
 }

@@ -124,6 +124,8 @@ type Server struct {
 	s3     *process
 }
 
+func httpClient() *http.Client { return &http.Client{Timeout: 10 * time.Second} }
+
 // BinDir is the directory of the binaries: $KIP_VELERO_BIN, else <repository root>/bin/velero.
 func BinDir() (string, error) {
 	if d := os.Getenv("KIP_VELERO_BIN"); d != "" {
@@ -217,7 +219,7 @@ func Start(t testing.TB, env *testenv.Env) *Server {
 	}
 	s := &Server{
 		Namespace: Namespace, Location: Location, Bucket: Bucket, Dir: dir,
-		env: env, bin: bin, http: &http.Client{Timeout: 10 * time.Second},
+		env: env, bin: bin, http: httpClient(),
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -242,7 +244,7 @@ func Start(t testing.TB, env *testenv.Env) *Server {
 		t.Fatalf("velerotest: %v", err)
 	}
 	t0 := time.Now()
-	if err := s.startS3(ctx); err != nil {
+	if err := s.startS3(ctx, "127.0.0.1"); err != nil {
 		t.Fatalf("velerotest: %v\n%s", err, s.logTails(30))
 	}
 	s3Time := time.Since(t0)
@@ -520,10 +522,10 @@ var s3Port = regexp.MustCompile(`using port: (\d+)`)
 
 // startS3 starts gofakes3 on a port the kernel picks (it logs it) and waits until it lists the
 // bucket.
-func (s *Server) startS3(ctx context.Context) error {
+func (s *Server) startS3(ctx context.Context, host string) error {
 	p, err := s.spawn("gofakes3", filepath.Join(s.bin, gofakes3Binary), []string{
 		"-backend", "fs", "-fs.path", filepath.Join(s.Dir, "s3"), "-fs.create",
-		"-initialbucket", Bucket, "-host", "127.0.0.1:0",
+		"-initialbucket", Bucket, "-host", net.JoinHostPort(host, "0"),
 	}, nil)
 	if err != nil {
 		return err
@@ -537,7 +539,7 @@ func (s *Server) startS3(ctx context.Context) error {
 		if m == nil {
 			return errors.New("no port in its log yet")
 		}
-		s.S3URL = "http://127.0.0.1:" + string(m[1])
+		s.S3URL = "http://" + net.JoinHostPort(host, string(m[1]))
 		return nil
 	})
 	if err != nil {

@@ -9,7 +9,10 @@ module kipper.run/kip/tools/velero
 
 go 1.26.0
 
-tool github.com/vmware-tanzu/velero/cmd/velero
+tool (
+	github.com/vmware-tanzu/velero/cmd/velero
+	github.com/vmware-tanzu/velero/cmd/velero-restore-helper
+)
 
 replace github.com/kopia/kopia => github.com/project-velero/kopia v0.0.0-20251230033609-d946b1e75197
 
