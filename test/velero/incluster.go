@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func StartInCluster(t testing.TB, cfg *rest.Config, host string) *Server {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("velerotest: logs in %s:\n%s", s.Dir, s.logTails(80))
+			t.Logf("velerotest: Velero's pods:\n%s", s.podLogs(60))
 		}
 		s.mu.Lock()
 		p := s.s3
@@ -177,4 +179,25 @@ func (s *Server) applyNodeAgent(ctx context.Context) error {
 		return fmt.Errorf("create daemonset %s: %w", NodeAgent, err)
 	}
 	return nil
+}
+
+// podLogs returns the last n lines of each container of every pod in Velero's namespace.
+func (s *Server) podLogs(n int64) string {
+	if s.kube == nil {
+		return "(no client yet)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := s.kube.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			raw, err := s.kube.CoreV1().Pods(Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &n}).DoRaw(ctx)
+			fmt.Fprintf(&b, "----- pod %s, container %s (%s) -----\n%s%v\n", p.Name, c.Name, p.Status.Phase, raw, err)
+		}
+	}
+	return b.String()
 }

@@ -109,7 +109,7 @@ type Server struct {
 	Namespace, Location, Bucket string
 	// S3URL is the S3 server's endpoint, http://127.0.0.1:<port>: the location's s3Url.
 	S3URL string
-	// Dir holds the S3 server's data (s3/), the credentials file, and the logs velero.log and
+	// Dir holds the S3 server's data (s3.db), the credentials file, and the logs velero.log and
 	// gofakes3.log; it is removed at cleanup unless $KIP_TESTENV_KEEP is set.
 	Dir string
 
@@ -201,7 +201,7 @@ func release(env *testenv.Env) {
 
 const dirPrefix = "kip-velero-"
 
-// Start runs gofakes3 on a free loopback port (its file-system backend under Dir, one bucket)
+// Start runs gofakes3 on a free loopback port (its bolt backend in Dir, one bucket)
 // and a Velero server against env, in namespace velero, with the credentials Secret and the
 // BackupStorageLocation default; it returns once the location is Available. At t's cleanup it
 // stops both, removes the finalizers of Velero's objects in the namespace (no server is left to
@@ -524,7 +524,9 @@ var s3Port = regexp.MustCompile(`using port: (\d+)`)
 // bucket.
 func (s *Server) startS3(ctx context.Context, host string) error {
 	p, err := s.spawn("gofakes3", filepath.Join(s.bin, gofakes3Binary), []string{
-		"-backend", "fs", "-fs.path", filepath.Join(s.Dir, "s3"), "-fs.create",
+		// The bolt backend: the fs one answers NoSuchBucket to a listing of a prefix that holds
+		// nothing yet, which Kopia makes when it creates a repository.
+		"-backend", "bolt", "-bolt.db", filepath.Join(s.Dir, "s3.db"),
 		"-initialbucket", Bucket, "-host", net.JoinHostPort(host, "0"),
 	}, nil)
 	if err != nil {
@@ -611,13 +613,18 @@ func (s *Server) startVelero(ctx context.Context) error {
 }
 
 // waitLocation waits until the server has validated the location (configure left it without a
-// status) as Available.
+// status) as Available; a server process of Start's that exits meanwhile ends the wait.
 func (s *Server) waitLocation(ctx context.Context) error {
 	s.mu.Lock()
 	p := s.velero
 	s.mu.Unlock()
+	var exited <-chan struct{} // StartInCluster's server is a pod: no process to watch
+	exitErr := func() error { return nil }
+	if p != nil {
+		exited, exitErr = p.Done(), p.exitError
+	}
 	var last string
-	err := controlplane.Poll(ctx, 200*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+	err := controlplane.Poll(ctx, 200*time.Millisecond, exited, exitErr, func(ctx context.Context) error {
 		u, err := s.dyn.Resource(LocationResource).Namespace(Namespace).Get(ctx, Location, metav1.GetOptions{})
 		if err != nil {
 			return err
