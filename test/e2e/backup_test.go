@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,6 +157,37 @@ func TestBackupOfRealVolumes(t *testing.T) {
 		t.Fatalf("kip backup drill: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	t.Logf("measured: kip backup drill %s took %s", ns, time.Since(start).Round(100*time.Millisecond))
+
+	// A pod that cannot start (its image does not exist) is Pending on a real kubelet: Velero
+	// skips its volume with a warning and calls the backup Completed; kip does not.
+	stuck := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		StorageClassName: ptr.To("local-path"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}}}}
+	if _, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, stuck, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := podOn("stuck", h.Name, "true")
+	pod.Namespace = ns
+	pod.Spec.Containers[0].Image = "registry.invalid/kip/no-such-image:1"
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "stuck"}}}}
+	if _, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, "--kubeconfig", kubeconfig, "backup", "create", "--namespace", ns, "--wait")
+	want := "it holds no data for volume " + ns + "/stuck"
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "pod "+ns+"/stuck (Pending) mounts claim stuck") || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("kip backup create with a Pending pod: exit %d, want 1, a warning and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	name = regexp.MustCompile(`Started backup (\S+)`).FindStringSubmatch(r.Stderr)
+	got, err := kube.GetAs[velerov1.Backup](ctx, c.Dynamic, velerotest.BackupResource, velerotest.Namespace, name[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Velero on a Pending pod's volume: phase %s, %d errors, %d warnings", got.Status.Phase, got.Status.Errors, got.Status.Warnings)
+	if got.Status.Phase != velerov1.BackupPhaseCompleted || got.Status.Errors != 0 {
+		t.Errorf("Velero's verdict: phase %s, %d errors; the case kip guards against is Completed with none", got.Status.Phase, got.Status.Errors)
+	}
 }
 
 // createPayloadService creates the service: a local-path claim and a Deployment whose pod writes

@@ -1,5 +1,6 @@
-// Package velerotest runs a real Velero server for kip's backup tests, against a test/testenv
-// control plane, storing into a real S3-compatible server on loopback.
+// Package velerotest runs a real Velero server for kip's backup tests: against a test/testenv
+// control plane (Start), storing into a real S3-compatible server on loopback, or in a lab
+// cluster whose nodes run containers (StartInCluster, incluster.go), as its chart runs it.
 //
 // The Velero server (v1.18.3) and its AWS object-store plugin (v1.14.2) are built from their Go
 // modules at the pins of manifests/versions.yaml, and gofakes3 (v1.2.0) is the S3 server, by
@@ -8,8 +9,9 @@
 // (key cloud, an AWS shared-credentials file), a BackupStorageLocation named default (provider
 // aws, path-style S3 at the loopback URL, region minio), Kopia as the uploader and every volume
 // to file-system backup by default, and the chart's velero Deployment as a record that Velero
-// and kip read (the server is the process, not its pod). gofakes3 does not check credentials. No node agent runs, so
-// file-system backups of volumes are not exercised: back up objects, not volume data.
+// and kip read (the server is the process, not its pod). gofakes3 does not check credentials.
+// Start runs no node agent, so file-system backups of volumes are not exercised there: back up
+// objects, not volume data. StartInCluster runs the node agent too.
 //
 //	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 //
