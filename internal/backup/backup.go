@@ -81,17 +81,28 @@ func load(ctx context.Context, o *Options) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, found, err := cluster.ReadRecord(ctx, cl.Dynamic)
+	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
 	if err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, errors.New("this cluster has no Kipper record (kipper.run/cluster): install it with 'kip install --host HOST' first")
 	}
 	if rec.Backups == cluster.BackupsNone {
 		return nil, ErrNoBackups
 	}
 	return &env{o: o, cl: cl, rec: rec}, nil
+}
+
+// loadBackup is load, then a snapshot and the backup named name in it.
+func loadBackup(ctx context.Context, o *Options, name string) (*env, *Snapshot, *velerov1.Backup, error) {
+	e, err := load(ctx, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := ReadSnapshot(ctx, e.cl, o.now())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	b, err := s.Find(name)
+	return e, s, b, err
 }
 
 // Snapshot is Velero's backups with their PodVolumeBackups and DeleteBackupRequests, read with

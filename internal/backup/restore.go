@@ -54,15 +54,7 @@ func ParseMapping(s string) (map[string]string, error) {
 // restores into still hold objects of the kinds a service is made of: a restore skips every
 // object that exists, so it would leave those as they are and report success.
 func Restore(ctx context.Context, o *RestoreOptions) error {
-	e, err := load(ctx, &o.Options)
-	if err != nil {
-		return err
-	}
-	s, err := ReadSnapshot(ctx, e.cl, o.now())
-	if err != nil {
-		return err
-	}
-	b, err := s.Find(o.Name)
+	e, s, b, err := loadBackup(ctx, &o.Options, o.Name)
 	if err != nil {
 		return err
 	}

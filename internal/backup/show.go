@@ -127,15 +127,7 @@ type DescribeOptions struct {
 
 // Describe prints one backup in full.
 func Describe(ctx context.Context, o *DescribeOptions) error {
-	e, err := load(ctx, &o.Options)
-	if err != nil {
-		return err
-	}
-	s, err := ReadSnapshot(ctx, e.cl, o.now())
-	if err != nil {
-		return err
-	}
-	b, err := s.Find(o.Name)
+	_, s, b, err := loadBackup(ctx, &o.Options, o.Name)
 	if err != nil {
 		return err
 	}

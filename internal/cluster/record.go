@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"time"
 
@@ -95,6 +96,15 @@ type Monitoring struct {
 // ReadRecord reads the cluster record; found is false on a cluster kip has not installed.
 func ReadRecord(ctx context.Context, dyn dynamic.Interface) (rec Record, found bool, err error) {
 	return kube.ReadRecord[Record](ctx, dyn, kube.ClusterRecords(), RecordName, recordVersion)
+}
+
+// ReadInstalled reads the record of a cluster kip installed, and refuses one it did not install.
+func ReadInstalled(ctx context.Context, dyn dynamic.Interface) (Record, error) {
+	rec, found, err := ReadRecord(ctx, dyn)
+	if err == nil && !found {
+		err = errors.New("this cluster has no Kipper record (kipper.run/cluster): install it with 'kip install --host HOST' first")
+	}
+	return rec, err
 }
 
 // UpdateRecord changes the cluster record with mutate (found is false when there is none

@@ -80,12 +80,9 @@ func loadPlatform(ctx context.Context, o Options) (*platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec, found, err := cluster.ReadRecord(ctx, cl.Dynamic)
+	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
 	if err != nil {
 		return nil, err
-	}
-	if !found {
-		return nil, errors.New("this cluster has no Kipper record (kipper.run/cluster): install it with 'kip install --host HOST' first")
 	}
 	pinned, err := manifests.Pinned()
 	if err != nil {

@@ -1,10 +1,15 @@
 package controlplane
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -111,4 +116,91 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) bool {
 func GroupAlive(pid int) bool {
 	err := syscall.Kill(-pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// TailFile returns the last n lines of the log file at path, or why there is none.
+func TailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > 4*n {
+			lines = append(lines[:0], lines[len(lines)-n:]...)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// OwnerFile names, in a test's temporary directory, the pid of the test binary that made it.
+const OwnerFile = "owner.pid"
+
+// ReapStale removes the temporary directories named prefix* whose OwnerFile names a test binary
+// that died without cleaning up (its child processes died with it).
+func ReapStale(prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join(d, OwnerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// Logged is a child program in its own process group (Start), its output appended to a log file.
+type Logged struct {
+	*Process
+	LogPath string
+}
+
+// Spawn starts bin (an absolute path) with args in dir, its output appended to dir/name.log after
+// a line with the command; env is added to a minimal environment (PATH, and HOME and TMPDIR set to
+// dir).
+func Spawn(dir, name, bin string, args, env []string) (*Logged, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s log: %w", name, err)
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + dir}, env...)
+	fmt.Fprintf(logFile, "# %s %s\n", bin, strings.Join(args, " "))
+	p, err := Start(name, cmd, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Logged{Process: p, LogPath: logPath}, nil
+}
+
+// ExitError describes how the program ended, for errors raised while waiting for it.
+func (p *Logged) ExitError() error {
+	return fmt.Errorf("%s exited early (%v); see %s", p.Name, p.Err(), p.LogPath)
+}
+
+// Tail returns the last n lines of its log.
+func (p *Logged) Tail(n int) string { return TailFile(p.LogPath, n) }
+
+// LogContains reports whether its log holds sub.
+func (p *Logged) LogContains(sub string) bool {
+	data, err := os.ReadFile(p.LogPath)
+	return err == nil && strings.Contains(string(data), sub)
 }

@@ -101,7 +101,7 @@ func (e *Env) startKwok() (*process, string, error) {
 	defer cancel()
 	if err := waitHTTP(ctx, &http.Client{Timeout: 2 * time.Second}, p, "http://"+addr+"/healthz", ""); err != nil {
 		_ = p.kill()
-		return nil, note, fmt.Errorf("wait for kwok: %w\n%s", err, p.tail(30))
+		return nil, note, fmt.Errorf("wait for kwok: %w\n%s", err, p.Tail(30))
 	}
 	return p, note, nil
 }

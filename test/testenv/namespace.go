@@ -77,7 +77,7 @@ func namespaceName(test string) string {
 func waitServiceAccount(ctx context.Context, kube kubernetes.Interface, ns string, p *process) error {
 	for {
 		if p != nil && p.Exited() {
-			return p.exitError()
+			return p.ExitError()
 		}
 		_, err := kube.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		if err == nil {

@@ -230,7 +230,7 @@ const serviceCIDR = "10.43.0.0/16"
 
 func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *Env, err error) {
 	began := time.Now()
-	reapStale()
+	controlplane.ReapStale(dirPrefix)
 	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("create environment directory: %w", err)
@@ -241,7 +241,7 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 			return
 		}
 		for _, p := range e.procs {
-			if p.logContains("address already in use") {
+			if p.LogContains("address already in use") {
 				err = fmt.Errorf("%s: %w", p.Name, errPortTaken)
 				break
 			}
@@ -461,7 +461,7 @@ func (e *Env) logTails(n int) string {
 	e.kwokMu.Unlock()
 	var b strings.Builder
 	for _, p := range procs {
-		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", p.Name, n, p.logPath, p.tail(n))
+		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", p.Name, n, p.LogPath, p.Tail(n))
 	}
 	return b.String()
 }
@@ -472,7 +472,7 @@ func (e *Env) dumpLogs(logf func(string, ...any)) {
 
 // waitHTTP polls url until it answers 200 with a body containing want, or p exits.
 func waitHTTP(ctx context.Context, client *http.Client, p *process, url, want string) error {
-	err := controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+	err := controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.ExitError, func(ctx context.Context) error {
 		return controlplane.HTTPOK(ctx, client, url, want)
 	})
 	if err != nil && ctx.Err() != nil {
@@ -483,7 +483,7 @@ func waitHTTP(ctx context.Context, client *http.Client, p *process, url, want st
 
 // waitAPIServer polls kube-apiserver's /readyz until it answers OK, or p exits.
 func waitAPIServer(ctx context.Context, kube kubernetes.Interface, p *process) error {
-	err := controlplane.Poll(ctx, 100*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+	err := controlplane.Poll(ctx, 100*time.Millisecond, p.Done(), p.ExitError, func(ctx context.Context) error {
 		return controlplane.APIServerReady(ctx, kube)
 	})
 	if err != nil && ctx.Err() != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,13 +14,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/manifests"
 )
 
 // NodeAgent is the node agent's DaemonSet, as Velero's chart and `velero install` name it.
@@ -47,34 +43,18 @@ func StartInCluster(t testing.TB, cfg *rest.Config, host string) *Server {
 	t.Helper()
 	bin := findBinaries(t)
 	began := time.Now()
-	reapStale()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	s, err := newServer(bin, cfg)
 	if err != nil {
 		t.Fatalf("velerotest: %v", err)
 	}
-	s := &Server{Namespace: Namespace, Location: Location, Bucket: Bucket, Dir: dir, bin: bin, http: httpClient()}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("velerotest: logs in %s:\n%s", s.Dir, s.logTails(80))
 			t.Logf("velerotest: Velero's pods:\n%s", s.podLogs(60))
 		}
-		s.mu.Lock()
-		p := s.s3
-		s.mu.Unlock()
-		if p != nil && !p.Stop(syscall.SIGKILL, 20*time.Second) {
-			t.Errorf("velerotest: gofakes3 (pid %d) did not exit after SIGKILL", p.Pid())
-		}
+		s.stopS3(t)
 		_ = os.RemoveAll(s.Dir)
 	})
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(fmt.Sprint(os.Getpid())), 0o600); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
-	if s.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
-	if s.dyn, err = dynamic.NewForConfig(cfg); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := s.ensureNamespace(ctx); err != nil {
@@ -128,11 +108,7 @@ func (s *Server) bindServerAccount(ctx context.Context) error {
 // HostToContainer propagation, where it finds each pod's volumes, a scratch directory, and the
 // credentials Secret.
 func (s *Server) applyNodeAgent(ctx context.Context) error {
-	pins, err := manifests.Pinned()
-	if err != nil {
-		return err
-	}
-	server, err := pins.Component("velero")
+	server, err := pinnedImage("velero")
 	if err != nil {
 		return err
 	}
@@ -149,7 +125,7 @@ func (s *Server) applyNodeAgent(ctx context.Context) error {
 					ServiceAccountName: ServerServiceAccount,
 					SecurityContext:    &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
 					Containers: []corev1.Container{{
-						Name: NodeAgent, Image: server.Image + ":" + server.Version, ImagePullPolicy: corev1.PullIfNotPresent,
+						Name: NodeAgent, Image: server, ImagePullPolicy: corev1.PullIfNotPresent,
 						Command: []string{"/velero"}, Args: []string{"node-agent", "server"},
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(false)},
 						VolumeMounts: []corev1.VolumeMount{

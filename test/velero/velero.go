@@ -28,7 +28,6 @@
 package velerotest
 
 import (
-	"bufio"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -38,7 +37,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -60,6 +58,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/manifests"
@@ -124,6 +123,19 @@ type Server struct {
 	mu     sync.Mutex
 	velero *process
 	s3     *process
+}
+
+// pinnedImage is the image reference manifests/versions.yaml pins for component name.
+func pinnedImage(name string) (string, error) {
+	pins, err := manifests.Pinned()
+	if err != nil {
+		return "", err
+	}
+	c, err := pins.Component(name)
+	if err != nil {
+		return "", err
+	}
+	return c.Image + ":" + c.Version, nil
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 10 * time.Second} }
@@ -213,16 +225,12 @@ func Start(t testing.TB, env *testenv.Env) *Server {
 	bin := findBinaries(t)
 	acquire(t, env)
 	began := time.Now()
-	reapStale()
-	dir, err := os.MkdirTemp("", dirPrefix)
+	s, err := newServer(bin, env.Config)
 	if err != nil {
 		release(env)
 		t.Fatalf("velerotest: %v", err)
 	}
-	s := &Server{
-		Namespace: Namespace, Location: Location, Bucket: Bucket, Dir: dir,
-		env: env, bin: bin, http: httpClient(),
-	}
+	s.env = env
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("velerotest: logs in %s:\n%s", s.Dir, s.logTails(80))
@@ -230,15 +238,6 @@ func Start(t testing.TB, env *testenv.Env) *Server {
 		s.teardown(t)
 		release(env)
 	})
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
-	if s.kube, err = kubernetes.NewForConfig(env.Config); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
-	if s.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -266,6 +265,26 @@ func Start(t testing.TB, env *testenv.Env) *Server {
 		time.Since(began).Round(time.Millisecond), s3Time.Round(time.Millisecond), s.S3URL,
 		objectsTime.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 	return s
+}
+
+// newServer makes a Server's directory (its owner recorded, for ReapStale) and API clients.
+func newServer(bin string, cfg *rest.Config) (*Server, error) {
+	controlplane.ReapStale(dirPrefix)
+	dir, err := os.MkdirTemp("", dirPrefix)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Namespace: Namespace, Location: Location, Bucket: Bucket, Dir: dir, bin: bin, http: httpClient()}
+	if err := os.WriteFile(filepath.Join(dir, controlplane.OwnerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return nil, err
+	}
+	if s.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if s.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Stop stops the Velero server (SIGTERM, then SIGKILL after 20 s), for tests that need Velero not
@@ -441,15 +460,11 @@ func (s *Server) credentialsFile() string { return filepath.Join(s.Dir, "credent
 // the Secret mounted at /credentials with AWS_SHARED_CREDENTIALS_FILE pointing at its key, and
 // the AWS plugin's init container filling /plugins.
 func (s *Server) applyDeployment(ctx context.Context) error {
-	pins, err := manifests.Pinned()
+	server, err := pinnedImage("velero")
 	if err != nil {
 		return err
 	}
-	server, err := pins.Component("velero")
-	if err != nil {
-		return err
-	}
-	plugin, err := pins.Component("velero-plugin-for-aws")
+	plugin, err := pinnedImage("velero-plugin-for-aws")
 	if err != nil {
 		return err
 	}
@@ -475,13 +490,13 @@ func (s *Server) applyDeployment(ctx context.Context) error {
 					ServiceAccountName: ServerServiceAccount,
 					InitContainers: []corev1.Container{{
 						Name:            "velero-plugin-for-aws",
-						Image:           plugin.Image + ":" + plugin.Version,
+						Image:           plugin,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						VolumeMounts:    []corev1.VolumeMount{{Name: "plugins", MountPath: "/target"}},
 					}},
 					Containers: []corev1.Container{{
 						Name:            "velero",
-						Image:           server.Image + ":" + server.Version,
+						Image:           server,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Command:         []string{"/velero"},
 						Args:            []string{"server", "--uploader-type=kopia", "--default-volumes-to-fs-backup"},
@@ -537,8 +552,8 @@ func (s *Server) startS3(ctx context.Context, host string) error {
 	s.mu.Lock()
 	s.s3 = p
 	s.mu.Unlock()
-	err = controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.exitError, func(context.Context) error {
-		data, _ := os.ReadFile(p.logPath)
+	err = controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.ExitError, func(context.Context) error {
+		data, _ := os.ReadFile(p.LogPath)
 		m := s3Port.FindSubmatch(data)
 		if m == nil {
 			return errors.New("no port in its log yet")
@@ -549,7 +564,7 @@ func (s *Server) startS3(ctx context.Context, host string) error {
 	if err != nil {
 		return fmt.Errorf("wait for gofakes3's port: %w", err)
 	}
-	err = controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+	err = controlplane.Poll(ctx, 50*time.Millisecond, p.Done(), p.ExitError, func(ctx context.Context) error {
 		return controlplane.HTTPOK(ctx, s.http, s.S3URL+"/", "<Name>"+Bucket+"</Name>")
 	})
 	if err != nil {
@@ -598,13 +613,13 @@ func (s *Server) startVelero(ctx context.Context) error {
 		s.mu.Lock()
 		s.velero = p
 		s.mu.Unlock()
-		err = controlplane.Poll(ctx, 100*time.Millisecond, p.Done(), p.exitError, func(ctx context.Context) error {
+		err = controlplane.Poll(ctx, 100*time.Millisecond, p.Done(), p.ExitError, func(ctx context.Context) error {
 			return controlplane.HTTPOK(ctx, s.http, "http://"+metrics+"/metrics", "")
 		})
 		if err == nil {
 			return nil
 		}
-		if p.Exited() && p.logContains("address already in use") && attempt < 3 {
+		if p.Exited() && p.LogContains("address already in use") && attempt < 3 {
 			s.mu.Lock()
 			s.velero = nil
 			s.mu.Unlock()
@@ -623,7 +638,7 @@ func (s *Server) waitLocation(ctx context.Context) error {
 	var exited <-chan struct{} // StartInCluster's server is a pod: no process to watch
 	exitErr := func() error { return nil }
 	if p != nil {
-		exited, exitErr = p.Done(), p.exitError
+		exited, exitErr = p.Done(), p.ExitError
 	}
 	var last string
 	err := controlplane.Poll(ctx, 200*time.Millisecond, exited, exitErr, func(ctx context.Context) error {
@@ -674,13 +689,7 @@ func (s *Server) teardown(t testing.TB) {
 	if err := s.stopVelero(); err != nil {
 		t.Errorf("velerotest: %v", err)
 	}
-	s.mu.Lock()
-	p := s.s3
-	s.s3 = nil
-	s.mu.Unlock()
-	if p != nil && !p.Stop(syscall.SIGKILL, 20*time.Second) {
-		t.Errorf("velerotest: gofakes3 (pid %d) did not exit after SIGKILL", p.Pid())
-	}
+	s.stopS3(t)
 	if s.kube != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		s.clearFinalizers(ctx)
@@ -694,6 +703,17 @@ func (s *Server) teardown(t testing.TB) {
 		_ = os.RemoveAll(s.Dir)
 	} else {
 		t.Logf("velerotest: %s set: keeping %s", testenv.KeepEnv, s.Dir)
+	}
+}
+
+// stopS3 stops gofakes3; the bucket's file stays in Dir.
+func (s *Server) stopS3(t testing.TB) {
+	s.mu.Lock()
+	p := s.s3
+	s.s3 = nil
+	s.mu.Unlock()
+	if p != nil && !p.Stop(syscall.SIGKILL, 20*time.Second) {
+		t.Errorf("velerotest: gofakes3 (pid %d) did not exit after SIGKILL", p.Pid())
 	}
 }
 
@@ -788,41 +808,17 @@ func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-// process is a child program in its own process group (controlplane.Start: it dies with the
+// process is a child program in its own process group (controlplane.Spawn: it dies with the
 // test binary), its output appended to <Dir>/<name>.log.
-type process struct {
-	*controlplane.Process
-	logPath string
-}
+type process struct{ *controlplane.Logged }
 
+// spawn starts bin, an absolute path: Velero runs its os.Args[0] for its own plugins.
 func (s *Server) spawn(name, bin string, args, env []string) (*process, error) {
-	logPath := filepath.Join(s.Dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open %s log: %w", name, err)
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	// bin is an absolute path: Velero runs its os.Args[0] for its own plugins.
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.Dir = s.Dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + s.Dir, "TMPDIR=" + s.Dir}, env...)
-	fmt.Fprintf(logFile, "# %s %s\n", bin, strings.Join(args, " "))
-	p, err := controlplane.Start(name, cmd, nil)
+	p, err := controlplane.Spawn(s.Dir, name, bin, args, env)
 	if err != nil {
 		return nil, err
 	}
-	return &process{Process: p, logPath: logPath}, nil
-}
-
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited early (%v); see %s", p.Name, p.Err(), p.logPath)
-}
-
-func (p *process) logContains(sub string) bool {
-	data, err := os.ReadFile(p.logPath)
-	return err == nil && strings.Contains(string(data), sub)
+	return &process{p}, nil
 }
 
 // logTails returns the last n lines of each log.
@@ -830,30 +826,9 @@ func (s *Server) logTails(n int) string {
 	var b strings.Builder
 	for _, name := range []string{"velero", "gofakes3"} {
 		path := filepath.Join(s.Dir, name+".log")
-		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", name, n, path, tail(path, n))
+		fmt.Fprintf(&b, "----- %s (last %d lines of %s) -----\n%s\n", name, n, path, controlplane.TailFile(path, n))
 	}
 	return b.String()
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > 4*n {
-			lines = append(lines[:0], lines[len(lines)-n:]...)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func freePort() (int, error) {
@@ -863,23 +838,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// reapStale removes the directories of Servers whose test binary died without cleaning up (their
-// processes died with it).
-func reapStale() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
-	for _, d := range dirs {
-		data, err := os.ReadFile(filepath.Join(d, "owner.pid"))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(d)
-		}
-	}
 }
