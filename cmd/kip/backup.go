@@ -59,9 +59,9 @@ func newBackupCreateCmd(f *cli.Factory, runF func(*backup.CreateOptions) error) 
 (--namespace, repeatable), or by default of every Kipper project's namespaces. With --wait, wait
 until it finishes and check that it is a completed backup.
 
-Velero backs up the files of every volume a running pod mounts. A pod that is not Running when the
-backup runs gets no file backup: kip warns before it starts, and the backup is not a completed
-backup. Pods, claims and volumes labelled velero.io/exclude-from-backup=true (the copy pods of
+Velero backs up the files of every volume a running pod mounts. A claim whose pods are not
+Running when the backup runs, or that no pod mounts (a stopped service's), gets no file backup:
+kip warns before it starts, and the backup is not a completed backup. Pods, claims and volumes labelled velero.io/exclude-from-backup=true (the copy pods of
 storage moves) are left out.`,
 		Example: "  kip backup create --project shop --wait\n  kip backup create --namespace shop-prod --ttl 168h",
 		Args:    usageArgs(cobra.NoArgs),

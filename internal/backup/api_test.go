@@ -54,6 +54,7 @@ type fixture struct {
 	out    *bytes.Buffer
 	errOut *bytes.Buffer
 	p      *cli.Printer
+	node   string // the kwok Node pods run on
 }
 
 func newFixture(t *testing.T, profile string, backups string) *fixture {
@@ -70,7 +71,8 @@ func newFixture(t *testing.T, profile string, backups string) *fixture {
 	if backups != cluster.BackupsNone {
 		f.velero = velerotest.Start(t, env)
 	}
-	env.AddNode(t, "node-"+env.Namespace(t), testenv.NodeOptions{})
+	f.node = "node-" + env.Namespace(t)
+	env.AddNode(t, f.node, testenv.NodeOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kip printed:\n%s%s", f.errOut, f.out)
@@ -135,6 +137,40 @@ func (f *fixture) service(t *testing.T, ns, name string) {
 		t.Fatal(err)
 	}
 	if err := kube.WaitRollout(ctx, f.cl, "Deployment", ns, name, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boundClaim creates a claim bound to a local volume on the fixture's node, as the local-path
+// provisioner binds one, and waits until the controller-manager has bound them.
+func (f *fixture) boundClaim(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns + "-" + name}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+		StorageClassName:              "local-path",
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/var/lib/rancher/k3s/storage/" + name}},
+		NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{f.node}}}}}}},
+		ClaimRef: &corev1.ObjectReference{Namespace: ns, Name: name}}}
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.cl.Kube.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To("local-path"), VolumeName: pv.Name,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "claim "+name+" bound", func(ctx context.Context) (bool, string, error) {
+		got, err := f.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.ClaimBound, "not bound yet", err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -243,12 +279,8 @@ func testPodNotRunningIsNotACompletedBackup(t *testing.T, f *fixture) {
 	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-db-0", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	if _, err := f.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.boundClaim(t, ns, "data-db-0")
+	f.boundClaim(t, ns, "data-stopped-0") // a stopped service's: no pod mounts it
 	// A pod that cannot be scheduled stays Pending.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: ns}, Spec: corev1.PodSpec{
 		NodeSelector: map[string]string{"kipper.run/no-such-node": "true"},
@@ -259,19 +291,22 @@ func testPodNotRunningIsNotACompletedBackup(t *testing.T, f *fixture) {
 	}
 
 	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true})
-	want := "it holds no data for volume " + ns + "/data-db-0"
-	if err == nil || !strings.Contains(err.Error(), "is not a completed backup") || !strings.Contains(err.Error(), want) {
-		t.Fatalf("create --wait = %v, want a refusal containing %q", err, want)
+	for _, want := range []string{"it holds no data for volume " + ns + "/data-db-0", "it holds no data for volume " + ns + "/data-stopped-0"} {
+		if err == nil || !strings.Contains(err.Error(), "is not a completed backup") || !strings.Contains(err.Error(), want) {
+			t.Fatalf("create --wait = %v, want a refusal containing %q", err, want)
+		}
 	}
-	if !strings.Contains(f.errOut.String(), "pod "+ns+"/db-0 (Pending) mounts claim data-db-0") {
-		t.Errorf("kip did not warn before the backup that the pod is not Running:\n%s", f.errOut)
+	for _, warning := range []string{"pod " + ns + "/db-0 (Pending) mounts claim data-db-0", "no running pod mounts claim " + ns + "/data-stopped-0"} {
+		if !strings.Contains(f.errOut.String(), warning) {
+			t.Errorf("kip did not warn before the backup: %q\n%s", warning, f.errOut)
+		}
 	}
 	b := f.readBackup(t, f.lastBackup(t))
 	if b.Status.Phase != velerov1.BackupPhaseCompleted || b.Status.Errors != 0 {
 		t.Fatalf("Velero's verdict: phase %s, %d errors; this test needs Velero to call it Completed with no errors", b.Status.Phase, b.Status.Errors)
 	}
 	t.Logf("Velero: phase %s, %d errors, %d warnings; kip: %v", b.Status.Phase, b.Status.Errors, b.Status.Warnings, err)
-	if d := describe(t, f, b.Name); d.Verdict.State != backup.StateNotCompleted || len(d.ByNamespace) != 1 || !slices.Equal(d.ByNamespace[0].Missing, []string{"data-db-0"}) {
+	if d := describe(t, f, b.Name); d.Verdict.State != backup.StateNotCompleted || len(d.ByNamespace) != 1 || !slices.Equal(d.ByNamespace[0].Missing, []string{"data-db-0", "data-stopped-0"}) {
 		t.Errorf("describe: %+v", d)
 	}
 }

@@ -177,7 +177,7 @@ func volumeGaps(in Input) []string {
 		pvb := findPVB(own, c)
 		switch {
 		case pvb == nil:
-			reasons = append(reasons, fmt.Sprintf("it holds no data for volume %s: Velero made no file-system backup of it (it skips the volumes of a pod that is not Running)", c))
+			reasons = append(reasons, fmt.Sprintf("it holds no data for volume %s: Velero made no file-system backup of it (it backs a volume up only through a Running pod that mounts it)", c))
 		case pvb.Status.Phase != velerov1.PodVolumeBackupPhaseCompleted:
 			r := fmt.Sprintf("the file-system backup of volume %s is %s", c, orNew(string(pvb.Status.Phase)))
 			if pvb.Status.Message != "" {

@@ -73,7 +73,10 @@ func (e *env) create(ctx context.Context, o *CreateOptions) (*velerov1.Backup, e
 		return nil, err
 	}
 	for _, s := range c.Skipped {
-		e.o.Printer.Warn("Velero will hold no data for this volume, so this backup will not be a completed backup: " + s + "; start it and back up again")
+		e.o.Printer.Warn("Velero will hold no data for this volume, so this backup will not be a completed backup: " + s + "; start the service and back up again")
+	}
+	for _, claim := range c.Unsupported {
+		e.o.Printer.Warn("Velero cannot back up the files of claim " + claim + ": its volume is a hostPath volume; the backup holds the claim, not its data")
 	}
 	key, claims, err := kube.RecordAnnotation(volumesRecord, volumesRecordVersion, VolumesRecord{Claims: c.Claims})
 	if err != nil {

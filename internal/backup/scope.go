@@ -131,17 +131,28 @@ func ExcludeFromBackups(obj metav1.Object) {
 	obj.SetLabels(labels)
 }
 
-// census is the claims in scope that a backup should hold (mounted by a pod, not excluded),
-// and the pods whose volumes Velero will skip because they are not Running.
+// census is the claims in scope whose data a backup should hold — every bound claim that is not
+// excluded and whose volume Velero can back up — and why Velero will hold no data for some of them
+// (a claim no running pod mounts in a container), which keeps the backup from being a completed
+// one; and the claims Velero cannot back up at all (hostPath volumes), which are not counted.
 type census struct {
-	Claims  []Claim
-	Skipped []string // "pod ns/name (Pending) mounts claim c"
+	Claims      []Claim
+	Skipped     []string
+	Unsupported []string
 }
 
-// takeCensus reads the pods and claims of namespaces: one list of each per namespace.
+// takeCensus reads the pods and claims of namespaces (one list of each per namespace) and the
+// volumes (one list).
 func takeCensus(ctx context.Context, cl *kube.Clients, namespaces []string) (census, error) {
 	var c census
-	seen := map[string]bool{}
+	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return c, fmt.Errorf("list volumes: %w", err)
+	}
+	hostPath := map[string]bool{}
+	for _, pv := range pvs.Items {
+		hostPath[pv.Name] = pv.Spec.HostPath != nil
+	}
 	for _, ns := range namespaces {
 		pods, err := cl.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -151,25 +162,37 @@ func takeCensus(ctx context.Context, cl *kube.Clients, namespaces []string) (cen
 		if err != nil {
 			return c, fmt.Errorf("list claims in %s: %w", ns, err)
 		}
-		byName := map[string]*corev1.PersistentVolumeClaim{}
-		for i := range pvcs.Items {
-			byName[pvcs.Items[i].Name] = &pvcs.Items[i]
-		}
+		// For each claim, whether a running pod mounts it, or else the pods that would.
+		running := map[string]bool{}
+		waiting := map[string][]string{}
 		for i := range pods.Items {
 			pod := &pods.Items[i]
-			if Excluded(pod) || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			if Excluded(pod) || pod.DeletionTimestamp != nil {
 				continue
 			}
-			for _, v := range podClaims(pod) {
-				pvc := byName[v]
-				if pvc == nil || Excluded(pvc) || seen[ns+"/"+v] {
-					continue
+			for _, claim := range podClaims(pod) {
+				if pod.Status.Phase == corev1.PodRunning {
+					running[claim] = true
+				} else if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+					waiting[claim] = append(waiting[claim], fmt.Sprintf("%s (%s)", pod.Name, orPending(string(pod.Status.Phase))))
 				}
-				if pod.Status.Phase != corev1.PodRunning {
-					c.Skipped = append(c.Skipped, fmt.Sprintf("pod %s/%s (%s) mounts claim %s", ns, pod.Name, orPending(string(pod.Status.Phase)), v))
-				}
-				seen[ns+"/"+v] = true
-				c.Claims = append(c.Claims, Claim{Namespace: ns, Name: v, UID: string(pvc.UID)})
+			}
+		}
+		for _, pvc := range pvcs.Items {
+			if Excluded(&pvc) || pvc.Status.Phase != corev1.ClaimBound {
+				continue // left out, or holding no data yet
+			}
+			if hostPath[pvc.Spec.VolumeName] {
+				c.Unsupported = append(c.Unsupported, fmt.Sprintf("%s/%s", ns, pvc.Name))
+				continue
+			}
+			c.Claims = append(c.Claims, Claim{Namespace: ns, Name: pvc.Name, UID: string(pvc.UID)})
+			switch {
+			case running[pvc.Name]:
+			case len(waiting[pvc.Name]) > 0:
+				c.Skipped = append(c.Skipped, fmt.Sprintf("pod %s/%s mounts claim %s", ns, strings.Join(waiting[pvc.Name], ", "), pvc.Name))
+			default:
+				c.Skipped = append(c.Skipped, fmt.Sprintf("no running pod mounts claim %s/%s (Velero backs a volume's files up only through a running pod that mounts it)", ns, pvc.Name))
 			}
 		}
 	}
