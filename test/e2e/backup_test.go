@@ -49,6 +49,7 @@ func TestBackupOfRealVolumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	h := s.Lab.Hosts[backupHost]
+	e2e.LogK3sOnFailure(t, h)
 	cfg := fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", h.PrivateIP, h.PublicIP)
 	if err := s.InstallStandin(ctx, h, "server", cfg); err != nil {
 		t.Fatal(err)

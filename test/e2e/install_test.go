@@ -134,6 +134,7 @@ func TestInstallNano(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	h := s.Lab.Hosts[nanoHost]
+	e2e.LogK3sOnFailure(t, h)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
 		t.Fatal(err)
@@ -427,6 +428,7 @@ func TestInstallLonghorn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	h := s.Lab.Hosts[longhornHost]
+	e2e.LogK3sOnFailure(t, h)
 	home := s.Home(t)
 
 	// What the charts would create, for the stand-in's helm-controller: Longhorn's CRDs and its

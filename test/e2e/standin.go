@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/sshx"
@@ -148,4 +149,18 @@ func ImportVeleroImages(ctx context.Context, h *lab.Host) error {
 		}
 	}
 	return nil
+}
+
+// LogK3sOnFailure has t log the last lines of k3s's journal on h (and of k3s-agent's) when t
+// fails, before the lab goes: why a k3s start failed is there.
+func LogK3sOnFailure(t testing.TB, h *lab.Host) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := h.Run(ctx, "systemctl status k3s k3s-agent --no-pager -n 0; journalctl -u k3s -u k3s-agent --no-pager -o cat -n 120 | grep -v ' I[0-9]'")
+		t.Logf("k3s on %s (%v):\n%s", h.Name, err, out)
+	})
 }
