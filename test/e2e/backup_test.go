@@ -167,12 +167,20 @@ func TestBackupOfRealVolumes(t *testing.T) {
 	if _, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, stuck, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := podOn("stuck", h.Name, "true")
+	// Placed by the scheduler (not by nodeName), so that the local-path provisioner binds its claim.
+	pod := podOn("stuck", "", "true")
 	pod.Namespace = ns
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: h.Name}
 	pod.Spec.Containers[0].Image = "registry.invalid/kip/no-such-image:1"
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "stuck"}}}}
 	if _, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, 2*time.Minute, "claim stuck bound", func(ctx context.Context) (bool, string, error) {
+		got, err := c.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "stuck", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.ClaimBound, "not bound yet", err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	r = s.Kip(t, home, "--kubeconfig", kubeconfig, "backup", "create", "--namespace", ns, "--wait")

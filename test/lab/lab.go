@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -161,6 +162,9 @@ func (l *Lab) up(ctx context.Context) error {
 		return err
 	}
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	if err := raiseInotifyInstances(l.logf); err != nil {
 		return err
 	}
 	if err := l.save(); err != nil { // before anything exists that Down would have to find
@@ -406,4 +410,34 @@ func teardown(ctx context.Context, st *state) error {
 		return err
 	}
 	return os.RemoveAll(stateDir)
+}
+
+// MinInotifyInstances is the least fs.inotify.max_user_instances the lab runs with. Every lab
+// host's processes run as this machine's root (no user namespace), so root's inotify instances
+// are shared by all of them; the kernel's default, 128, runs out with seven hosts' kubelets,
+// containerds and pods ("inotify_init: too many open files", and the kubelet exits). k3s
+// recommends 8192 on real nodes.
+const MinInotifyInstances = 8192
+
+const inotifyInstancesPath = "/proc/sys/fs/inotify/max_user_instances"
+
+// raiseInotifyInstances raises the machine's fs.inotify.max_user_instances to
+// MinInotifyInstances when it is lower (it is never lowered, and stays until the next boot).
+func raiseInotifyInstances(logf func(string, ...any)) error {
+	data, err := os.ReadFile(inotifyInstancesPath)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", inotifyInstancesPath, err)
+	}
+	cur, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", inotifyInstancesPath, err)
+	}
+	if cur >= MinInotifyInstances {
+		return nil
+	}
+	if err := os.WriteFile(inotifyInstancesPath, []byte(strconv.Itoa(MinInotifyInstances)), 0o644); err != nil {
+		return fmt.Errorf("raise %s from %d to %d: %w", inotifyInstancesPath, cur, MinInotifyInstances, err)
+	}
+	logf("lab: raised fs.inotify.max_user_instances from %d to %d: the hosts' processes share this machine's root's instances", cur, MinInotifyInstances)
+	return nil
 }
