@@ -92,7 +92,7 @@ func (f *fixture) record(t *testing.T, profile, backups string) {
 }
 
 func (f *fixture) options() backup.Options {
-	return backup.Options{Kube: func() (*kube.Clients, error) { return f.cl, nil }, Printer: f.p, Out: f.out, Poll: 200 * time.Millisecond}
+	return backup.Options{Kube: func() (*kube.Clients, error) { return f.cl, nil }, Printer: f.p, Out: f.out}
 }
 
 // project creates a Kipper Project listing namespaces as its environments' namespaces, as the
@@ -566,6 +566,18 @@ func testExcludedCopyPodIsLeftOut(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	if _, err := f.cl.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A running pod that leaves its claim out of file-system backups by Velero's annotation: the
+	// claim is not one the backup should hold (and no node agent is asked for it).
+	f.boundClaim(t, ns, "cache")
+	annotations := testenv.FastPodAnnotations()
+	annotations[velerov1.VolumesToExcludeAnnotation] = "cache"
+	cachePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "cache", Namespace: ns, Annotations: annotations},
+		Spec: corev1.PodSpec{NodeName: f.node,
+			Containers: []corev1.Container{{Name: "cache", Image: "registry.example/cache:1", VolumeMounts: []corev1.VolumeMount{{Name: "cache", MountPath: "/cache"}}}},
+			Volumes:    []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "cache"}}}}}}
+	if _, err := f.cl.Kube.CoreV1().Pods(ns).Create(ctx, cachePod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.service(t, ns, "web")

@@ -43,8 +43,6 @@ type Options struct {
 	Out  io.Writer
 	// Now is the clock (time.Now when nil); tests pin it.
 	Now func() time.Time
-	// Poll is how often waits re-read the cluster (2 s when zero).
-	Poll time.Duration
 }
 
 func (o *Options) now() time.Time {
@@ -52,13 +50,6 @@ func (o *Options) now() time.Time {
 		return o.Now()
 	}
 	return time.Now()
-}
-
-func (o *Options) poll() time.Duration {
-	if o.Poll > 0 {
-		return o.Poll
-	}
-	return 2 * time.Second
 }
 
 // ErrNoBackups is returned by every kip backup command on a cluster kip installed without Velero.
@@ -155,29 +146,29 @@ func (s *Snapshot) Find(name string) (*velerov1.Backup, error) {
 }
 
 // Latest is the newest completed backup that holds every namespace of namespaces and the claims
-// need, or nil with why none is (the newest candidate's verdict, or that none holds them).
+// need; without one, the error says why the newest backup holding them is not one, or that none
+// holds them.
 func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup, error) {
-	var newest *velerov1.Backup
-	var newestVerdict Verdict
+	var newest, newestCompleted *velerov1.Backup
 	for i := range s.Backups {
 		b := &s.Backups[i]
 		if !holdsAll(b, namespaces) {
 			continue
 		}
-		v := s.Verdict(b, need...)
-		if v.State == StateCompleted && (newest == nil || newestVerdict.State != StateCompleted || started(b).After(started(newest))) {
-			newest, newestVerdict = b, v
-		} else if newest == nil || newestVerdict.State != StateCompleted && started(b).After(started(newest)) {
-			newest, newestVerdict = b, v
+		if newest == nil || started(b).After(started(newest)) {
+			newest = b
+		}
+		if s.Verdict(b, need...).State == StateCompleted && (newestCompleted == nil || started(b).After(started(newestCompleted))) {
+			newestCompleted = b
 		}
 	}
 	switch {
+	case newestCompleted != nil:
+		return newestCompleted, nil
 	case newest == nil:
 		return nil, fmt.Errorf("no backup holds %s: run 'kip backup create --namespace %s --wait' first", joinAnd(namespaces), namespaces[0])
-	case newestVerdict.State != StateCompleted:
-		return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), newestVerdict.Err(newest.Name))
 	}
-	return newest, nil
+	return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), s.Verdict(newest, need...).Err(newest.Name))
 }
 
 // started is when Velero started b, or when it was created before it started.

@@ -110,21 +110,10 @@ var waitingPhases = []velerov1.BackupPhase{
 // it should hold, so it must have no warnings either.
 func Check(in Input) Verdict {
 	b := in.Backup
+	if why, deleting := beingDeleted(b, in.DBRs); deleting {
+		return Verdict{State: StateNotCompleted, Reasons: []string{why}}
+	}
 	var reasons []string
-	for _, d := range in.DBRs {
-		if dbrFor(&d, b) && d.Status.Phase != velerov1.DeleteBackupRequestPhaseProcessed {
-			reasons = append(reasons, fmt.Sprintf("it is being deleted (DeleteBackupRequest %s, %s)", d.Name, orNew(string(d.Status.Phase))))
-			break
-		}
-	}
-	if b.DeletionTimestamp != nil || b.Status.Phase == velerov1.BackupPhaseDeleting {
-		if len(reasons) == 0 {
-			reasons = append(reasons, "it is being deleted")
-		}
-	}
-	if len(reasons) > 0 {
-		return Verdict{State: StateNotCompleted, Reasons: reasons}
-	}
 	if slices.Contains(waitingPhases, b.Status.Phase) {
 		return Verdict{State: StateWaiting, Reasons: []string{waitingText(b)}}
 	}
@@ -153,6 +142,20 @@ func Check(in Input) Verdict {
 		return Verdict{State: StateNotCompleted, Reasons: reasons}
 	}
 	return Verdict{State: StateCompleted}
+}
+
+// beingDeleted says whether someone asked to delete b: its phase is Deleting, it has a
+// deletionTimestamp, or a DeleteBackupRequest for it is not processed yet.
+func beingDeleted(b *velerov1.Backup, dbrs []velerov1.DeleteBackupRequest) (why string, deleting bool) {
+	for _, d := range dbrs {
+		if dbrFor(&d, b) && d.Status.Phase != velerov1.DeleteBackupRequestPhaseProcessed {
+			return fmt.Sprintf("it is being deleted (DeleteBackupRequest %s, %s)", d.Name, orNew(string(d.Status.Phase))), true
+		}
+	}
+	if b.DeletionTimestamp != nil || b.Status.Phase == velerov1.BackupPhaseDeleting {
+		return "it is being deleted", true
+	}
+	return "", false
 }
 
 // volumeGaps lists the claims the backup should hold and does not.

@@ -3,10 +3,12 @@ package backup
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -137,27 +139,36 @@ func (e *env) wait(ctx context.Context, b *velerov1.Backup) (Verdict, error) {
 	p := e.o.Printer
 	p.StepStarted("Waiting for backup " + b.Name)
 	start := time.Now()
+	// One read of the backup per poll; the PodVolumeBackups and deletion requests Check also
+	// reads are listed once, when Velero has finished it.
 	var last string
-	var v Verdict
 	err := kube.Poll(ctx, WaitTimeout, "backup "+b.Name, func(ctx context.Context) (bool, string, error) {
-		s, err := ReadSnapshot(ctx, e.cl, e.o.now())
+		cur, err := kube.GetAs[velerov1.Backup](ctx, e.cl.Dynamic, backupsGVR, components.VeleroNamespace, b.Name)
+		if apierrors.IsNotFound(err) {
+			return false, "", fmt.Errorf("backup %s is gone: it was deleted while kip waited", b.Name)
+		}
 		if err != nil {
 			return false, "", err
 		}
-		cur, err := s.Find(b.Name)
-		if err != nil {
-			return false, "", fmt.Errorf("backup %s is gone: it was deleted while kip waited", b.Name)
-		}
-		v = s.Verdict(cur)
-		if v.State != StateWaiting {
+		if !slices.Contains(waitingPhases, cur.Status.Phase) {
 			return true, "", nil
 		}
-		if msg := strings.Join(v.Reasons, "; "); msg != last {
+		if msg := waitingText(cur); msg != last {
 			last = msg
 			p.Info(b.Name + ": " + msg)
 		}
-		return false, strings.Join(v.Reasons, "; "), nil
+		return false, last, nil
 	})
+	var v Verdict
+	if err == nil {
+		var s *Snapshot
+		if s, err = ReadSnapshot(ctx, e.cl, e.o.now()); err == nil {
+			var cur *velerov1.Backup
+			if cur, err = s.Find(b.Name); err == nil {
+				v = s.Verdict(cur)
+			}
+		}
+	}
 	if err != nil {
 		p.StepFailed("Backup "+b.Name, err)
 		if ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,7 +76,7 @@ func Drill(ctx context.Context, o *DrillOptions) error {
 		return fmt.Errorf("create the drill's namespace %s: %w", copyNS, err)
 	}
 	rep := DrillReport{Namespace: o.Namespace, Backup: b.Name, Copy: copyNS}
-	drillErr := e.drill(ctx, b.Name, o.Namespace, copyNS, &rep)
+	drillErr := e.drill(ctx, b, o.Namespace, copyNS, &rep)
 	// The copy goes whatever happened: it runs a second copy of the namespace's services.
 	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DrillRemoveTimeout)
 	defer cancel()
@@ -92,22 +93,15 @@ func Drill(ctx context.Context, o *DrillOptions) error {
 	return drillErr
 }
 
-func (e *env) drill(ctx context.Context, backup, ns, copyNS string, rep *DrillReport) error {
-	s, err := ReadSnapshot(ctx, e.cl, e.o.now())
-	if err != nil {
-		return err
-	}
-	b, err := s.Find(backup)
-	if err != nil {
-		return err
-	}
+func (e *env) drill(ctx context.Context, b *velerov1.Backup, ns, copyNS string, rep *DrillReport) error {
+	backup := b.Name
 	if _, err := e.restore(ctx, b, []string{ns}, map[string]string{ns: copyNS}); err != nil {
 		return err
 	}
 	p := e.o.Printer
 	p.StepStarted("Waiting for the services in " + copyNS + " to be Ready")
 	start := time.Now()
-	err = kube.PollPending(ctx, DrillReadyTimeout, "the services in "+copyNS, func(ctx context.Context) (string, error) {
+	err := kube.PollPending(ctx, DrillReadyTimeout, "the services in "+copyNS, func(ctx context.Context) (string, error) {
 		ready, notReady, err := e.workloads(ctx, copyNS)
 		rep.Ready, rep.NotReady = ready, notReady
 		return strings.Join(notReady, "; "), err

@@ -58,7 +58,7 @@ func Restore(ctx context.Context, o *RestoreOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := e.restorable(b, s.Verdict(b)); err != nil {
+	if err := e.restorable(b, s); err != nil {
 		return err
 	}
 	namespaces, err := restoreNamespaces(b, o.Namespaces, o.Mapping)
@@ -78,18 +78,20 @@ func Restore(ctx context.Context, o *RestoreOptions) error {
 	return err
 }
 
-// restorable refuses a backup there is nothing sound to restore from, and warns about one that
-// is not a completed backup but can still be restored (expired, partly failed).
-func (e *env) restorable(b *velerov1.Backup, v Verdict) error {
+// restorable refuses a backup there is nothing sound to restore from (not finished, failed, being
+// deleted), and warns about one that is not a completed backup but can still be restored
+// (expired, partly failed, missing a volume).
+func (e *env) restorable(b *velerov1.Backup, s *Snapshot) error {
+	v := s.Verdict(b)
+	if why, deleting := beingDeleted(b, s.DBRs); deleting {
+		return fmt.Errorf("backup %s cannot be restored: %s", b.Name, why)
+	}
 	switch b.Status.Phase {
 	case velerov1.BackupPhaseCompleted, velerov1.BackupPhasePartiallyFailed:
 	default:
 		return v.Err(b.Name)
 	}
 	if v.State != StateCompleted {
-		if strings.HasPrefix(strings.Join(v.Reasons, ""), "it is being deleted") {
-			return v.Err(b.Name)
-		}
 		e.o.Printer.Warn(v.Err(b.Name).Error() + "; restoring what it holds")
 	}
 	return nil

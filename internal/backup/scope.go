@@ -10,7 +10,6 @@ import (
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -76,12 +75,18 @@ func resolveScope(ctx context.Context, cl *kube.Clients, project string, namespa
 		}
 		s.Namespaces = ns
 	}
+	list, err := cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list namespaces: %w", err)
+	}
+	exist := map[string]bool{}
+	for _, ns := range list.Items {
+		exist[ns.Name] = true
+	}
 	var missing []string
 	for _, n := range s.Namespaces {
-		if _, err := cl.Kube.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if !exist[n] {
 			missing = append(missing, n)
-		} else if err != nil {
-			return s, fmt.Errorf("read namespace %s: %w", n, err)
 		}
 	}
 	if len(missing) > 0 {
@@ -141,81 +146,90 @@ type census struct {
 	Unsupported []string
 }
 
-// takeCensus reads the pods and claims of namespaces (one list of each per namespace) and the
-// volumes (one list).
+// takeCensus reads the volumes, pods and claims of the cluster, one list of each whatever the
+// number of namespaces, and takes those of namespaces.
 func takeCensus(ctx context.Context, cl *kube.Clients, namespaces []string) (census, error) {
 	var c census
-	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	core := cl.Kube.CoreV1()
+	pvs, err := core.PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return c, fmt.Errorf("list volumes: %w", err)
+	}
+	pods, err := core.Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return c, fmt.Errorf("list pods: %w", err)
+	}
+	pvcs, err := core.PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return c, fmt.Errorf("list claims: %w", err)
 	}
 	hostPath := map[string]bool{}
 	for _, pv := range pvs.Items {
 		hostPath[pv.Name] = pv.Spec.HostPath != nil
 	}
-	for _, ns := range namespaces {
-		pods, err := cl.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return c, fmt.Errorf("list pods in %s: %w", ns, err)
+	// For each claim ("ns/name"): whether a running pod mounts it, the pods that would but are not
+	// running, and whether a pod leaves it out of file-system backups by annotation.
+	running, optedOut := map[string]bool{}, map[string]bool{}
+	waiting := map[string][]string{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !slices.Contains(namespaces, pod.Namespace) || Excluded(pod) || pod.DeletionTimestamp != nil {
+			continue
 		}
-		pvcs, err := cl.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return c, fmt.Errorf("list claims in %s: %w", ns, err)
+		mounted, excluded := podClaims(pod)
+		for _, claim := range excluded {
+			optedOut[pod.Namespace+"/"+claim] = true
 		}
-		// For each claim, whether a running pod mounts it, or else the pods that would.
-		running := map[string]bool{}
-		waiting := map[string][]string{}
-		for i := range pods.Items {
-			pod := &pods.Items[i]
-			if Excluded(pod) || pod.DeletionTimestamp != nil {
-				continue
-			}
-			for _, claim := range podClaims(pod) {
-				if pod.Status.Phase == corev1.PodRunning {
-					running[claim] = true
-				} else if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-					waiting[claim] = append(waiting[claim], fmt.Sprintf("%s (%s)", pod.Name, orPending(string(pod.Status.Phase))))
-				}
+		for _, claim := range mounted {
+			key := pod.Namespace + "/" + claim
+			if pod.Status.Phase == corev1.PodRunning {
+				running[key] = true
+			} else if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+				waiting[key] = append(waiting[key], fmt.Sprintf("%s (%s)", pod.Name, orPending(string(pod.Status.Phase))))
 			}
 		}
-		for _, pvc := range pvcs.Items {
-			if Excluded(&pvc) || pvc.Status.Phase != corev1.ClaimBound {
-				continue // left out, or holding no data yet
-			}
-			if hostPath[pvc.Spec.VolumeName] {
-				c.Unsupported = append(c.Unsupported, fmt.Sprintf("%s/%s", ns, pvc.Name))
-				continue
-			}
-			c.Claims = append(c.Claims, Claim{Namespace: ns, Name: pvc.Name, UID: string(pvc.UID)})
-			switch {
-			case running[pvc.Name]:
-			case len(waiting[pvc.Name]) > 0:
-				c.Skipped = append(c.Skipped, fmt.Sprintf("pod %s/%s mounts claim %s", ns, strings.Join(waiting[pvc.Name], ", "), pvc.Name))
-			default:
-				c.Skipped = append(c.Skipped, fmt.Sprintf("no running pod mounts claim %s/%s (Velero backs a volume's files up only through a running pod that mounts it)", ns, pvc.Name))
-			}
+	}
+	for _, pvc := range pvcs.Items {
+		key := pvc.Namespace + "/" + pvc.Name
+		if !slices.Contains(namespaces, pvc.Namespace) || Excluded(&pvc) || optedOut[key] || pvc.Status.Phase != corev1.ClaimBound {
+			continue // out of scope, left out, or holding no data yet
+		}
+		if hostPath[pvc.Spec.VolumeName] {
+			c.Unsupported = append(c.Unsupported, key)
+			continue
+		}
+		c.Claims = append(c.Claims, Claim{Namespace: pvc.Namespace, Name: pvc.Name, UID: string(pvc.UID)})
+		switch {
+		case running[key]:
+		case len(waiting[key]) > 0:
+			c.Skipped = append(c.Skipped, fmt.Sprintf("pod %s/%s mounts claim %s", pvc.Namespace, strings.Join(waiting[key], ", "), pvc.Name))
+		default:
+			c.Skipped = append(c.Skipped, fmt.Sprintf("no running pod mounts claim %s (Velero backs a volume's files up only through a running pod that mounts it)", key))
 		}
 	}
 	return c, nil
 }
 
-// podClaims are the claims pod mounts in a container, the ones file-system backups can read.
-func podClaims(pod *corev1.Pod) []string {
-	mounted := map[string]bool{}
+// podClaims are the claims pod mounts in a container, which file-system backups read, and those
+// its backup.velero.io/backup-volumes-excludes annotation leaves out.
+func podClaims(pod *corev1.Pod) (mounted, excluded []string) {
+	inContainer := map[string]bool{}
 	for _, ctr := range pod.Spec.Containers {
 		for _, m := range ctr.VolumeMounts {
-			mounted[m.Name] = true
+			inContainer[m.Name] = true
 		}
 	}
-	var out []string
-	excluded := strings.Split(pod.Annotations[velerov1.VolumesToExcludeAnnotation], ",")
+	optOut := strings.Split(pod.Annotations[velerov1.VolumesToExcludeAnnotation], ",")
 	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim == nil || !mounted[v.Name] || slices.Contains(excluded, v.Name) {
-			continue
+		switch {
+		case v.PersistentVolumeClaim == nil:
+		case slices.Contains(optOut, v.Name):
+			excluded = append(excluded, v.PersistentVolumeClaim.ClaimName)
+		case inContainer[v.Name]:
+			mounted = append(mounted, v.PersistentVolumeClaim.ClaimName)
 		}
-		out = append(out, v.PersistentVolumeClaim.ClaimName)
 	}
-	return out
+	return mounted, excluded
 }
 
 func orPending(phase string) string {
