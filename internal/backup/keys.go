@@ -29,10 +29,6 @@ const (
 	// sseKeyConfig is the AWS plugin's BackupStorageLocation setting naming the SSE-C key file
 	// inside the Velero pod.
 	sseKeyConfig = "customerKeyEncryptionFile"
-	// veleroDeployment is the Velero server's Deployment, whose volumes hold that file.
-	veleroDeployment = "velero"
-	// defaultLocation is the backup storage location kip install configures.
-	defaultLocation = "default"
 )
 
 // ExportOptions are kip backup repository-key export's and sse-key export's.
@@ -69,15 +65,15 @@ func ExportSSEKey(ctx context.Context, o *ExportOptions) error {
 	if err != nil {
 		return err
 	}
-	bsl, err := kube.GetAs[velerov1.BackupStorageLocation](ctx, e.cl.Dynamic, bslGVR, components.VeleroNamespace, defaultLocation)
+	bsl, err := kube.GetAs[velerov1.BackupStorageLocation](ctx, e.cl.Dynamic, bslGVR, components.VeleroNamespace, components.BackupLocation)
 	if err != nil {
 		return veleroErr("read the backup storage location", err)
 	}
 	file := bsl.Spec.Config[sseKeyConfig]
 	if file == "" {
-		return fmt.Errorf("backups on this cluster are not encrypted with an SSE-C key (backup storage location %s sets no %s): there is no key to export", defaultLocation, sseKeyConfig)
+		return fmt.Errorf("backups on this cluster are not encrypted with an SSE-C key (backup storage location %s sets no %s): there is no key to export", components.BackupLocation, sseKeyConfig)
 	}
-	dep, err := e.cl.Kube.AppsV1().Deployments(components.VeleroNamespace).Get(ctx, veleroDeployment, metav1.GetOptions{})
+	dep, err := e.cl.Kube.AppsV1().Deployments(components.VeleroNamespace).Get(ctx, components.VeleroDeployment, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read the Velero Deployment: %w", err)
 	}
@@ -105,7 +101,7 @@ func mountedSecret(pod *corev1.PodSpec, file string) (secret, field string, err 
 		}
 	}
 	for _, c := range pod.Containers {
-		if c.Name != veleroDeployment {
+		if c.Name != components.VeleroDeployment {
 			continue
 		}
 		for _, m := range c.VolumeMounts {

@@ -41,9 +41,9 @@ func (r *renderer) minio() (Component, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: minioCredentialsSecret, Namespace: VeleroNamespace},
 		Type:       corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
-			"rootUser":     []byte(minioRootUser),
-			"rootPassword": []byte(password),
-			"cloud":        awsCredentials(minioRootUser, password),
+			"rootUser":           []byte(minioRootUser),
+			"rootPassword":       []byte(password),
+			VeleroCredentialsKey: AWSCredentials(minioRootUser, password),
 		},
 	}))
 	return c, err
@@ -60,7 +60,7 @@ func (r *renderer) velero() (Component, error) {
 		return Component{}, err
 	}
 	location := map[string]any{
-		"name":     "default",
+		"name":     BackupLocation,
 		"provider": "aws",
 		"default":  true,
 	}
@@ -78,14 +78,14 @@ func (r *renderer) velero() (Component, error) {
 		}
 		location["bucket"] = b.Bucket
 		location["config"] = config
-		credentials = veleroCredentialsSecret
+		credentials = VeleroCredentialsSecret
 		// Replaced on every run that gives them: re-running install is how operators rotate
 		// backup keys. Without them the cluster's Secret stays.
 		if !b.keepsCredentials() {
 			extra = append(extra, typed("v1", "Secret", &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: veleroCredentialsSecret, Namespace: VeleroNamespace},
+				ObjectMeta: metav1.ObjectMeta{Name: VeleroCredentialsSecret, Namespace: VeleroNamespace},
 				Type:       corev1.SecretTypeOpaque,
-				Data:       map[string][]byte{"cloud": awsCredentials(b.AccessKeyID, b.SecretAccessKey)},
+				Data:       map[string][]byte{VeleroCredentialsKey: AWSCredentials(b.AccessKeyID, b.SecretAccessKey)},
 			}))
 		}
 	} else {
@@ -117,8 +117,9 @@ func (r *renderer) velero() (Component, error) {
 	}, extra...)
 }
 
-// awsCredentials is the credentials file Velero's AWS plugin reads.
-func awsCredentials(id, secret string) []byte {
+// AWSCredentials is the credentials file Velero's AWS plugin reads (key VeleroCredentialsKey of the
+// credentials Secret).
+func AWSCredentials(id, secret string) []byte {
 	return []byte("[default]\naws_access_key_id=" + id + "\naws_secret_access_key=" + secret + "\n")
 }
 

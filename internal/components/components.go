@@ -94,13 +94,23 @@ const (
 	initialAdminBinding = "kipper-admins"
 )
 
-// Backups.
+// Backups: what Velero's chart is given, which kip backup and the backup tests read too.
 const (
-	veleroCredentialsSecret = "velero-credentials"       // external storage, replaced on every run
-	minioCredentialsSecret  = "velero-minio-credentials" // in-cluster MinIO, created once
-	minioBucket             = "velero"
-	minioRootUser           = "kipper-backups"
-	defaultBackupRegion     = "us-east-1"
+	// VeleroCredentialsSecret holds the external bucket's credentials, under VeleroCredentialsKey
+	// (AWSCredentials); replaced on every run that gives them.
+	VeleroCredentialsSecret = "velero-credentials"
+	VeleroCredentialsKey    = "cloud"
+	// BackupLocation is the name of Velero's one BackupStorageLocation.
+	BackupLocation = "default"
+	// VeleroDeployment is the chart's Deployment of the Velero server, and its server container.
+	VeleroDeployment = "velero"
+)
+
+const (
+	minioCredentialsSecret = "velero-minio-credentials" // in-cluster MinIO, created once
+	minioBucket            = "velero"
+	minioRootUser          = "kipper-backups"
+	defaultBackupRegion    = "us-east-1"
 )
 
 // Volume sizes the profiles leave open.

@@ -34,7 +34,7 @@ func TestRecordedKeepsEveryChoice(t *testing.T) {
 	if bsl["bucket"] != "backups" || nestedValue(bsl, "config", "s3Url") != "https://s3.example.com" || nestedValue(bsl, "config", "region") != "eu-west-1" {
 		t.Errorf("backup location %v", bsl)
 	}
-	if nestedValue(values, "credentials", "existingSecret") != veleroCredentialsSecret {
+	if nestedValue(values, "credentials", "existingSecret") != VeleroCredentialsSecret {
 		t.Errorf("velero reads credentials %v", nestedValue(values, "credentials"))
 	}
 	for _, obj := range append(append(slices.Clone(velero.Objects), velero.CreateOnly...), velero.After...) {

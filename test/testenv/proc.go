@@ -3,8 +3,6 @@ package testenv
 import (
 	"fmt"
 	"net"
-	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -31,12 +29,6 @@ func (p *process) kill() error {
 		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
 	}
 	return nil
-}
-
-// logContains reports whether the process's log holds s.
-func (p *process) logContains(s string) bool {
-	data, err := os.ReadFile(p.LogPath)
-	return err == nil && strings.Contains(string(data), s)
 }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. Another program may take one before

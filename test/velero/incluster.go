@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,19 +22,9 @@ import (
 // NodeAgent is the node agent's DaemonSet, as Velero's chart and `velero install` name it.
 const NodeAgent = "node-agent"
 
-// ImagesDir is where tools/velero.sh writes Velero's container images (velero.tar, the server,
-// node agent and restore helper; velero-plugin-for-aws.tar), for hosts to import into containerd.
-func ImagesDir() (string, error) {
-	dir, err := BinDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "images"), nil
-}
-
 // StartInCluster runs Velero the way the chart kip installs runs it, in a cluster whose nodes run
 // containers (the lab's): the server is the Deployment velero and the node agent the DaemonSet
-// node-agent, both from the images in ImagesDir, which the caller imports on the cluster's nodes
+// node-agent, both from the images tools/velero.sh builds into bin/velero/images, which the caller imports on the cluster's nodes
 // first. gofakes3 runs on this machine, listening on host, an address the cluster's pods reach
 // (the lab's gateway). It returns once the server and every node's agent run and the location is
 // Available; at cleanup it stops gofakes3 (the cluster's objects go with its hosts).

@@ -61,6 +61,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/manifests"
 	"kipper.run/kip/test/controlplane"
 	"kipper.run/kip/test/need"
@@ -70,20 +71,20 @@ import (
 // What Start sets up, named as kip's install names them (internal/components/backups.go).
 const (
 	// Namespace is Velero's namespace.
-	Namespace = "velero"
+	Namespace = components.VeleroNamespace
 	// Location is the BackupStorageLocation's name.
-	Location = "default"
+	Location = components.BackupLocation
 	// CredentialsSecret holds the S3 credentials, under CredentialsKey, in the AWS
 	// shared-credentials form kip writes.
-	CredentialsSecret = "velero-credentials"
-	CredentialsKey    = "cloud"
+	CredentialsSecret = components.VeleroCredentialsSecret
+	CredentialsKey    = components.VeleroCredentialsKey
 	// Bucket is the one bucket of the S3 server.
 	Bucket = "kip-backups"
 	// Region is the location's region, as kip configures it for in-cluster MinIO.
 	Region = "minio"
 	// Deployment and ServerServiceAccount are the names the chart gives the server's Deployment
 	// and ServiceAccount (see applyDeployment).
-	Deployment           = "velero"
+	Deployment           = components.VeleroDeployment
 	ServerServiceAccount = "velero-server"
 	// AccessKeyID and SecretAccessKey are the credentials in the Secret; gofakes3 accepts any.
 	AccessKeyID     = "kiptest"
@@ -342,16 +343,6 @@ func (s *Server) Object(t testing.TB, key string) []byte {
 	return data
 }
 
-// VeleroLog returns the Velero server's log so far (its runs after Resume appended).
-func (s *Server) VeleroLog(t testing.TB) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(s.Dir, "velero.log"))
-	if err != nil {
-		t.Fatalf("velerotest: %v", err)
-	}
-	return string(data)
-}
-
 // ensureNamespace creates Velero's namespace, after waiting for a previous Server's to be gone.
 func (s *Server) ensureNamespace(ctx context.Context) error {
 	for {
@@ -383,7 +374,7 @@ func (s *Server) ensureNamespace(ctx context.Context) error {
 // file Velero reads: the chart kip installs mounts the Secret at /credentials and points
 // AWS_SHARED_CREDENTIALS_FILE at its key cloud, as startVelero does here.
 func (s *Server) configure(ctx context.Context) error {
-	creds := []byte("[default]\naws_access_key_id=" + AccessKeyID + "\naws_secret_access_key=" + SecretAccessKey + "\n")
+	creds := components.AWSCredentials(AccessKeyID, SecretAccessKey)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: Namespace},
 		Type:       corev1.SecretTypeOpaque,
