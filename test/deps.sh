@@ -3,7 +3,7 @@
 # tests; systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 for the lab hosts
 # (test/lab), and e2fsprogs and mount for their Longhorn disks (mkfs.ext4, mount -o loop, losetup:
 # Priority required, but not Essential, so a minimal system may lack them); busybox-static for the
-# lab's container images. No service is
+# lab's container images; acl and attr (getfacl, getfattr) for the data mover's tests. No service is
 # started: the lab runs its own apt-cacher-ng.
 set -eu
 
@@ -22,6 +22,9 @@ want iptables iptables
 want ip iproute2
 want mkfs.ext4 e2fsprogs
 want losetup mount
+# The data mover's tests compare trees with getfacl and getfattr.
+want getfacl acl
+want getfattr attr
 # The lab's container images are built from Debian's static busybox (test/images); the busybox
 # package's is dynamically linked.
 if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
