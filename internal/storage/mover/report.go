@@ -156,6 +156,9 @@ type Report struct {
 // TerminationLimit is Kubernetes' limit on a container's termination message.
 const TerminationLimit = 4096
 
+// maxTerminationError is how much of an error a termination message keeps before differences.
+const maxTerminationError = 1024
+
 // Line is the full report as one line of JSON, as the log holds it.
 func (r *Report) Line() []byte {
 	b, err := json.Marshal(r)
@@ -171,6 +174,7 @@ func (r *Report) Termination(full []byte) []byte {
 	sum := sha256.Sum256(full)
 	t := *r
 	t.Digest = hex.EncodeToString(sum[:])
+	t.Error = cut(t.Error, maxTerminationError) // the first differences matter more than a long error's end
 	for {
 		b := t.Line()
 		if len(b) < TerminationLimit {
@@ -182,16 +186,16 @@ func (r *Report) Termination(full []byte) []byte {
 			t.Omitted = len(r.Differences) - len(t.Differences)
 		case len(t.Error) > 0:
 			t.Error = cut(t.Error, len(t.Error)-(len(b)-TerminationLimit)-64)
-		default:
-			t.Source, t.Target = cut(t.Source, 256), cut(t.Target, 256)
+		default: // paths of characters JSON escapes
+			t.Source, t.Target = cut(t.Source, len(t.Source)/2), cut(t.Target, len(t.Target)/2)
 		}
 	}
 }
 
 // cut shortens s to about n bytes, marking the cut.
 func cut(s string, n int) string {
-	if n < 0 {
-		n = 0
+	if n <= 0 {
+		return ""
 	}
 	if len(s) <= n {
 		return s
