@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kipper.run/kip/internal/storage/mover"
+	"kipper.run/kip/internal/storage/mover/movertest"
 	"kipper.run/kip/test/need"
 )
 
@@ -37,36 +38,36 @@ func TestCopyKeepsEveryEntry(t *testing.T) {
 		fs   func(t *testing.T) (src, dst string, dev uint64)
 	}{
 		{"ext4", func(t *testing.T) (string, string, uint64) {
-			src, dev := mountExt4(t, "256m")
-			dst, _ := mountExt4(t, "256m")
+			src, dev := movertest.MountExt4(t, "256m")
+			dst, _ := movertest.MountExt4(t, "256m")
 			return src, dst, dev
 		}},
 		{"tmpfs", func(t *testing.T) (string, string, uint64) {
-			return mountTmpfs(t, "256m"), mountTmpfs(t, "256m"), 0
+			return movertest.MountTmpfs(t, "256m"), movertest.MountTmpfs(t, "256m"), 0
 		}},
 		// Across filesystem types copy_file_range does not work, and the copy goes through a buffer.
 		{"ext4 to tmpfs", func(t *testing.T) (string, string, uint64) {
-			src, dev := mountExt4(t, "256m")
-			return src, mountTmpfs(t, "256m"), dev
+			src, dev := movertest.MountExt4(t, "256m")
+			return src, movertest.MountTmpfs(t, "256m"), dev
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			src, dst, dev := tc.fs(t)
-			makeTree(t, src, dev)
+			movertest.MakeTree(t, src, dev)
 			rep := copyTree(t, src, dst, mover.Options{})
 			if rep.Result != mover.Done {
 				t.Fatalf("copy: %s: %s", rep.Result, rep.Error)
 			}
-			want, got := describe(t, src), describe(t, dst)
+			want, got := movertest.Describe(t, src), movertest.Describe(t, dst)
 			if _, err := os.Lstat(filepath.Join(src, "lost+found")); err != nil { // a tmpfs source
-				got = describe(t, dst, "lost+found")
+				got = movertest.Describe(t, dst, "lost+found")
 			}
 			if want != got {
 				t.Errorf("the copy differs from the original:\n--- original\n%s\n--- copy\n%s", want, got)
 			}
 			for _, f := range []string{"sparse.img", "hole-first.img", "all-hole.img"} {
-				if s, d := blocks(t, filepath.Join(src, f)), blocks(t, filepath.Join(dst, f)); d > s+64<<10 {
+				if s, d := movertest.Blocks(t, filepath.Join(src, f)), movertest.Blocks(t, filepath.Join(dst, f)); d > s+64<<10 {
 					t.Errorf("%s: the copy allocates %d bytes, the original %d: its holes were filled", f, d, s)
 				}
 			}
@@ -92,76 +93,76 @@ func TestCopyKeepsEveryEntry(t *testing.T) {
 // mutation changes the copy in one way; want is the one difference verify must name.
 type mutation struct {
 	name   string
-	change func(b treeBuilder)
+	change func(b movertest.Builder)
 	want   mover.Difference
 }
 
 func TestVerifyNamesEachDifference(t *testing.T) {
-	fs := mountTmpfs(t, "1g")
-	src := subdir(t, fs, "original")
-	makeTree(t, src, 0)
+	fs := movertest.MountTmpfs(t, "1g")
+	src := movertest.Subdir(t, fs, "original")
+	movertest.MakeTree(t, src, 0)
 	changed := func(path, attr string) mover.Difference {
 		return mover.Difference{Path: path, Kind: mover.Changed, Attribute: attr}
 	}
 	cases := []mutation{
-		{"flipped byte", func(b treeBuilder) {
-			f, err := os.OpenFile(b.path("big.bin"), os.O_RDWR, 0)
-			b.check(err)
+		{"flipped byte", func(b movertest.Builder) {
+			f, err := os.OpenFile(b.Path("big.bin"), os.O_RDWR, 0)
+			b.Check(err)
 			one := make([]byte, 1)
 			_, err = f.ReadAt(one, 1<<20)
-			b.check(err)
+			b.Check(err)
 			one[0] ^= 0x01
 			_, err = f.WriteAt(one, 1<<20)
-			b.check(err)
-			b.check(f.Close())
+			b.Check(err)
+			b.Check(f.Close())
 		}, changed("big.bin", "content")},
-		{"truncated file", func(b treeBuilder) { b.check(os.Truncate(b.path("notes.txt"), 3)) }, changed("notes.txt", "size")},
-		{"extended file", func(b treeBuilder) {
-			f, err := os.OpenFile(b.path("notes.txt"), os.O_APPEND|os.O_WRONLY, 0)
-			b.check(err)
+		{"truncated file", func(b movertest.Builder) { b.Check(os.Truncate(b.Path("notes.txt"), 3)) }, changed("notes.txt", "size")},
+		{"extended file", func(b movertest.Builder) {
+			f, err := os.OpenFile(b.Path("notes.txt"), os.O_APPEND|os.O_WRONLY, 0)
+			b.Check(err)
 			_, err = f.WriteString("more\n")
-			b.check(err)
-			b.check(f.Close())
+			b.Check(err)
+			b.Check(f.Close())
 		}, changed("notes.txt", "size")},
-		{"mode", func(b treeBuilder) { b.check(os.Chmod(b.path("setuid"), 0o755)) }, changed("setuid", "mode")},
-		{"sticky bit", func(b treeBuilder) { b.check(os.Chmod(b.path("sticky"), 0o777)) }, changed("sticky", "mode")},
-		{"owner", func(b treeBuilder) { b.check(os.Lchown(b.path("a/b/c/deep"), 1009, -1)) }, changed("a/b/c/deep", "owner")},
-		{"group", func(b treeBuilder) { b.check(os.Lchown(b.path("rel-link"), -1, 1009)) }, changed("rel-link", "group")},
-		{"xattr", func(b treeBuilder) { b.xattr("notes.txt", "user.note", []byte("changed")) }, changed("notes.txt", "xattr user.note")},
-		{"xattr removed", func(b treeBuilder) { b.check(unix.Lremovexattr(b.path("a"), "user.dir")) }, changed("a", "xattr user.dir")},
-		{"file capabilities", func(b treeBuilder) { b.check(unix.Lremovexattr(b.path("caps"), "security.capability")) },
+		{"mode", func(b movertest.Builder) { b.Check(os.Chmod(b.Path("setuid"), 0o755)) }, changed("setuid", "mode")},
+		{"sticky bit", func(b movertest.Builder) { b.Check(os.Chmod(b.Path("sticky"), 0o777)) }, changed("sticky", "mode")},
+		{"owner", func(b movertest.Builder) { b.Check(os.Lchown(b.Path("a/b/c/deep"), 1009, -1)) }, changed("a/b/c/deep", "owner")},
+		{"group", func(b movertest.Builder) { b.Check(os.Lchown(b.Path("rel-link"), -1, 1009)) }, changed("rel-link", "group")},
+		{"xattr", func(b movertest.Builder) { b.Xattr("notes.txt", "user.note", []byte("changed")) }, changed("notes.txt", "xattr user.note")},
+		{"xattr removed", func(b movertest.Builder) { b.Check(unix.Lremovexattr(b.Path("a"), "user.dir")) }, changed("a", "xattr user.dir")},
+		{"file capabilities", func(b movertest.Builder) { b.Check(unix.Lremovexattr(b.Path("caps"), "security.capability")) },
 			changed("caps", "xattr security.capability")},
-		{"ACL", func(b treeBuilder) { b.setfacl("-m", "u:1234:rw", "notes.txt") }, changed("notes.txt", "xattr system.posix_acl_access")},
-		{"default ACL", func(b treeBuilder) { b.setfacl("-k", "a/b") }, changed("a/b", "xattr system.posix_acl_default")},
-		{"mtime", func(b treeBuilder) { b.times("empty", earlier) }, changed("empty", "mtime")},
-		{"symlink target", func(b treeBuilder) {
-			b.check(os.Remove(b.path("rel-link")))
-			b.symlink("notes.txt", "rel-link", 1001, 1002)
+		{"ACL", func(b movertest.Builder) { b.Setfacl("-m", "u:1234:rw", "notes.txt") }, changed("notes.txt", "xattr system.posix_acl_access")},
+		{"default ACL", func(b movertest.Builder) { b.Setfacl("-k", "a/b") }, changed("a/b", "xattr system.posix_acl_default")},
+		{"mtime", func(b movertest.Builder) { b.Times("empty", movertest.Earlier) }, changed("empty", "mtime")},
+		{"symlink target", func(b movertest.Builder) {
+			b.Check(os.Remove(b.Path("rel-link")))
+			b.Symlink("notes.txt", "rel-link", 1001, 1002)
 		}, changed("rel-link", "target")},
-		{"broken hard link", func(b treeBuilder) {
-			b.check(os.Remove(b.path("a/hard1")))
-			b.file("a/hard1", []byte("hello\n"), 0o644, 1001, 1001)
+		{"broken hard link", func(b movertest.Builder) {
+			b.Check(os.Remove(b.Path("a/hard1")))
+			b.File("a/hard1", []byte("hello\n"), 0o644, 1001, 1001)
 		}, changed("a/hard1", "hard link")},
-		{"missing file", func(b treeBuilder) { b.check(os.Remove(b.path("a/b/c/deep"))) },
+		{"missing file", func(b movertest.Builder) { b.Check(os.Remove(b.Path("a/b/c/deep"))) },
 			mover.Difference{Path: "a/b/c/deep", Kind: mover.Missing, Original: "regular file"}},
-		{"extra file", func(b treeBuilder) { b.file("a/extra", []byte("x"), 0o644, 0, 0) },
+		{"extra file", func(b movertest.Builder) { b.File("a/extra", []byte("x"), 0o644, 0, 0) },
 			mover.Difference{Path: "a/extra", Kind: mover.Extra, Copy: "regular file"}},
-		{"file replaced by a directory", func(b treeBuilder) {
-			b.check(os.Remove(b.path("notes.txt")))
-			b.dir("notes.txt", 0o640, 1001, 1002)
+		{"file replaced by a directory", func(b movertest.Builder) {
+			b.Check(os.Remove(b.Path("notes.txt")))
+			b.Dir("notes.txt", 0o640, 1001, 1002)
 		}, mover.Difference{Path: "notes.txt", Kind: mover.Changed, Attribute: "type", Original: "regular file", Copy: "directory"}},
-		{"special file of another type", func(b treeBuilder) {
-			b.check(os.Remove(b.path("fifo")))
-			b.mknod("fifo", unix.S_IFSOCK|0o620, 0, 1001, 1002)
+		{"special file of another type", func(b movertest.Builder) {
+			b.Check(os.Remove(b.Path("fifo")))
+			b.Mknod("fifo", unix.S_IFSOCK|0o620, 0, 1001, 1002)
 		}, mover.Difference{Path: "fifo", Kind: mover.Changed, Attribute: "type", Original: "FIFO", Copy: "socket"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := subdir(t, fs, "copy-"+strings.Repeat("x", i))
+			dst := movertest.Subdir(t, fs, "copy-"+strings.Repeat("x", i))
 			if rep := copyTree(t, src, dst, mover.Options{}); rep.Result != mover.Done {
 				t.Fatalf("copy: %s: %s", rep.Result, rep.Error)
 			}
-			b := treeBuilder{t, dst}
+			b := movertest.Builder{T: t, Root: dst}
 			restore := keepTimes(t, dst, tc.want.Path, tc.want.Attribute != "mtime")
 			tc.change(b)
 			restore()
@@ -217,10 +218,10 @@ func keepTimes(t *testing.T, root, rel string, own bool) func() {
 }
 
 func TestCopyOutOfSpace(t *testing.T) {
-	src, dst := mountTmpfs(t, "16m"), mountTmpfs(t, "2m")
-	b := treeBuilder{t, src}
-	b.file("fits", []byte("small"), 0o644, 0, 0)
-	b.file("too-big", randomBytes(4<<20, 7), 0o644, 0, 0)
+	src, dst := movertest.MountTmpfs(t, "16m"), movertest.MountTmpfs(t, "2m")
+	b := movertest.Builder{T: t, Root: src}
+	b.File("fits", []byte("small"), 0o644, 0, 0)
+	b.File("too-big", movertest.RandomBytes(4<<20, 7), 0o644, 0, 0)
 	var stdout, stderr bytes.Buffer
 	code := mover.Main([]string{"copy", src, dst}, &stdout, &stderr)
 	if code != mover.ExitOutOfSpace {
@@ -236,11 +237,11 @@ func TestCopyOutOfSpace(t *testing.T) {
 }
 
 func TestCopyTargetNotEmpty(t *testing.T) {
-	fs := mountTmpfs(t, "16m")
-	src, dst := subdir(t, fs, "src"), subdir(t, fs, "dst")
-	treeBuilder{t, src}.file("new", []byte("new"), 0o644, 0, 0)
-	treeBuilder{t, dst}.dir("old", 0o500, 1001, 1001)
-	treeBuilder{t, dst}.file("old/data", []byte("stale"), 0o400, 1001, 1001)
+	fs := movertest.MountTmpfs(t, "16m")
+	src, dst := movertest.Subdir(t, fs, "src"), movertest.Subdir(t, fs, "dst")
+	movertest.Builder{T: t, Root: src}.File("new", []byte("new"), 0o644, 0, 0)
+	movertest.Builder{T: t, Root: dst}.Dir("old", 0o500, 1001, 1001)
+	movertest.Builder{T: t, Root: dst}.File("old/data", []byte("stale"), 0o400, 1001, 1001)
 	rep := copyTree(t, src, dst, mover.Options{})
 	if rep.Result != mover.Failed || !strings.Contains(rep.Error, "is not empty (it holds old)") || !strings.Contains(rep.Error, "--clean") {
 		t.Fatalf("copy into a target holding old: %s: %q, want a refusal naming old and --clean", rep.Result, rep.Error)
@@ -257,7 +258,7 @@ func TestCopyTargetNotEmpty(t *testing.T) {
 	if rep := copyTree(t, src, filepath.Join(src), mover.Options{}); rep.Result != mover.Failed || !strings.Contains(rep.Error, "the same directory") {
 		t.Errorf("copy onto itself: %s: %q", rep.Result, rep.Error)
 	}
-	inner := subdir(t, src, "inner")
+	inner := movertest.Subdir(t, src, "inner")
 	if rep := copyTree(t, src, inner, mover.Options{}); rep.Result != mover.Failed || !strings.Contains(rep.Error, "one inside the other") {
 		t.Errorf("copy into itself: %s: %q", rep.Result, rep.Error)
 	}
@@ -268,11 +269,11 @@ func TestCopyTargetNotEmpty(t *testing.T) {
 // copy, naming it, rather than being skipped.
 func TestCopyNeverSkipsUnreadable(t *testing.T) {
 	setpriv := need.Command(t, "setpriv", "util-linux has it")
-	fs := mountTmpfs(t, "16m")
-	src, dst := subdir(t, fs, "src"), subdir(t, fs, "dst")
-	b := treeBuilder{t, src}
-	b.dir("private", 0o700, 1005, 1005)
-	b.file("private/db", []byte("data"), 0o600, 1005, 1005)
+	fs := movertest.MountTmpfs(t, "16m")
+	src, dst := movertest.Subdir(t, fs, "src"), movertest.Subdir(t, fs, "dst")
+	b := movertest.Builder{T: t, Root: src}
+	b.Dir("private", 0o700, 1005, 1005)
+	b.File("private/db", []byte("data"), 0o600, 1005, 1005)
 	without := []string{"--bounding-set=-dac_read_search,-dac_override", "--inh-caps=-all", "--"}
 
 	cmd := exec.Command(setpriv, append(without, os.Args[0])...)
@@ -295,11 +296,11 @@ func TestCopyNeverSkipsUnreadable(t *testing.T) {
 }
 
 func TestMainReports(t *testing.T) {
-	fs := mountTmpfs(t, "64m")
-	src, dst := subdir(t, fs, "src"), subdir(t, fs, "dst")
-	b := treeBuilder{t, src}
+	fs := movertest.MountTmpfs(t, "64m")
+	src, dst := movertest.Subdir(t, fs, "src"), movertest.Subdir(t, fs, "dst")
+	b := movertest.Builder{T: t, Root: src}
 	for i := range 300 {
-		b.file("file-"+strings.Repeat("n", i%7)+"-"+hex.EncodeToString([]byte{byte(i), byte(i >> 8)}), []byte{byte(i)}, 0o644, 0, 0)
+		b.File("file-"+strings.Repeat("n", i%7)+"-"+hex.EncodeToString([]byte{byte(i), byte(i >> 8)}), []byte{byte(i)}, 0o644, 0, 0)
 	}
 	term := filepath.Join(t.TempDir(), "termination-log")
 	if err := os.WriteFile(term, nil, 0o644); err != nil {
@@ -338,7 +339,7 @@ func TestMainReports(t *testing.T) {
 		t.Errorf("scan: exit %d, %+v", code, rep.Totals)
 	}
 	for i := range 250 {
-		treeBuilder{t, dst}.file("extra-"+strings.Repeat("e", 40)+hex.EncodeToString([]byte{byte(i)}), nil, 0o644, 0, 0)
+		movertest.Builder{T: t, Root: dst}.File("extra-"+strings.Repeat("e", 40)+hex.EncodeToString([]byte{byte(i)}), nil, 0o644, 0, 0)
 	}
 	code, msg, full := runMain("verify", src, dst)
 	short, _ := mover.Decode(msg)
