@@ -5,7 +5,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
 TESTFLAGS ?= -timeout 60m
 
-.PHONY: all build build-fault test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
+.PHONY: all build build-fault mover-image mover-image-pin test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
 
 all: build
 
@@ -16,6 +16,15 @@ build:
 ## build-fault: build bin/kip-fault, kip with the step runner's fault points (-tags kipfault, KIP_FAULT_KILL); for tests only, never shipped
 build-fault:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags kipfault -ldflags "$(LDFLAGS)" -o bin/kip-fault ./cmd/kip
+
+## mover-image: build the data mover's image (cmd/kip-mover, linux/amd64 and arm64) into bin/kip-mover-image.tar, an OCI archive, and check its digest against manifests/mover-image.yaml
+mover-image:
+	@mkdir -p bin
+	$(GO) run ./internal/storage/moverimage/build -out bin/kip-mover-image.tar
+
+## mover-image-pin: after a change to the data mover, write its image's new digest to manifests/mover-image.yaml
+mover-image-pin:
+	$(GO) run ./internal/storage/moverimage/build -pin
 
 # FAULT_TEST_PKGS are the packages with tests built only with -tags kipfault.
 FAULT_TEST_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test 2>/dev/null))))

@@ -13,6 +13,29 @@ import (
 //go:embed versions.yaml
 var versionsYAML []byte
 
+//go:embed mover-image.yaml
+var moverImageYAML []byte
+
+// MoverImagePin is manifests/mover-image.yaml: the data mover's image and its digest, and the Go
+// release that builds it to that digest.
+type MoverImagePin struct {
+	Image  string `json:"image"`
+	Digest string `json:"digest"`
+	Go     string `json:"go"`
+}
+
+// Reference is the image by digest, as a pod names it.
+func (p MoverImagePin) Reference() string { return p.Image + "@" + p.Digest }
+
+// MoverImage parses the embedded mover-image.yaml.
+func MoverImage() (MoverImagePin, error) {
+	var p MoverImagePin
+	if err := yaml.UnmarshalStrict(moverImageYAML, &p); err != nil {
+		return p, fmt.Errorf("parse embedded mover-image.yaml: %w", err)
+	}
+	return p, nil
+}
+
 //go:embed crds/*.yaml
 var crdFiles embed.FS
 

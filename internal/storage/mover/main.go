@@ -23,7 +23,8 @@ const usage = `usage:
 copy copies the tree SOURCE into the empty directory TARGET, keeping every entry's type, data
 (sparse holes too), owner, group, mode, extended attributes, ACLs, times and hard links, and
 flushes it to TARGET's disk. verify compares the copy with the original. scan counts a tree.
-Each prints its full report as one line of JSON and writes it, shortened, to --termination-log.
+Each prints its full report as one line of JSON and writes it, shortened to Kubernetes' 4 KiB,
+to --termination-log PATH (default /dev/termination-log, written only when it exists).
 Exit codes: 0 done, 1 error, 2 usage, 3 differences (verify), 4 out of space (copy).
 `
 
@@ -33,6 +34,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		return ExitDone
 	}
 	op := Op(args[0])
 	fs := flag.NewFlagSet("kip-mover "+args[0], flag.ContinueOnError)

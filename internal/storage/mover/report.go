@@ -147,10 +147,12 @@ type Report struct {
 	DifferenceCount int64        `json:"differenceCount,omitempty"`
 	// Error says what failed (Failed) or where room ran out (OutOfSpace), naming the path.
 	Error string `json:"error,omitempty"`
-	// Omitted and Digest are set in the termination message only: the differences left out to
-	// fit, and the SHA-256 of the full report's line in the log.
-	Omitted int    `json:"omitted,omitempty"`
-	Digest  string `json:"digest,omitempty"`
+	// Shortened, Omitted and Digest are set in the termination message only: whether anything
+	// was cut to fit, the differences left out, and the SHA-256 of the full report's line in the
+	// log.
+	Shortened bool   `json:"shortened,omitempty"`
+	Omitted   int    `json:"omitted,omitempty"`
+	Digest    string `json:"digest,omitempty"`
 }
 
 // TerminationLimit is Kubernetes' limit on a container's termination message.
@@ -176,6 +178,7 @@ func (r *Report) Termination(full []byte) []byte {
 	t.Digest = hex.EncodeToString(sum[:])
 	t.Error = cut(t.Error, maxTerminationError) // the first differences matter more than a long error's end
 	for {
+		t.Shortened = t.Error != r.Error || t.Omitted > 0 || t.Source != r.Source || t.Target != r.Target
 		b := t.Line()
 		if len(b) < TerminationLimit {
 			return b
