@@ -29,11 +29,11 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 // needs and its own 40 GiB disk at /var/lib/longhorn) the Longhorn install's; host 7 runs Velero
 // for the backup test.
 func TestMain(m *testing.M) {
-	os.Exit(e2e.Main(m, 7, lab.Options{Hosts: []lab.HostOptions{
+	os.Exit(e2e.Main(m, 8, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
 		{MemoryMiB: 4096, CPUs: 2, Modules: k3sModules},
 		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 40},
-		{},
+		{}, {},
 	}}))
 }
 
