@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,11 +164,11 @@ func (v *verifier) entry(rel, src, dst string, s, d *unix.Stat_t) error {
 		if compared { // another name of a file whose data was compared
 			return nil
 		}
-		hs, err := hashFile(src)
+		hs, err := hashFile(src, s.Size)
 		if err != nil {
 			return err
 		}
-		hd, err := hashFile(dst)
+		hd, err := hashFile(dst, d.Size)
 		if err != nil {
 			return err
 		}
@@ -298,33 +297,29 @@ func (v *verifier) checkLinks() {
 	}
 }
 
-// hashFile is the SHA-256 of a regular file's contents, in hex.
-func hashFile(path string) (string, error) {
+// hashFile is the SHA-256 of the size bytes of a regular file's contents, in hex. A file that
+// ends before size fails.
+func hashFile(path string, size int64) (string, error) {
 	fd, err := openRead(path)
 	if err != nil {
 		return "", err
 	}
 	defer unix.Close(fd)
 	h := sha256.New()
-	if err := readAll(fd, h, path); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func readAll(fd int, h hash.Hash, path string) error {
 	buf := getBuffer()
 	defer putBuffer(buf)
-	for {
-		n, err := unix.Read(fd, *buf)
+	for size > 0 {
+		n, err := unix.Read(fd, (*buf)[:min(size, int64(len(*buf)))])
 		if err != nil {
-			return pathErr("read", path, err)
+			return "", pathErr("read", path, err)
 		}
 		if n == 0 {
-			return nil
+			return "", fmt.Errorf("%s: ended before its size while being read (is something writing to it?)", path)
 		}
 		h.Write((*buf)[:n])
+		size -= int64(n)
 	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // showXattr is an attribute's value as a difference shows it: a POSIX ACL as its entries, text as
