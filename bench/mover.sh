@@ -90,7 +90,16 @@ data=$work/data
 copy=$work/copy
 out=${BENCH_OUT:-$work/results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$data" "$out"
-rm -rf -- "$copy" "$work/disk.dat"
+if [ -e "$copy" ] || [ -e "$work/disk.dat" ]; then
+	rm -rf -- "$copy" "$work/disk.dat"
+	# ext4 skips inodes freed in the last 30 seconds when it allocates new ones (find_inode_bit,
+	# recently_deleted), which slows the next copy down for whoever comes first: wait it out.
+	# For the same reason no copy is deleted until the run ends.
+	sync
+	note "waiting 35 s for ext4 to stop avoiding the inodes just freed"
+	sleep 35
+fi
+mkdir -p "$copy"
 results=$out/results.tsv
 summary=$out/summary.tsv
 report=$out/report.txt
@@ -214,10 +223,10 @@ bench() {
 	eval "files_$s=\$files bytes_$s=\$bytes"
 
 	note "($s) kip-mover copy"
-	rm -rf -- "$copy"
-	mkdir "$copy"
+	kcopy=$copy/$s-kip-mover rcopy=$copy/$s-rsync
+	mkdir "$kcopy" "$rcopy"
 	drop
-	timed "$s-kip-copy" "$mover" copy --termination-log /nonexistent "$@" "$src" "$copy"
+	timed "$s-kip-copy" "$mover" copy --termination-log /nonexistent "$@" "$src" "$kcopy"
 	[ "$rc" -eq 0 ] && [ "$(jget "$out/$s-kip-copy.out" result)" = done ] ||
 		die "($s) kip-mover copy failed (exit $rc): $(cat "$out/$s-kip-copy.err")"
 	[ "$(jget "$out/$s-kip-copy.out" totals files)" = "$files" ] && [ "$(jget "$out/$s-kip-copy.out" totals bytes)" = "$bytes" ] ||
@@ -230,7 +239,7 @@ bench() {
 
 	note "($s) kip-mover verify"
 	drop
-	timed "$s-kip-verify" "$mover" verify --termination-log /nonexistent "$@" "$src" "$copy"
+	timed "$s-kip-verify" "$mover" verify --termination-log /nonexistent "$@" "$src" "$kcopy"
 	result=$(jget "$out/$s-kip-verify.out" result)
 	if [ "$rc" -ne 0 ] || [ "$result" != done ]; then
 		cat "$out/$s-kip-verify.err" >&2
@@ -241,24 +250,23 @@ bench() {
 	row "$s" kip-mover verify "$wall" "$user" "$sys" "$bytes" "$files"
 	sum "$s.kip-mover.verify.reported_seconds" "$(jget "$out/$s-kip-verify.out" seconds)"
 	kv=$wall kvu=$user kvs=$sys
-	rm -rf -- "$copy"
 
 	note "($s) rsync -aHAXS copy + sync"
 	drop
-	timed "$s-rsync-copy" sh -c 'rsync -aHAXS "$1/" "$2/" && sync' sh "$src" "$copy"
+	timed "$s-rsync-copy" sh -c 'rsync -aHAXS "$1/" "$2/" && sync' sh "$src" "$rcopy"
 	[ "$rc" -eq 0 ] || die "($s) rsync copy failed (exit $rc): $(cat "$out/$s-rsync-copy.err")"
 	row "$s" rsync copy "$wall" "$user" "$sys" "$bytes" "$files"
 	rc_=$wall rcu=$user rcs=$sys
 
 	note "($s) rsync -c --dry-run verify"
 	drop
-	timed "$s-rsync-verify" rsync -aHAXS -c --dry-run --itemize-changes "$src/" "$copy/"
+	timed "$s-rsync-verify" rsync -aHAXS -c --dry-run --itemize-changes "$src/" "$rcopy/"
 	[ "$rc" -eq 0 ] || die "($s) rsync verify failed (exit $rc): $(cat "$out/$s-rsync-verify.err")"
 	[ ! -s "$out/$s-rsync-verify.out" ] ||
 		die "($s) rsync's verify itemized changes, the rsync copy is not complete: $(head -n 5 "$out/$s-rsync-verify.out")"
 	row "$s" rsync verify "$wall" "$user" "$sys" "$bytes" "$files"
 	rv=$wall rvu=$user rvs=$sys
-	rm -rf -- "$copy"
+
 	sync
 
 	add() { echo "$1 $2" | awk '{ printf "%.6f", $1 + $2 }'; }

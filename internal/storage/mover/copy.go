@@ -15,6 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// inlineSize is the largest file a directory's own job copies or compares, one after another;
+// larger files are jobs of their own. Parallel work then spreads over directories (creating an
+// entry takes its directory's lock) and a small file costs no job.
+const inlineSize = 256 << 10
+
 // copier copies one tree.
 type copier struct {
 	*run
@@ -26,6 +31,7 @@ type copier struct {
 	dirs  []dirMeta        // directories' metadata, set once their contents are in place
 
 	noCopyRange atomic.Bool // copy_file_range does not work between these filesystems
+	umask       uint32      // the process's, which takes bits from a new file's mode
 }
 
 type hardLink struct{ rel, first string }
@@ -42,7 +48,7 @@ type dirMeta struct {
 // of room is OutOfSpace.
 func Copy(ctx context.Context, src, dst string, o Options) *Report {
 	start := time.Now()
-	c := &copier{run: newRun(ctx, o), src: src, dst: dst, first: map[inode]string{}}
+	c := &copier{run: newRun(ctx, o), src: src, dst: dst, first: map[inode]string{}, umask: currentUmask()}
 	rep := &Report{Format: ReportFormat, Op: OpCopy, Source: src, Target: dst}
 	root, err := c.prepare()
 	if err == nil {
@@ -120,6 +126,9 @@ func (c *copier) entry(rel, path string, st *unix.Stat_t) (bool, error) {
 		c.mu.Unlock()
 		return true, nil
 	case unix.S_IFREG:
+		if st.Size <= inlineSize {
+			return false, c.file(rel, path, dst, st)
+		}
 		st := *st
 		c.pool.submit(func() {
 			if c.stopped() {
@@ -172,13 +181,13 @@ func (c *copier) file(rel, src, dst string, st *unix.Stat_t) error {
 		return err
 	}
 	defer unix.Close(in)
-	out, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	out, err := unix.Open(dst, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, st.Mode&0o777)
 	if err != nil {
 		return pathErr("create", dst, err)
 	}
 	err = c.data(in, out, src, dst, st)
 	if err == nil {
-		err = fileMeta(out, src, dst, st)
+		err = c.fileMeta(in, out, src, dst, st)
 	}
 	if cerr := unix.Close(out); err == nil && cerr != nil {
 		err = pathErr("close", dst, cerr)
@@ -269,12 +278,17 @@ func (c *copier) copyRange(in, out int, off, n int64, src, dst string) error {
 	return nil
 }
 
-// fileMeta gives the open copy out of src the owner, extended attributes, mode and times of st.
-func fileMeta(out int, src, dst string, st *unix.Stat_t) error {
-	if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
-		return pathErr("set the owner of", dst, err)
+// fileMeta gives the open copy out of in (src) the owner, extended attributes, mode and times of
+// st. The file was created with st's permissions, so its mode is set again only when the umask
+// took some, or when it has setuid, setgid or sticky, which chown clears; and it is owned by root
+// until chown.
+func (c *copier) fileMeta(in, out int, src, dst string, st *unix.Stat_t) error {
+	if st.Uid != 0 || st.Gid != 0 {
+		if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
+			return pathErr("set the owner of", dst, err)
+		}
 	}
-	xs, err := listXattrs(src)
+	xs, err := listXattrsFd(in, src)
 	if err != nil {
 		return err
 	}
@@ -283,10 +297,12 @@ func fileMeta(out int, src, dst string, st *unix.Stat_t) error {
 			return pathErr("set extended attribute "+x.name+" on", dst, err)
 		}
 	}
-	if err := unix.Fchmod(out, st.Mode&permBits); err != nil {
-		return pathErr("set the mode of", dst, err)
+	if st.Mode&0o777&^c.umask != st.Mode&permBits {
+		if err := unix.Fchmod(out, st.Mode&permBits); err != nil {
+			return pathErr("set the mode of", dst, err)
+		}
 	}
-	return setTimes(dst, st)
+	return futimens(out, dst, st)
 }
 
 // linkAll makes the further names of hard-linked files, now that every file is copied.
@@ -309,6 +325,13 @@ func (c *copier) finishDirs() error {
 		}
 	}
 	return nil
+}
+
+// currentUmask reads the process's umask, which can only be read by setting it.
+func currentUmask() uint32 {
+	m := unix.Umask(0)
+	unix.Umask(m)
+	return uint32(m)
 }
 
 // depth is how deep rel is below the root, which is shallowest.

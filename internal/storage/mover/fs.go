@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,14 +78,25 @@ type xattr struct {
 // listXattrs reads every extended attribute of path (not following a symlink), sorted by name. A
 // filesystem without extended attributes has none.
 func listXattrs(path string) ([]xattr, error) {
+	return readXattrs(path, func(b []byte) (int, error) { return unix.Llistxattr(path, b) },
+		func(name string, b []byte) (int, error) { return unix.Lgetxattr(path, name, b) })
+}
+
+// listXattrsFd reads every extended attribute of the open file fd, which is path.
+func listXattrsFd(fd int, path string) ([]xattr, error) {
+	return readXattrs(path, func(b []byte) (int, error) { return unix.Flistxattr(fd, b) },
+		func(name string, b []byte) (int, error) { return unix.Fgetxattr(fd, name, b) })
+}
+
+func readXattrs(path string, list func([]byte) (int, error), get func(string, []byte) (int, error)) ([]xattr, error) {
 	var small [1024]byte
 	buf := small[:]
 	var n int
 	for {
 		var err error
-		n, err = unix.Llistxattr(path, buf)
+		n, err = list(buf)
 		if errors.Is(err, unix.ERANGE) {
-			size, err := unix.Llistxattr(path, nil)
+			size, err := list(nil)
 			if err != nil {
 				return nil, pathErr("list extended attributes of", path, err)
 			}
@@ -104,7 +116,7 @@ func listXattrs(path string) ([]xattr, error) {
 	}
 	var out []xattr
 	for name := range strings.SplitSeq(strings.TrimSuffix(string(buf[:n]), "\x00"), "\x00") {
-		v, err := getXattr(path, name)
+		v, err := getXattr(name, get)
 		if errors.Is(err, unix.ENODATA) { // removed between the list and the read
 			continue
 		}
@@ -117,21 +129,21 @@ func listXattrs(path string) ([]xattr, error) {
 	return out, nil
 }
 
-func getXattr(path, name string) ([]byte, error) {
+func getXattr(name string, get func(string, []byte) (int, error)) ([]byte, error) {
 	var small [256]byte
-	n, err := unix.Lgetxattr(path, name, small[:])
+	n, err := get(name, small[:])
 	if err == nil {
 		return slices.Clone(small[:n]), nil
 	}
 	if !errors.Is(err, unix.ERANGE) {
 		return nil, err
 	}
-	size, err := unix.Lgetxattr(path, name, nil)
+	size, err := get(name, nil)
 	if err != nil {
 		return nil, err
 	}
 	v := make([]byte, size)
-	n, err = unix.Lgetxattr(path, name, v)
+	n, err = get(name, v)
 	return v[:n], err
 }
 
@@ -167,6 +179,17 @@ func setMeta(path string, st *unix.Stat_t, xs []xattr) error {
 func setTimes(path string, st *unix.Stat_t) error {
 	ts := []unix.Timespec{st.Atim, st.Mtim}
 	return pathErr("set the times of", path, unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW))
+}
+
+// futimens sets the open file fd's access and modification times to st's (utimensat with a NULL
+// path, which x/sys/unix does not wrap).
+func futimens(fd int, path string, st *unix.Stat_t) error {
+	ts := [2]unix.Timespec{st.Atim, st.Mtim}
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return pathErr("set the times of", path, e)
+	}
+	return nil
 }
 
 // formatTime is a time as a difference shows it.

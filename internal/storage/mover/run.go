@@ -36,8 +36,9 @@ const DefaultMaxDifferences = 100
 const ProgressEvery = 10 * time.Second
 
 // DefaultWorkers is the default number of workers: the work waits on the disk far more than on
-// the CPU, so several per CPU keep the disk's queue full.
-func DefaultWorkers() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+// the CPU, and a disk answers many small requests at once far faster than one after another
+// (measured on 2 CPUs with 150,000 files of 4 KiB: 32 workers verify in half the time 8 take).
+func DefaultWorkers() int { return max(32, 8*runtime.NumCPU()) }
 
 func (o Options) workers() int {
 	if o.Workers > 0 {

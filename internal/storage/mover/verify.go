@@ -118,7 +118,7 @@ func (v *verifier) compare(rel, src, dst string) {
 		return
 	}
 	if isType(&s, unix.S_IFDIR) && isType(&d, unix.S_IFDIR) {
-		v.dir(rel, src, dst)
+		v.pool.submit(func() { v.dir(rel, src, dst) })
 	}
 }
 
@@ -164,17 +164,18 @@ func (v *verifier) entry(rel, src, dst string, s, d *unix.Stat_t) error {
 		if compared { // another name of a file whose data was compared
 			return nil
 		}
-		hs, err := hashFile(src, s.Size)
-		if err != nil {
-			return err
+		if s.Size <= inlineSize {
+			return v.content(rel, src, dst, s.Size)
 		}
-		hd, err := hashFile(dst, d.Size)
-		if err != nil {
-			return err
-		}
-		if hs != hd {
-			v.changed(rel, "content", "sha256 "+hs, "sha256 "+hd)
-		}
+		size := s.Size
+		v.pool.submit(func() {
+			if v.stopped() {
+				return
+			}
+			if err := v.content(rel, src, dst, size); err != nil {
+				v.fail(err)
+			}
+		})
 	case unix.S_IFLNK:
 		ts, err1 := os.Readlink(src)
 		td, err2 := os.Readlink(dst)
@@ -188,6 +189,22 @@ func (v *verifier) entry(rel, src, dst string, s, d *unix.Stat_t) error {
 		if s.Rdev != d.Rdev {
 			v.changed(rel, "device", formatDev(s.Rdev), formatDev(d.Rdev))
 		}
+	}
+	return nil
+}
+
+// content compares the SHA-256 of two regular files of size bytes.
+func (v *verifier) content(rel, src, dst string, size int64) error {
+	hs, err := hashFile(src, size)
+	if err != nil {
+		return err
+	}
+	hd, err := hashFile(dst, size)
+	if err != nil {
+		return err
+	}
+	if hs != hd {
+		v.changed(rel, "content", "sha256 "+hs, "sha256 "+hd)
 	}
 	return nil
 }
@@ -222,7 +239,8 @@ func (v *verifier) xattrs(rel, src, dst string) error {
 }
 
 // dir compares the entries of a directory both trees hold: an entry on one side only is missing or
-// extra, and each entry on both is compared in its own job.
+// extra, and each entry on both is compared here, but for a directory, walked in a job of its
+// own, and a large file's contents.
 func (v *verifier) dir(rel, src, dst string) {
 	ns, err := readNames(src)
 	if err != nil {
@@ -246,8 +264,7 @@ func (v *verifier) dir(rel, src, dst string) {
 			}
 			j++
 		default:
-			childRel, s, d := joinRel(rel, ns[i]), filepath.Join(src, ns[i]), filepath.Join(dst, nd[j])
-			v.pool.submit(func() { v.compare(childRel, s, d) })
+			v.compare(joinRel(rel, ns[i]), filepath.Join(src, ns[i]), filepath.Join(dst, nd[j]))
 			i, j = i+1, j+1
 		}
 	}

@@ -113,7 +113,7 @@ func WriteArchive(idx v1.ImageIndex, name, path string) error {
 		return err
 	}
 	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         name,
+		"io.containerd.image.name":          name,
 		"org.opencontainers.image.ref.name": name,
 	})); err != nil {
 		return err
