@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -50,22 +49,10 @@ func TestBackupOfRealVolumes(t *testing.T) {
 	defer cancel()
 	h := s.Lab.Hosts[backupHost]
 	e2e.LogK3sOnFailure(t, h)
-	cfg := fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", h.PrivateIP, h.PublicIP)
-	if err := s.InstallStandin(ctx, h, "server", cfg); err != nil {
+	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := s.Kubeconfig(ctx, t, h)
-	restCfg, err := kube.LoadConfig(kubeconfig, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewClients(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.WaitNodesReady(ctx, c, []string{h.Name}, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, restCfg, c := s.Clients(ctx, t, h, h.Name)
 	if err := e2e.ImportVeleroImages(ctx, h); err != nil {
 		t.Fatal(err)
 	}

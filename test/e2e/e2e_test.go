@@ -69,7 +69,7 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 	server, a1, a2 := s.Lab.Hosts[0], s.Lab.Hosts[1], s.Lab.Hosts[2]
 
 	start := time.Now()
-	err := s.InstallStandin(ctx, server, "server", fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", server.PrivateIP, server.PublicIP))
+	err := s.InstallStandin(ctx, server, "server", e2e.ServerConfig(server))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,18 +97,8 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 		}
 	}
 
-	restCfg, err := kube.LoadConfig(s.Kubeconfig(ctx, t, server), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewClients(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := []string{server.Name, a1.Name, a2.Name}
-	if err := kube.WaitNodesReady(ctx, c, names, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	_, _, c := s.Clients(ctx, t, server, names...)
 	node, err := c.Kube.CoreV1().Nodes().Get(ctx, server.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,8 +21,6 @@ import (
 	"kipper.run/kip/manifests"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
-	"kipper.run/kip/test/need"
-	"kipper.run/kip/test/testenv"
 )
 
 // moverHost is the data mover test's host (index 7, lab8).
@@ -40,21 +37,10 @@ func TestMoverInPods(t *testing.T) {
 	defer cancel()
 	h := s.Lab.Hosts[moverHost]
 	e2e.LogK3sOnFailure(t, h)
-	cfg := fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", h.PrivateIP, h.PublicIP)
-	if err := s.InstallStandin(ctx, h, "server", cfg); err != nil {
+	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)
 	}
-	restCfg, err := kube.LoadConfig(s.Kubeconfig(ctx, t, h), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kube.NewClients(restCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.WaitNodesReady(ctx, c, []string{h.Name}, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	_, _, c := s.Clients(ctx, t, h, h.Name)
 	importMoverImage(ctx, t, h)
 
 	// Two local-path volumes, provisioned by a pod that mounts both; the original is filled from
@@ -67,7 +53,7 @@ func TestMoverInPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	provision := podOn("provision", h.Name, "exit 0")
+	provision := podOn("provision", "", "exit 0") // placed by the scheduler, which binds the claims
 	for _, name := range []string{"original", "copy"} {
 		provision.Spec.Volumes = append(provision.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: claim(name)})
 		provision.Spec.Containers[0].VolumeMounts = append(provision.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: "/" + name})
@@ -122,18 +108,7 @@ func TestMoverInPods(t *testing.T) {
 // imports it into h's containerd under the pinned reference, as kip's pods name it.
 func importMoverImage(ctx context.Context, t *testing.T, h *lab.Host) {
 	t.Helper()
-	goCmd := need.Command(t, "go", "install Go")
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := moverimage.Build(ctx, goCmd, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := moverimage.CheckPin(idx); err != nil {
-		t.Fatal(err)
-	}
+	idx := movertest.Image(ctx, t)
 	pin, err := manifests.MoverImage()
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/testenv"
@@ -84,6 +87,31 @@ func (s *Suite) Kubeconfig(ctx context.Context, t testing.TB, server *lab.Host) 
 		t.Fatal(err)
 	}
 	return path
+}
+
+// ServerConfig is a stand-in server's k3s configuration on h: its private and public addresses as
+// its node's, and a kubeconfig only root reads.
+func ServerConfig(h *lab.Host) string {
+	return fmt.Sprintf("node-ip: %s\nnode-external-ip: %s\nwrite-kubeconfig-mode: \"0600\"\n", h.PrivateIP, h.PublicIP)
+}
+
+// Clients are clients of server's cluster, through the kubeconfig it returns too, once the nodes
+// named are Ready.
+func (s *Suite) Clients(ctx context.Context, t testing.TB, server *lab.Host, nodes ...string) (string, *rest.Config, *kube.Clients) {
+	t.Helper()
+	kubeconfig := s.Kubeconfig(ctx, t, server)
+	cfg, err := kube.LoadConfig(kubeconfig, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.NewClients(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitNodesReady(ctx, c, nodes, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, cfg, c
 }
 
 // ChartFixturesDir is where the k3s stand-in's helm-controller looks for what a chart would

@@ -11,29 +11,17 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"kipper.run/kip/internal/storage/mover/movertest"
 	"kipper.run/kip/internal/storage/moverimage"
 	"kipper.run/kip/manifests"
-	"kipper.run/kip/test/need"
-	"kipper.run/kip/test/testenv"
 )
 
 // The image built from this checkout is the one manifests/mover-image.yaml pins, and holds the
 // mover alone, for each platform.
 func TestImageIsPinned(t *testing.T) {
-	goCmd := need.Command(t, "go", "install Go")
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	idx, err := moverimage.Build(ctx, goCmd, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := moverimage.CheckPin(idx); err != nil {
-		t.Fatal(err)
-	}
+	idx := movertest.Image(ctx, t)
 	m, err := idx.IndexManifest()
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,10 @@
-// Package movertest writes and describes trees on real filesystems for the data mover's tests:
-// tmpfs, and ext4 on a loop device the test attaches itself.
+// Package movertest writes and describes trees on real filesystems for the data mover's tests
+// (tmpfs, and ext4 on a loop device the test attaches itself), and builds its image.
 package movertest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
@@ -13,9 +14,12 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
+	"kipper.run/kip/internal/storage/moverimage"
 	"kipper.run/kip/test/need"
+	"kipper.run/kip/test/testenv"
 )
 
 // The tests' filesystems are real: tmpfs, and ext4 on a loop device the test attaches itself
@@ -320,4 +324,22 @@ func Blocks(t testing.TB, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks * 512
+}
+
+// Image builds the mover's image from this checkout and fails t unless it is the pinned one.
+func Image(ctx context.Context, t testing.TB) v1.ImageIndex {
+	t.Helper()
+	goCmd := need.Command(t, "go", "install Go")
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := moverimage.Build(ctx, goCmd, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := moverimage.CheckPin(idx); err != nil {
+		t.Fatal(err)
+	}
+	return idx
 }
