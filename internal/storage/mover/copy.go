@@ -95,10 +95,7 @@ func (c *copier) prepare() (unix.Stat_t, error) {
 		return s, fmt.Errorf("the target %s: %w", c.dst, err)
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return n == lostFound })
-	if len(names) == 0 {
-		return s, nil
-	}
-	if !c.opts.Clean {
+	if len(names) > 0 && !c.opts.Clean {
 		return s, fmt.Errorf("the target %s is not empty (it holds %s): a copy goes into an empty directory; pass --clean to empty it first",
 			c.dst, strings.Join(names[:min(3, len(names))], ", "))
 	}
@@ -106,6 +103,24 @@ func (c *copier) prepare() (unix.Stat_t, error) {
 		if err := os.RemoveAll(filepath.Join(c.dst, n)); err != nil {
 			return s, fmt.Errorf("empty the target: %w", err)
 		}
+	}
+	// Until its own metadata is set last, the target's root must not hand a new entry a default
+	// ACL or its group (setgid), as a root left by an earlier copy might; and it keeps none of
+	// that copy's attributes (but its SELinux label, which the mount gives it).
+	xs, err := listXattrs(c.dst)
+	if err != nil {
+		return s, err
+	}
+	for _, x := range xs {
+		if x.name == "security.selinux" {
+			continue
+		}
+		if err := unix.Lremovexattr(c.dst, x.name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return s, pathErr("remove extended attribute "+x.name+" of", c.dst, err)
+		}
+	}
+	if err := unix.Chmod(c.dst, 0o700); err != nil {
+		return s, pathErr("set the mode of", c.dst, err)
 	}
 	return s, nil
 }
@@ -386,14 +401,12 @@ func (c *copier) copyRange(in, out int, off, n int64, src, dst string) error {
 }
 
 // fileMeta gives the open copy out of in (src) the owner, extended attributes, mode and times of
-// st. The file was created with st's permissions, so its mode is set again only when the umask
-// took some, or when it has setuid, setgid or sticky, which chown clears; and it is owned by root
-// until chown.
+// st. The file was created with st's permissions (no directory it is created in has a default ACL
+// or setgid yet: prepare and finishDirs see to it), so its mode is set again only when the umask
+// took some, or when it has setuid, setgid or sticky, which chown clears.
 func (c *copier) fileMeta(in, out int, src, dst string, st *unix.Stat_t) error {
-	if st.Uid != 0 || st.Gid != 0 {
-		if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
-			return pathErr("set the owner of", dst, err)
-		}
+	if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
+		return pathErr("set the owner of", dst, err)
 	}
 	xs, err := listXattrsFd(in, src)
 	if err != nil {

@@ -249,6 +249,11 @@ func TestCopyTargetNotEmpty(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dst, "old", "data")); err != nil {
 		t.Fatalf("the refused copy touched the target: %v", err)
 	}
+	// The target's root as an earlier copy may leave it: setgid with another group and a default
+	// ACL, which new entries would inherit.
+	movertest.Builder{T: t, Root: dst}.Own(".", 0o2775, 0, 1003)
+	movertest.Builder{T: t, Root: dst}.Setfacl("-d", "-m", "u:1234:rwx", ".")
+	movertest.Builder{T: t, Root: dst}.Xattr(".", "user.left", []byte("by an earlier copy"))
 	if rep := copyTree(t, src, dst, mover.Options{Clean: true}); rep.Result != mover.Done {
 		t.Fatalf("copy --clean: %s: %s", rep.Result, rep.Error)
 	}
