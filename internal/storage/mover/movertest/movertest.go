@@ -84,7 +84,7 @@ func Subdir(t testing.TB, dir, name string) string {
 }
 
 var (
-	Past    = unix.Timespec{Sec: 1577934245, Nsec: 123456789} // 2020-01-02T03:04:05.123456789Z
+	past    = unix.Timespec{Sec: 1577934245, Nsec: 123456789} // 2020-01-02T03:04:05.123456789Z
 	Earlier = unix.Timespec{Sec: 1262304000, Nsec: 987654321}
 )
 
@@ -166,9 +166,9 @@ func (b Builder) Times(rel string, ts unix.Timespec) {
 	b.Check(unix.UtimesNanoAt(unix.AT_FDCWD, b.Path(rel), []unix.Timespec{Earlier, ts}, unix.AT_SYMLINK_NOFOLLOW))
 }
 
-// FileCaps is a security.capability value (VFS_CAP_REVISION_2, effective) granting
+// fileCaps is a security.capability value (VFS_CAP_REVISION_2, effective) granting
 // CAP_NET_BIND_SERVICE.
-func FileCaps() []byte {
+func fileCaps() []byte {
 	v := make([]byte, 20)
 	binary.LittleEndian.PutUint32(v, 0x02000001)
 	binary.LittleEndian.PutUint32(v[4:], 1<<10)
@@ -198,7 +198,7 @@ func MakeTree(t testing.TB, root string, blockDev uint64) {
 	b.File("setuid", []byte("#!/bin/sh\n"), 0o4755, 1000, 1000)
 	b.File("setgid", []byte("#!/bin/sh\n"), 0o2750, 0, 1003)
 	b.File("caps", []byte("\x7fELF"), 0o755, 0, 0)
-	b.Xattr("caps", "security.capability", FileCaps())
+	b.Xattr("caps", "security.capability", fileCaps())
 	b.Xattr("notes.txt", "user.note", []byte("keep me"))
 	b.Xattr("big.bin", "user.blob", RandomBytes(2048, 5))
 	b.Dir("a", 0o755, 1001, 1001)
@@ -231,7 +231,7 @@ func MakeTree(t testing.TB, root string, blockDev uint64) {
 	for _, rel := range []string{"empty", "notes.txt", "small.txt", "big.bin", "sparse.img", "hole-first.img", "setuid",
 		"setgid", "caps", "a/b/c/deep", "locked/secret", "ro/inside", "rel-link", "abs-link", "dangling", "fifo", "sock",
 		"a/b/up-link", "a/b/c", "a/b", "a", "sticky", "setgid-dir", "locked", "ro", "."} {
-		b.Times(rel, unix.Timespec{Sec: Past.Sec + int64(len(rel)), Nsec: Past.Nsec})
+		b.Times(rel, unix.Timespec{Sec: past.Sec + int64(len(rel)), Nsec: past.Nsec})
 	}
 }
 
