@@ -20,7 +20,8 @@ import (
 // Kubernetes' quota package): a quota counts a pod when all its scopes cover it; the pod must
 // then set every compute resource the quota limits in each container; and what the quota has
 // used, less the gone pods it covers, plus the pod's use, must stay within each hard limit. A
-// scope kip does not know refuses, naming the quota. A LimitRange's defaults are not applied.
+// scope kip does not know refuses, naming the quota. pod must be as the namespace's LimitRanges
+// leave it (ApplyLimitRanges), since the API server applies them first.
 func CheckQuotas(quotas []corev1.ResourceQuota, pod *corev1.Pod, gone []corev1.Pod) error {
 	for i := range quotas {
 		q := &quotas[i]

@@ -198,3 +198,100 @@ func waitUsed(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, nam
 	}
 	return got
 }
+
+func limitRange(items ...corev1.LimitRangeItem) corev1.LimitRangeSpec {
+	return corev1.LimitRangeSpec{Limits: items}
+}
+
+// TestLimitRangesMatchTheAPIServer compares ApplyLimitRanges with the real API server's
+// LimitRanger admission (a dry-run create, which returns the pod as admission left it): which
+// pods it refuses, and the requests and limits it gives the ones it admits.
+func TestLimitRangesMatchTheAPIServer(t *testing.T) {
+	e := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pods := []*corev1.Pod{
+		quotaPod("copy", nil),
+		quotaPod("best-effort", func(p *corev1.Pod) { p.Spec.Containers[0].Resources = corev1.ResourceRequirements{} }),
+		quotaPod("cpu-limited", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("1")
+		}),
+		quotaPod("two-containers", func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, *p.Spec.Containers[0].DeepCopy())
+			p.Spec.Containers[1].Name = "second"
+		}),
+	}
+	ranges := map[string]corev1.LimitRangeSpec{
+		"defaults": limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer,
+			Default: requests("500m", "512Mi"), DefaultRequest: requests("250m", "256Mi")}),
+		"default-limit-only": limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Default: requests("2", "2Gi")}),
+		"max-memory":         limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Max: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}}),
+		"max-cpu":            limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Max: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}),
+		"min-memory":         limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Min: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}),
+		"ratio":              limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, MaxLimitRequestRatio: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}}),
+		"pod-max":            limitRange(corev1.LimitRangeItem{Type: corev1.LimitTypePod, Max: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1536Mi")}}),
+		"defaults-then-max": limitRange(
+			corev1.LimitRangeItem{Type: corev1.LimitTypeContainer, Default: requests("1", "1Gi"), Max: requests("2", "1Gi")}),
+	}
+	refused, admitted := 0, 0
+	t.Cleanup(func() {
+		if refused == 0 || admitted == 0 {
+			t.Errorf("the API server refused %d and admitted %d of the pods: the table tests only one side", refused, admitted)
+		}
+	})
+	for name, spec := range ranges {
+		t.Run(name, func(t *testing.T) {
+			ns := e.Namespace(t)
+			if _, err := e.Kube.CoreV1().LimitRanges(ns).Create(ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			lrs, err := e.Kube.CoreV1().LimitRanges(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods {
+				got, err := e.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if err != nil && !apierrors.IsForbidden(err) {
+					t.Fatalf("dry-run create of %s: %v", p.Name, err)
+				}
+				if err != nil {
+					refused++
+				} else {
+					admitted++
+				}
+				mine, merr := storage.ApplyLimitRanges(lrs.Items, p)
+				if (err == nil) != (merr == nil) {
+					t.Errorf("pod %s: the API server says %v, kip says %v", p.Name, orAdmitted(err), orAdmitted(merr))
+					continue
+				}
+				if merr != nil {
+					if !strings.Contains(merr.Error(), "LimitRange "+name) {
+						t.Errorf("pod %s: kip's refusal does not name the LimitRange: %v", p.Name, merr)
+					}
+					continue
+				}
+				for i, c := range got.Spec.Containers {
+					if !sameResources(c.Resources.Requests, mine.Spec.Containers[i].Resources.Requests) || !sameResources(c.Resources.Limits, mine.Spec.Containers[i].Resources.Limits) {
+						t.Errorf("pod %s container %s: the API server gives %v, kip %v", p.Name, c.Name, c.Resources, mine.Spec.Containers[i].Resources)
+					}
+				}
+			}
+		})
+	}
+}
+
+func requests(cpu, mem string) corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for n, q := range a {
+		if o, ok := b[n]; !ok || q.Cmp(o) != 0 {
+			return false
+		}
+	}
+	return true
+}
