@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // ApplyLimitRanges is pod as the API server's LimitRanger admission leaves it, which runs before
@@ -37,7 +38,7 @@ func ApplyLimitRanges(ranges []corev1.LimitRange, pod *corev1.Pod) (*corev1.Pod,
 					}
 				}
 			case corev1.LimitTypePod:
-				err = within(item, PodUsageOf(p, false), PodUsageOf(p, true), "Pod")
+				err = within(item, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}), resourcehelper.PodLimits(p, resourcehelper.PodResourcesOptions{}), "Pod")
 			}
 			if err != nil {
 				return nil, fmt.Errorf("LimitRange %s in %s refuses pod %s: %w", lr.Name, lr.Namespace, pod.Name, err)
@@ -106,40 +107,4 @@ func within(item corev1.LimitRangeItem, requests, limits corev1.ResourceList, ki
 		}
 	}
 	return nil
-}
-
-// PodUsageOf is the sum of a pod's container requests (or, with limits, limits), with init
-// containers counted as the scheduler counts them.
-func PodUsageOf(p *corev1.Pod, limits bool) corev1.ResourceList {
-	sum := func(cs []corev1.Container, max bool) corev1.ResourceList {
-		out := corev1.ResourceList{}
-		for _, c := range cs {
-			l := c.Resources.Requests
-			if limits {
-				l = c.Resources.Limits
-			}
-			for n, q := range l {
-				cur, ok := out[n]
-				switch {
-				case !ok:
-					out[n] = q.DeepCopy()
-				case max:
-					if q.Cmp(cur) > 0 {
-						out[n] = q.DeepCopy()
-					}
-				default:
-					cur.Add(q)
-					out[n] = cur
-				}
-			}
-		}
-		return out
-	}
-	total := sum(p.Spec.Containers, false)
-	for n, q := range sum(p.Spec.InitContainers, true) {
-		if cur, ok := total[n]; !ok || q.Cmp(cur) > 0 {
-			total[n] = q
-		}
-	}
-	return total
 }
