@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/storage/fence"
 	"kipper.run/kip/manifests"
 )
 
@@ -64,6 +65,13 @@ func (r *renderer) kipperBase() (Component, error) {
 	)
 	if err != nil {
 		return Component{}, err
+	}
+	// The admission policies a move of a service's data to Longhorn relies on.
+	for _, p := range fence.Policies() {
+		gvk := p.GetObjectKind().GroupVersionKind()
+		if err := collect(&c.Objects, typed(gvk.GroupVersion().String(), gvk.Kind, p)); err != nil {
+			return Component{}, err
+		}
 	}
 	if r.o.AdminEmail != "" {
 		// The API server knows an operator by the email claim of their Dex login.

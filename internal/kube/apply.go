@@ -32,7 +32,8 @@ type ApplyOptions struct {
 }
 
 const (
-	defaultFieldManager = "kip"
+	// FieldManager is the field manager of kip's applies and writes.
+	FieldManager = "kip"
 	// crdEstablishTimeout bounds the wait between applying a bundle's CRDs and its custom
 	// resources.
 	crdEstablishTimeout = 2 * time.Minute
@@ -49,7 +50,7 @@ var crdGroupKind = schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "Custom
 // create cannot be checked by the server and are left out.
 func Apply(ctx context.Context, c *Clients, objs []*unstructured.Unstructured, opts ApplyOptions) error {
 	if opts.FieldManager == "" {
-		opts.FieldManager = defaultFieldManager
+		opts.FieldManager = FieldManager
 	}
 	var crds, namespaces, others []*unstructured.Unstructured
 	for _, o := range objs {

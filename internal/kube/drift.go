@@ -24,7 +24,7 @@ import (
 // back only with ApplyOptions.Force).
 func Drift(ctx context.Context, c *Clients, objs []*unstructured.Unstructured, fieldManager string) ([]string, error) {
 	if fieldManager == "" {
-		fieldManager = defaultFieldManager
+		fieldManager = FieldManager
 	}
 	a := &applier{c: c, opts: ApplyOptions{FieldManager: fieldManager, DryRun: true}}
 	var drift []string

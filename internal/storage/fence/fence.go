@@ -1,0 +1,289 @@
+// Package fence keeps every pod but a move's own off a service's volumes, and keeps the service's
+// namespace from being deleted, while kip moves the service's data: two ValidatingAdmissionPolicies
+// that kip install applies (Policies) and the per-move objects that switch them on (Fence, Guard).
+// The API server enforces both for every user, cluster admins included; kip checks each one
+// refuses a dry-run request before it stops the service (CheckEnforced).
+package fence
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/kube"
+)
+
+const (
+	// VolumesPolicy refuses a pod that mounts a fenced claim, unless kip named the pod in the fence.
+	VolumesPolicy = "kipper-storage-move-volumes"
+	// NamespacesPolicy refuses to delete a namespace labelled MoveLabel.
+	NamespacesPolicy = "kipper-storage-move-namespaces"
+
+	// MoveLabel is on a namespace while a move runs in it, with the service's name as its value;
+	// on the fence's ConfigMap it selects the ConfigMap as the volumes policy's parameters.
+	MoveLabel = "kipper.run/storage-move"
+
+	// The fence ConfigMap's keys: space-separated claim and pod names, and the service's name.
+	claimsKey  = "claims"
+	podsKey    = "pods"
+	serviceKey = "service"
+)
+
+// ConfigMapName is the fence's parameters for the move of service.
+func ConfigMapName(service string) string { return "kip-storage-move-" + service }
+
+// volumesCheck is the volumes policy's rule. A pod without volumes passes; one that mounts a
+// claim the fence names passes only when the fence names the pod too.
+const volumesCheck = `!has(object.spec.volumes) ||
+!object.spec.volumes.exists(v, has(v.persistentVolumeClaim) && v.persistentVolumeClaim.claimName in params.data.claims.split(' ')) ||
+object.metadata.name in params.data.pods.split(' ')`
+
+const volumesMessage = `'kip is moving the data of service ' + params.data.service + ' in ' + namespaceObject.metadata.name +
+' to Longhorn: no pod may mount its volumes (' + params.data.claims + ') until the move finishes or is rolled back (kip service info ' +
+params.data.service + ' shows it)'`
+
+const namespacesCheck = `!has(oldObject.metadata.labels) || !('` + MoveLabel + `' in oldObject.metadata.labels)`
+
+const namespacesMessage = `'namespace ' + oldObject.metadata.name + ' cannot be deleted while kip moves the data of service ' +
+oldObject.metadata.labels['` + MoveLabel + `'] + ' to Longhorn; it can be once the move finishes or is rolled back'`
+
+// Policies are the two policies and their bindings, as kip install applies them.
+func Policies() []runtime.Object {
+	pods := admissionv1.RuleWithOperations{
+		Operations: []admissionv1.OperationType{admissionv1.Create},
+		Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+	}
+	namespaces := admissionv1.RuleWithOperations{
+		Operations: []admissionv1.OperationType{admissionv1.Delete},
+		Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"}},
+	}
+	policy := metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"}
+	binding := metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"}
+	return []runtime.Object{
+		&admissionv1.ValidatingAdmissionPolicy{
+			TypeMeta:   policy,
+			ObjectMeta: metav1.ObjectMeta{Name: VolumesPolicy},
+			Spec: admissionv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy:    ptr.To(admissionv1.Fail),
+				ParamKind:        &admissionv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+				MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: pods}}},
+				Validations:      []admissionv1.Validation{{Expression: volumesCheck, MessageExpression: volumesMessage, Reason: ptr.To(metav1.StatusReasonForbidden)}},
+			},
+		},
+		&admissionv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   binding,
+			ObjectMeta: metav1.ObjectMeta{Name: VolumesPolicy},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        VolumesPolicy,
+				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+				// No namespace: the parameters are the fence ConfigMaps in the pod's own namespace,
+				// and a namespace without one admits every pod.
+				ParamRef: &admissionv1.ParamRef{
+					Selector:                &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: MoveLabel, Operator: metav1.LabelSelectorOpExists}}},
+					ParameterNotFoundAction: ptr.To(admissionv1.AllowAction),
+				},
+			},
+		},
+		&admissionv1.ValidatingAdmissionPolicy{
+			TypeMeta:   policy,
+			ObjectMeta: metav1.ObjectMeta{Name: NamespacesPolicy},
+			Spec: admissionv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy:    ptr.To(admissionv1.Fail),
+				MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: namespaces}}},
+				Validations:      []admissionv1.Validation{{Expression: namespacesCheck, MessageExpression: namespacesMessage, Reason: ptr.To(metav1.StatusReasonForbidden)}},
+			},
+		},
+		&admissionv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   binding,
+			ObjectMeta: metav1.ObjectMeta{Name: NamespacesPolicy},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        NamespacesPolicy,
+				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			},
+		},
+	}
+}
+
+// Fence is what keeps a service's volumes to the move's own pods.
+type Fence struct {
+	Namespace string
+	// Service is the Kipper service whose data moves.
+	Service string
+	// Claims are the claims no other pod may mount: the service's and the move's new one.
+	Claims []string
+	// Pods are the move's own pods, the only ones that may mount Claims.
+	Pods []string
+}
+
+// ConfigMap is the fence as the volumes policy's parameters.
+func (f Fence) ConfigMap() *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName(f.Service), Namespace: f.Namespace,
+			Labels: map[string]string{MoveLabel: f.Service, "app.kubernetes.io/managed-by": "kip"}},
+		Data: map[string]string{
+			claimsKey:  strings.Join(f.Claims, " "),
+			podsKey:    strings.Join(f.Pods, " "),
+			serviceKey: f.Service,
+		},
+	}
+}
+
+// Put writes the fence (creates or replaces its ConfigMap) and labels the namespace so that it
+// cannot be deleted. A namespace already being deleted is refused before anything changes.
+func (f Fence) Put(ctx context.Context, cs kubernetes.Interface) error {
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, f.Namespace, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read namespace %s: %w", f.Namespace, err)
+	}
+	if ns.DeletionTimestamp != nil {
+		return fmt.Errorf("namespace %s is being deleted: its services cannot move", f.Namespace)
+	}
+	if other := ns.Labels[MoveLabel]; other != "" && other != f.Service {
+		return fmt.Errorf("namespace %s already has a move running (service %s): finish it or roll it back first (kip service info %s)", f.Namespace, other, other)
+	}
+	want := f.ConfigMap()
+	cms := cs.CoreV1().ConfigMaps(f.Namespace)
+	if _, err := cms.Create(ctx, want, metav1.CreateOptions{FieldManager: kube.FieldManager}); apierrors.IsAlreadyExists(err) {
+		err = replace(ctx, cs, want)
+	} else if err != nil {
+		return fmt.Errorf("write the fence of %s/%s: %w", f.Namespace, f.Service, err)
+	}
+	if err != nil {
+		return err
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, MoveLabel, f.Service)
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, f.Namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+		return fmt.Errorf("label namespace %s as under move: %w", f.Namespace, err)
+	}
+	return nil
+}
+
+func replace(ctx context.Context, cs kubernetes.Interface, want *corev1.ConfigMap) error {
+	cms := cs.CoreV1().ConfigMaps(want.Namespace)
+	live, err := cms.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the fence %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	live.Labels, live.Data = want.Labels, want.Data
+	if _, err := cms.Update(ctx, live, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+		return fmt.Errorf("write the fence %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return nil
+}
+
+// Lift removes the fence and the namespace's label. Removing what is already gone is no error.
+func Lift(ctx context.Context, cs kubernetes.Interface, namespace, service string) error {
+	err := cs.CoreV1().ConfigMaps(namespace).Delete(ctx, ConfigMapName(service), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the fence of %s/%s: %w", namespace, service, err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	if ns.Labels[MoveLabel] != service {
+		return nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, MoveLabel)
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+		return fmt.Errorf("remove the move label of namespace %s: %w", namespace, err)
+	}
+	return nil
+}
+
+// Intact reports what is missing from f as it was put ("" when the fence still holds): a fence
+// whose ConfigMap was deleted or changed, or whose namespace lost its label, no longer protected
+// the volumes while kip was away.
+func (f Fence) Intact(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	cm, err := cs.CoreV1().ConfigMaps(f.Namespace).Get(ctx, ConfigMapName(f.Service), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("the fence ConfigMap %s/%s is gone", f.Namespace, ConfigMapName(f.Service)), nil
+	case err != nil:
+		return "", fmt.Errorf("read the fence of %s/%s: %w", f.Namespace, f.Service, err)
+	}
+	want := f.ConfigMap()
+	if cm.Labels[MoveLabel] != f.Service || !maps.Equal(cm.Data, want.Data) {
+		return fmt.Sprintf("the fence ConfigMap %s/%s was changed", f.Namespace, cm.Name), nil
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, f.Namespace, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read namespace %s: %w", f.Namespace, err)
+	}
+	if ns.Labels[MoveLabel] != f.Service {
+		return fmt.Sprintf("namespace %s lost its label %s=%s", f.Namespace, MoveLabel, f.Service), nil
+	}
+	return "", nil
+}
+
+// EnforceTimeout bounds how long CheckEnforced waits for the API server to start enforcing a new
+// fence: the admission plugin sees new parameters through its informer, within a second or two.
+const EnforceTimeout = 30 * time.Second
+
+// ProbePod is the pod CheckEnforced asks the API server to create, in a dry run.
+const ProbePod = "kip-fence-probe"
+
+// CheckEnforced proves that the API server enforces f: a dry-run create of a pod mounting each
+// fenced claim, and a dry-run delete of the namespace, must both be refused by kip's policies. It
+// waits up to EnforceTimeout for a fence just put to take effect, and names what was not refused.
+func CheckEnforced(ctx context.Context, cs kubernetes.Interface, f Fence, timeout time.Duration) error {
+	if slices.Contains(f.Pods, ProbePod) {
+		return fmt.Errorf("the fence of %s/%s names the probe pod %s as a move pod", f.Namespace, f.Service, ProbePod)
+	}
+	dry := []string{metav1.DryRunAll}
+	return kube.Poll(ctx, timeout, fmt.Sprintf("the API server to enforce the fence of %s/%s (policies %s and %s)", f.Namespace, f.Service, VolumesPolicy, NamespacesPolicy),
+		func(ctx context.Context) (bool, string, error) {
+			for _, claim := range f.Claims {
+				_, err := cs.CoreV1().Pods(f.Namespace).Create(ctx, probePod(f.Namespace, claim), metav1.CreateOptions{DryRun: dry})
+				if pending, err := refused(err, VolumesPolicy); pending != "" || err != nil {
+					return false, fmt.Sprintf("a pod mounting claim %s: %s", claim, pending), err
+				}
+			}
+			err := cs.CoreV1().Namespaces().Delete(ctx, f.Namespace, metav1.DeleteOptions{DryRun: dry})
+			if pending, err := refused(err, NamespacesPolicy); pending != "" || err != nil {
+				return false, fmt.Sprintf("deleting namespace %s: %s", f.Namespace, pending), err
+			}
+			return true, "", nil
+		})
+}
+
+// refused reports "" when err is policy's refusal, or what happened instead.
+func refused(err error, policy string) (string, error) {
+	switch {
+	case err == nil:
+		return "allowed (dry run)", nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		if strings.Contains(err.Error(), policy) {
+			return "", nil
+		}
+		return "refused, but not by " + policy + ": " + err.Error(), nil
+	}
+	return "", err
+}
+
+func probePod(namespace, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: ProbePod, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "probe", Image: "kip.invalid/probe"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		},
+	}
+}
