@@ -49,6 +49,8 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newStatusCmd(f, nil),
 		newDoctorCmd(f, nil),
 		newBackupCmd(f, backupRunners{}),
+		newServiceCmd(f),
+		newProjectCmd(f),
 	)
 	return cmd
 }

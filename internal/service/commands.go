@@ -1,0 +1,593 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/storage/fence"
+)
+
+// Options is what every kip service and kip project command needs; cmd/kip fills it.
+type Options struct {
+	Kube     func() (*kube.Clients, error)
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	JSON     bool
+	Out      io.Writer
+}
+
+// MoveGate refuses action on a service whose move to Longhorn is unfinished, saying how to
+// finish or undo the move.
+func (s *Service) MoveGate(action string) error {
+	if s.Move == "" {
+		return nil
+	}
+	return fmt.Errorf("cannot %s service %s: its move to %s is not finished; finish it with 'kip service storage %s %s' or undo it with 'kip service storage %s %s --rollback'",
+		action, s.Ref, s.Move, s.Move, s.Flags(), s.Move, s.Flags())
+}
+
+// ServiceOptions names the service a command acts on.
+type ServiceOptions struct {
+	Options
+	Ref
+}
+
+func (o *ServiceOptions) load(ctx context.Context) (*kube.Clients, *Service, error) {
+	cl, err := o.Kube()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := Get(ctx, cl.Dynamic, o.Ref)
+	return cl, s, err
+}
+
+// Stop is kip service stop: the service's pods stop and stay stopped until kip service start.
+func Stop(ctx context.Context, o *ServiceOptions) error {
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	if s.Stopped && s.Phase == PhaseStopped {
+		o.Printer.StepAlready("Service " + s.Ref.String() + " already stopped")
+		return nil
+	}
+	o.Printer.StepStarted("Stopping service " + s.Ref.String())
+	start := time.Now()
+	if err := SetStopped(ctx, cl.Dynamic, s.Ref, true); err != nil {
+		return err
+	}
+	if err := WaitStopped(ctx, cl.Dynamic, cl.Kube, s.Ref, StopTimeout); err != nil {
+		return err
+	}
+	o.Printer.StepDone("Stopped service "+s.Ref.String(), time.Since(start))
+	return nil
+}
+
+// Start is kip service start. It refuses while a move of the service's data is unfinished.
+func Start(ctx context.Context, o *ServiceOptions) error {
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.MoveGate("start"); err != nil {
+		return err
+	}
+	if !s.Stopped && s.Phase == PhaseRunning {
+		o.Printer.StepAlready("Service " + s.Ref.String() + " already running")
+		return nil
+	}
+	o.Printer.StepStarted("Starting service " + s.Ref.String())
+	start := time.Now()
+	if err := SetStopped(ctx, cl.Dynamic, s.Ref, false); err != nil {
+		return err
+	}
+	if err := WaitRunning(ctx, cl.Dynamic, cl.Kube, s.Ref, StartTimeout); err != nil {
+		return err
+	}
+	o.Printer.StepDone("Started service "+s.Ref.String(), time.Since(start))
+	return nil
+}
+
+// UpdateOptions is kip service update: "" leaves a value as it is.
+type UpdateOptions struct {
+	ServiceOptions
+	CPU, Memory, Storage string
+}
+
+// Update is kip service update: it writes the service's CPU and memory requests and its declared
+// volume size; console-api rolls the service with them.
+func Update(ctx context.Context, o *UpdateOptions) error {
+	if o.CPU == "" && o.Memory == "" && o.Storage == "" {
+		return cli.Usagef("nothing to update: give --cpu, --memory or --storage")
+	}
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	spec := map[string]any{}
+	res := map[string]any{}
+	var changes []string
+	if o.CPU != "" {
+		if err := checkRequest("--cpu", o.CPU, s.Resources.CPULimit, "CPU"); err != nil {
+			return err
+		}
+		res["cpuRequest"] = o.CPU
+		changes = append(changes, fmt.Sprintf("CPU request %s → %s", orUnset(s.Resources.CPURequest), o.CPU))
+	}
+	if o.Memory != "" {
+		if err := checkRequest("--memory", o.Memory, s.Resources.MemoryLimit, "memory"); err != nil {
+			return err
+		}
+		res["memoryRequest"] = o.Memory
+		changes = append(changes, fmt.Sprintf("memory request %s → %s", orUnset(s.Resources.MemoryRequest), o.Memory))
+	}
+	if o.Storage != "" {
+		want, err := resource.ParseQuantity(o.Storage)
+		if err != nil || want.Sign() <= 0 {
+			return cli.Usagef("--storage %q is not a size such as 20Gi", o.Storage)
+		}
+		if s.Storage != "" {
+			if have, err := resource.ParseQuantity(s.Storage); err == nil && want.Cmp(have) < 0 {
+				return fmt.Errorf("--storage %s is smaller than the declared %s: a volume's size only grows", o.Storage, s.Storage)
+			}
+		}
+		spec["storage"] = o.Storage
+		changes = append(changes, fmt.Sprintf("declared storage %s → %s", orUnset(s.Storage), o.Storage))
+	}
+	if len(res) > 0 {
+		spec["resources"] = res
+	}
+	if err := patchSpec(ctx, cl.Dynamic, s.Ref, spec, nil); err != nil {
+		return err
+	}
+	o.Printer.Success(fmt.Sprintf("Updated service %s: %s", s.Ref, strings.Join(changes, ", ")))
+	if s.Stopped || s.Move != "" {
+		o.Printer.Info("The service is stopped; it starts with these values.")
+	}
+	return nil
+}
+
+func checkRequest(flag, value, limit, what string) error {
+	q, err := resource.ParseQuantity(value)
+	if err != nil || q.Sign() <= 0 {
+		return cli.Usagef("%s %q is not a quantity such as %s", flag, value, map[bool]string{true: "405m", false: "512Mi"}[what == "CPU"])
+	}
+	if limit == "" {
+		return nil
+	}
+	if l, err := resource.ParseQuantity(limit); err == nil && q.Cmp(l) > 0 {
+		return fmt.Errorf("%s %s is above the service's %s limit %s: a request cannot exceed its limit", flag, value, what, limit)
+	}
+	return nil
+}
+
+func orUnset(v string) string {
+	if v == "" {
+		return "(unset)"
+	}
+	return v
+}
+
+// Delete is kip service delete: the Service object and the claims of its volumes go, and with
+// them the data (k3s's local-path and Longhorn delete a released volume). It refuses while a
+// move of the service's data is unfinished.
+func Delete(ctx context.Context, o *ServiceOptions) error {
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.MoveGate("delete"); err != nil {
+		return err
+	}
+	claims := []string{s.DataClaim()}
+	if d := s.DumpClaim(); d != "" {
+		claims = append(claims, d)
+	}
+	ok, err := o.Prompter.Confirm(fmt.Sprintf("Delete service %s and its volumes (%s) with their data?", s.Ref, strings.Join(claims, ", ")))
+	if err != nil || !ok {
+		return cancelled(err)
+	}
+	o.Printer.StepStarted("Deleting service " + s.Ref.String())
+	start := time.Now()
+	svcs := cl.Dynamic.Resource(ServicesGVR).Namespace(s.Namespace())
+	// The UID precondition keeps a service created again meanwhile under the same name.
+	err = svcs.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID},
+		PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete service %s: %w", s.Ref, err)
+	}
+	if err := kube.PollPending(ctx, StopTimeout, "service "+s.Ref.String()+" and its pods to be gone", func(ctx context.Context) (string, error) {
+		if _, err := svcs.Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
+			return "the Service object is still there", nil
+		} else if !apierrors.IsNotFound(err) {
+			return "", err
+		}
+		pods, err := Pods(ctx, cl.Kube, s)
+		if err != nil || len(pods) == 0 {
+			return "", err
+		}
+		return "pod " + pods[0].Name + " is still there", nil
+	}); err != nil {
+		return err
+	}
+	for _, c := range claims {
+		err := cl.Kube.CoreV1().PersistentVolumeClaims(s.Namespace()).Delete(ctx, c, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete claim %s/%s: %w", s.Namespace(), c, err)
+		}
+	}
+	o.Printer.StepDone("Deleted service "+s.Ref.String()+" and its volumes", time.Since(start))
+	return nil
+}
+
+// RecreateDump is kip service recreate-dump: the service's dump volume is replaced by an empty
+// one (the next scheduled dump fills it). The service stops for it and starts again if it ran.
+func RecreateDump(ctx context.Context, o *ServiceOptions) error {
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	dump := s.DumpClaim()
+	if dump == "" {
+		return fmt.Errorf("service %s (%s) has no dump volume: only %s services keep database dumps", s.Ref, s.Type, strings.Join(dumpTypes, " and "))
+	}
+	if err := s.MoveGate("recreate the dump volume of"); err != nil {
+		return err
+	}
+	wasRunning := !s.Stopped
+	q := fmt.Sprintf("Replace the dump volume %s of service %s with an empty one?", dump, s.Ref)
+	if wasRunning {
+		q = fmt.Sprintf("Stop service %s, replace its dump volume %s with an empty one and start it again?", s.Ref, dump)
+	}
+	ok, err := o.Prompter.Confirm(q)
+	if err != nil || !ok {
+		return cancelled(err)
+	}
+	if err := Stop(ctx, o); err != nil {
+		return err
+	}
+	claims := cl.Kube.CoreV1().PersistentVolumeClaims(s.Namespace())
+	o.Printer.StepStarted("Deleting dump volume " + dump)
+	start := time.Now()
+	if err := claims.Delete(ctx, dump, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete claim %s/%s: %w", s.Namespace(), dump, err)
+	}
+	if err := kube.PollPending(ctx, StopTimeout, "claim "+s.Namespace()+"/"+dump+" to be gone", func(ctx context.Context) (string, error) {
+		_, err := claims.Get(ctx, dump, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "the claim is still there", err
+	}); err != nil {
+		return err
+	}
+	o.Printer.StepDone("Deleted dump volume "+dump, time.Since(start))
+	if !wasRunning {
+		o.Printer.Info("The service stays stopped; the new dump volume is created when it starts ('kip service start " + s.Flags() + "').")
+		return nil
+	}
+	return Start(ctx, o)
+}
+
+func cancelled(err error) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("cancelled: nothing was changed")
+}
+
+// Info is what kip service info shows.
+type Info struct {
+	Service      string     `json:"service"`
+	Project      string     `json:"project"`
+	Environment  string     `json:"environment"`
+	Namespace    string     `json:"namespace"`
+	Type         string     `json:"type"`
+	Phase        string     `json:"phase"`
+	Stopped      bool       `json:"stopped"`
+	Move         string     `json:"move,omitempty"`
+	Resources    Resources  `json:"resources"`
+	Pods         []PodInfo  `json:"pods"`
+	Volumes      []VolumeAt `json:"volumes"`
+	StorageClass string     `json:"storageClass,omitempty"`
+	Storage      string     `json:"declaredStorage,omitempty"`
+}
+
+// PodInfo is where a pod of the service runs.
+type PodInfo struct {
+	Name  string `json:"name"`
+	Node  string `json:"node,omitempty"`
+	Phase string `json:"phase"`
+	Ready bool   `json:"ready"`
+}
+
+// VolumeAt is where one of the service's volumes keeps its data.
+type VolumeAt struct {
+	Claim        string `json:"claim"`
+	Phase        string `json:"phase"`
+	Volume       string `json:"volume,omitempty"`
+	StorageClass string `json:"storageClass,omitempty"`
+	Size         string `json:"size,omitempty"`
+	// Where is the data: a directory on a node (local-path) or a Longhorn volume.
+	Where string `json:"where,omitempty"`
+}
+
+// ShowInfo is kip service info.
+func ShowInfo(ctx context.Context, o *ServiceOptions) error {
+	cl, s, err := o.load(ctx)
+	if err != nil {
+		return err
+	}
+	info := Info{Service: s.Name, Project: s.Project, Environment: s.Environment, Namespace: s.Namespace(), Type: s.Type,
+		Phase: s.Phase, Stopped: s.Stopped, Move: s.Move, Resources: s.Resources, StorageClass: s.StorageClass, Storage: s.Storage,
+		Pods: []PodInfo{}, Volumes: []VolumeAt{}}
+	pods, err := Pods(ctx, cl.Kube, s)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		info.Pods = append(info.Pods, PodInfo{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Ready: podReady(&p)})
+	}
+	claims := []string{s.DataClaim()}
+	if d := s.DumpClaim(); d != "" {
+		claims = append(claims, d)
+	}
+	for _, c := range claims {
+		v, err := volumeAt(ctx, cl, s.Namespace(), c)
+		if err != nil {
+			return err
+		}
+		info.Volumes = append(info.Volumes, v)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(o.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	return writeInfo(o.Out, info)
+}
+
+func volumeAt(ctx context.Context, cl *kube.Clients, namespace, claim string) (VolumeAt, error) {
+	v := VolumeAt{Claim: claim}
+	pvc, err := cl.Kube.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		v.Phase = "missing"
+		return v, nil
+	}
+	if err != nil {
+		return v, fmt.Errorf("read claim %s/%s: %w", namespace, claim, err)
+	}
+	v.Phase, v.Volume = string(pvc.Status.Phase), pvc.Spec.VolumeName
+	if pvc.Spec.StorageClassName != nil {
+		v.StorageClass = *pvc.Spec.StorageClassName
+	}
+	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+		v.Size = q.String()
+	}
+	if pvc.Spec.VolumeName == "" {
+		return v, nil
+	}
+	pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		v.Where = "volume " + pvc.Spec.VolumeName + " is missing"
+		return v, nil
+	}
+	if err != nil {
+		return v, fmt.Errorf("read volume %s: %w", pvc.Spec.VolumeName, err)
+	}
+	v.Where = Where(pv)
+	return v, nil
+}
+
+// Where says where a volume keeps its data: the directory and node of a local volume, or the
+// Longhorn volume.
+func Where(pv *corev1.PersistentVolume) string {
+	switch {
+	case pv.Spec.CSI != nil && pv.Spec.CSI.Driver == "driver.longhorn.io":
+		return "Longhorn volume " + pv.Spec.CSI.VolumeHandle
+	case pv.Spec.Local != nil || pv.Spec.HostPath != nil:
+		path := ""
+		if pv.Spec.Local != nil {
+			path = pv.Spec.Local.Path
+		} else {
+			path = pv.Spec.HostPath.Path
+		}
+		if node := pvNode(pv); node != "" {
+			return path + " on node " + node
+		}
+		return path
+	case pv.Spec.CSI != nil:
+		return pv.Spec.CSI.Driver + " volume " + pv.Spec.CSI.VolumeHandle
+	}
+	return "volume " + pv.Name
+}
+
+func pvNode(pv *corev1.PersistentVolume) string {
+	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+		return ""
+	}
+	for _, t := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, e := range t.MatchExpressions {
+			if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+				return e.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+func writeInfo(w io.Writer, i Info) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Service:      %s (%s)\n", i.Service, i.Type)
+	fmt.Fprintf(&b, "Project:      %s, environment %s (namespace %s)\n", i.Project, i.Environment, i.Namespace)
+	state := orUnknown(i.Phase)
+	if i.Stopped {
+		state += " (stopped)"
+	}
+	fmt.Fprintf(&b, "State:        %s\n", state)
+	if i.Move != "" {
+		fmt.Fprintf(&b, "Move:         to %s, not finished\n", i.Move)
+	}
+	fmt.Fprintf(&b, "Resources:    CPU %s (limit %s), memory %s (limit %s)\n", orUnset(i.Resources.CPURequest), orUnset(i.Resources.CPULimit),
+		orUnset(i.Resources.MemoryRequest), orUnset(i.Resources.MemoryLimit))
+	fmt.Fprintf(&b, "Storage:      declared %s, class %s\n", orUnset(i.Storage), orDefault(i.StorageClass))
+	if len(i.Pods) == 0 {
+		b.WriteString("Runs on:      no pod\n")
+	}
+	for _, p := range i.Pods {
+		ready := "not ready"
+		if p.Ready {
+			ready = "ready"
+		}
+		fmt.Fprintf(&b, "Runs on:      node %s (pod %s, %s, %s)\n", orUnset(p.Node), p.Name, p.Phase, ready)
+	}
+	for _, v := range i.Volumes {
+		where := v.Where
+		if where == "" {
+			where = "not bound yet"
+		}
+		fmt.Fprintf(&b, "Data:         %s (%s", v.Claim, v.Phase)
+		if v.StorageClass != "" {
+			fmt.Fprintf(&b, ", class %s", v.StorageClass)
+		}
+		if v.Size != "" {
+			fmt.Fprintf(&b, ", %s", v.Size)
+		}
+		fmt.Fprintf(&b, "): %s\n", where)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func orDefault(class string) string {
+	if class == "" {
+		return "the cluster's default"
+	}
+	return class
+}
+
+// ProjectOptions names a project (and, for remove-env, an environment).
+type ProjectOptions struct {
+	Options
+	Project, Environment string
+}
+
+// movesIn lists the unfinished moves in namespaces: a namespace labelled by the fence, or a
+// Service with a move annotation.
+func movesIn(ctx context.Context, cl *kube.Clients, project string, namespaces []string) ([]string, error) {
+	var moves []string
+	for _, ns := range namespaces {
+		n, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read namespace %s: %w", ns, err)
+		}
+		list, err := cl.Dynamic.Resource(ServicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list services in %s: %w", ns, err)
+		}
+		env := strings.TrimPrefix(ns, project+"-")
+		for _, u := range list.Items {
+			if to := u.GetAnnotations()[MoveAnnotation]; to != "" || n.Labels[fence.MoveLabel] == u.GetName() {
+				ref := Ref{Project: project, Environment: env, Name: u.GetName()}
+				moves = append(moves, fmt.Sprintf("%s ('kip service storage longhorn %s' finishes it, --rollback undoes it)", ref, ref.Flags()))
+			}
+		}
+	}
+	slices.Sort(moves)
+	return slices.Compact(moves), nil
+}
+
+// DeleteProject is kip project delete: console-api deletes the project's namespaces with everything
+// in them. It refuses while a move of a service's data is unfinished in any of them.
+func DeleteProject(ctx context.Context, o *ProjectOptions) error {
+	cl, err := o.Kube()
+	if err != nil {
+		return err
+	}
+	p, err := Project(ctx, cl.Dynamic, o.Project)
+	if err != nil {
+		return err
+	}
+	var namespaces []string
+	for _, env := range Environments(p) {
+		namespaces = append(namespaces, o.Project+"-"+env)
+	}
+	moves, err := movesIn(ctx, cl, o.Project, namespaces)
+	if err != nil {
+		return err
+	}
+	if len(moves) > 0 {
+		return fmt.Errorf("cannot delete project %s while a move to Longhorn is not finished in it: %s", o.Project, strings.Join(moves, "; "))
+	}
+	ok, err := o.Prompter.Confirm(fmt.Sprintf("Delete project %s and its namespaces (%s), with every app, service and volume in them?", o.Project, cli.OrNone(strings.Join(namespaces, ", "))))
+	if err != nil || !ok {
+		return cancelled(err)
+	}
+	uid := p.GetUID()
+	err = cl.Dynamic.Resource(ProjectsGVR).Delete(ctx, o.Project, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete project %s: %w", o.Project, err)
+	}
+	o.Printer.Success(fmt.Sprintf("Deleted project %s; console-api removes its namespaces (kubectl get namespaces %s shows them going)", o.Project, strings.Join(namespaces, " ")))
+	return nil
+}
+
+// RemoveEnv is kip project remove-env: the environment leaves the project and console-api deletes
+// its namespace. It refuses while a move of a service's data is unfinished there.
+func RemoveEnv(ctx context.Context, o *ProjectOptions) error {
+	cl, err := o.Kube()
+	if err != nil {
+		return err
+	}
+	p, err := Project(ctx, cl.Dynamic, o.Project)
+	if err != nil {
+		return err
+	}
+	envs := Environments(p)
+	if !slices.Contains(envs, o.Environment) {
+		return fmt.Errorf("project %s has no environment %q (environments: %s)", o.Project, o.Environment, cli.OrNone(strings.Join(envs, ", ")))
+	}
+	ns := o.Project + "-" + o.Environment
+	moves, err := movesIn(ctx, cl, o.Project, []string{ns})
+	if err != nil {
+		return err
+	}
+	if len(moves) > 0 {
+		return fmt.Errorf("cannot remove environment %s of project %s while a move to Longhorn is not finished there: %s", o.Environment, o.Project, strings.Join(moves, "; "))
+	}
+	ok, err := o.Prompter.Confirm(fmt.Sprintf("Remove environment %s from project %s and delete namespace %s with every app, service and volume in it?", o.Environment, o.Project, ns))
+	if err != nil || !ok {
+		return cancelled(err)
+	}
+	raw, _, _ := unstructured.NestedSlice(p.Object, "spec", "environments")
+	for i, e := range raw {
+		if m, ok := e.(map[string]any); ok && m["name"] == o.Environment {
+			// The test operation refuses the change if the list moved since it was read.
+			patch := fmt.Sprintf(`[{"op":"test","path":"/spec/environments/%d/name","value":%q},{"op":"remove","path":"/spec/environments/%d"}]`, i, o.Environment, i)
+			if _, err := cl.Dynamic.Resource(ProjectsGVR).Patch(ctx, o.Project, types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+				return fmt.Errorf("remove environment %s from project %s: %w", o.Environment, o.Project, err)
+			}
+			break
+		}
+	}
+	o.Printer.Success(fmt.Sprintf("Removed environment %s from project %s; console-api deletes namespace %s", o.Environment, o.Project, ns))
+	return nil
+}

@@ -1,0 +1,360 @@
+// Package consolestandin is the test lab's stand-in for the part of console-api kip relies on:
+// the contract internal/service documents (docs/console.md). It is a test tool, never shipped.
+//
+// It keeps, for every Project, a namespace per environment (<project>-<environment>, listed in
+// status.namespaces) and deletes the namespaces of a deleted project or a removed environment,
+// reporting the condition WaitingForStorageMove while the API server refuses a deletion because a
+// move runs there; and for every Service, a StatefulSet named as the service with one replica (none
+// when spec.stopped, or while a move is unfinished), claims data and (postgres, mysql) dump,
+// spec.resources on its container, status.phase and status.observedGeneration.
+package consolestandin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/service"
+)
+
+// Finalizer holds a deleted Project until its namespaces are gone.
+const Finalizer = "kipper.run/namespaces"
+
+// WaitingForStorageMove is the Project condition while a namespace deletion is refused by kip's
+// move policy.
+const WaitingForStorageMove = "WaitingForStorageMove"
+
+// dumpSize is the dump volume's size.
+const dumpSize = "1Gi"
+
+// Standin reconciles Kipper's objects as console-api does.
+type Standin struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Image and Command run each service's container.
+	Image   string
+	Command []string
+	// Interval is how often it reconciles everything.
+	Interval time.Duration
+	// Logf receives what it does and what fails.
+	Logf func(format string, args ...any)
+}
+
+// Run reconciles until ctx ends.
+func (s *Standin) Run(ctx context.Context) {
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.Logf("console stand-in: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Reconcile makes one pass over every Project and Service.
+func (s *Standin) Reconcile(ctx context.Context) error {
+	projects, err := s.Dynamic.Resource(service.ProjectsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list projects: %w", err)
+	}
+	var errs []error
+	for i := range projects.Items {
+		errs = append(errs, s.project(ctx, &projects.Items[i]))
+	}
+	services, err := s.Dynamic.Resource(service.ServicesGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list services: %w", err))...)
+	}
+	for i := range services.Items {
+		errs = append(errs, s.service(ctx, &services.Items[i]))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Standin) project(ctx context.Context, p *unstructured.Unstructured) error {
+	want := map[string]bool{}
+	if p.GetDeletionTimestamp() == nil {
+		if !slices.Contains(p.GetFinalizers(), Finalizer) {
+			p.SetFinalizers(append(p.GetFinalizers(), Finalizer))
+			updated, err := s.Dynamic.Resource(service.ProjectsGVR).Update(ctx, p, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("add the finalizer of project %s: %w", p.GetName(), err)
+			}
+			p = updated
+		}
+		for _, env := range service.Environments(p) {
+			ns := p.GetName() + "-" + env
+			want[ns] = true
+			_, err := s.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+				Labels: map[string]string{"kipper.run/project": p.GetName()}}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("create namespace %s: %w", ns, err)
+			}
+		}
+	}
+	list, err := s.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "kipper.run/project=" + p.GetName()})
+	if err != nil {
+		return fmt.Errorf("list the namespaces of project %s: %w", p.GetName(), err)
+	}
+	var kept, refused []string
+	for _, ns := range list.Items {
+		if want[ns.Name] {
+			kept = append(kept, ns.Name)
+			continue
+		}
+		if ns.DeletionTimestamp != nil {
+			continue
+		}
+		err := s.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+		switch {
+		case apierrors.IsForbidden(err):
+			refused = append(refused, ns.Name+": "+apiMessage(err))
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("delete namespace %s: %w", ns.Name, err)
+		}
+	}
+	slices.Sort(kept)
+	status := map[string]any{"namespaces": toAny(kept), "phase": "Ready"}
+	cond := map[string]any{"type": WaitingForStorageMove, "status": "False", "reason": "NoMove", "message": ""}
+	if len(refused) > 0 {
+		cond = map[string]any{"type": WaitingForStorageMove, "status": "True", "reason": "NamespaceDeletionRefused",
+			"message": strings.Join(refused, "; ")}
+	}
+	if p.GetDeletionTimestamp() != nil {
+		status["phase"] = "Deleting"
+	}
+	status["conditions"] = []any{cond}
+	if old, _, _ := unstructured.NestedMap(p.Object, "status"); !equalJSON(old, status) {
+		p.Object["status"] = status
+		if _, err := s.Dynamic.Resource(service.ProjectsGVR).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("update the status of project %s: %w", p.GetName(), err)
+		}
+	}
+	if p.GetDeletionTimestamp() != nil && len(list.Items) == 0 {
+		latest, err := s.Dynamic.Resource(service.ProjectsGVR).Get(ctx, p.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		latest.SetFinalizers(slices.DeleteFunc(latest.GetFinalizers(), func(f string) bool { return f == Finalizer }))
+		if _, err := s.Dynamic.Resource(service.ProjectsGVR).Update(ctx, latest, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("release project %s: %w", p.GetName(), ignoreNotFound(err))
+		}
+	}
+	return nil
+}
+
+func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) error {
+	if u.GetDeletionTimestamp() != nil {
+		return nil // the garbage collector removes the StatefulSet it owns
+	}
+	ns := u.GetNamespace()
+	nsObj, err := s.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read namespace %s: %w", ns, err)
+	}
+	project := nsObj.Labels["kipper.run/project"]
+	if project == "" {
+		return fmt.Errorf("service %s/%s: namespace %s belongs to no project", ns, u.GetName(), ns)
+	}
+	ref := service.Ref{Project: project, Environment: strings.TrimPrefix(ns, project+"-"), Name: u.GetName()}
+	svc, err := service.FromObject(ref, u)
+	if err != nil {
+		return err
+	}
+	want, err := s.statefulSet(u, svc)
+	if err != nil {
+		return err
+	}
+	sets := s.Kube.AppsV1().StatefulSets(ns)
+	live, err := sets.Get(ctx, svc.StatefulSet(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		live, err = sets.Create(ctx, want, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create StatefulSet %s/%s: %w", ns, want.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("read StatefulSet %s/%s: %w", ns, want.Name, err)
+	case claimClass(live) != claimClass(want):
+		// A claim template cannot change: recreate the StatefulSet and keep its pods' claims.
+		err := sets.Delete(ctx, live.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace StatefulSet %s/%s: %w", ns, live.Name, err)
+		}
+		return nil // created on the next pass, once it is gone
+	default:
+		live.Spec.Replicas, live.Spec.Template = want.Spec.Replicas, want.Spec.Template
+		if live, err = sets.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update StatefulSet %s/%s: %w", ns, want.Name, err)
+		}
+	}
+	pods, err := service.Pods(ctx, s.Kube, svc)
+	if err != nil {
+		return err
+	}
+	phase := phaseOf(*want.Spec.Replicas, live, pods)
+	status := map[string]any{"phase": phase, "observedGeneration": u.GetGeneration()}
+	if old, _, _ := unstructured.NestedMap(u.Object, "status"); equalJSON(old, status) {
+		return nil
+	}
+	u.Object["status"] = status
+	if _, err := s.Dynamic.Resource(service.ServicesGVR).Namespace(ns).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("update the status of service %s/%s: %w", ns, u.GetName(), err)
+	}
+	return nil
+}
+
+// phaseOf is Running (a Ready pod of the current revision), Stopped (no pod left), or on the way.
+func phaseOf(replicas int32, sts *appsv1.StatefulSet, pods []corev1.Pod) string {
+	if replicas == 0 {
+		if len(pods) == 0 {
+			return service.PhaseStopped
+		}
+		return service.PhaseStopping
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && ready(&p) && sts.Status.UpdateRevision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision {
+			return service.PhaseRunning
+		}
+	}
+	return service.PhaseStarting
+}
+
+func (s *Standin) statefulSet(owner *unstructured.Unstructured, svc *service.Service) (*appsv1.StatefulSet, error) {
+	replicas := int32(1)
+	if svc.Stopped || svc.Move != "" {
+		replicas = 0
+	}
+	labels := map[string]string{service.Label: svc.Name}
+	res, err := resources(svc.Resources)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", svc.Ref, err)
+	}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	storage := svc.Storage
+	if storage == "" {
+		storage = "1Gi"
+	}
+	size, err := resource.ParseQuantity(storage)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: spec.storage %q: %w", svc.Ref, storage, err)
+	}
+	claim := func(name string, size resource.Quantity, class string) corev1.PersistentVolumeClaim {
+		c := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		}}
+		if class != "" {
+			c.Spec.StorageClassName = ptr.To(class)
+		}
+		return c
+	}
+	claims := []corev1.PersistentVolumeClaim{claim("data", size, svc.StorageClass)}
+	if svc.DumpClaim() != "" {
+		claims = append(claims, claim("dump", resource.MustParse(dumpSize), svc.StorageClass))
+		mounts = append(mounts, corev1.VolumeMount{Name: "dump", MountPath: "/dump"})
+	}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.StatefulSet(), Namespace: svc.Namespace(), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID()}}},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr.To(replicas),
+			ServiceName:          svc.Name,
+			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			VolumeClaimTemplates: claims,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+					Containers: []corev1.Container{{Name: svc.Type, Image: s.Image, Command: s.Command,
+						Resources: res, VolumeMounts: mounts}},
+				},
+			},
+		},
+	}, nil
+}
+
+func resources(r service.Resources) (corev1.ResourceRequirements, error) {
+	out := corev1.ResourceRequirements{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+	for _, f := range []struct {
+		value string
+		list  corev1.ResourceList
+		name  corev1.ResourceName
+	}{
+		{r.CPURequest, out.Requests, corev1.ResourceCPU}, {r.MemoryRequest, out.Requests, corev1.ResourceMemory},
+		{r.CPULimit, out.Limits, corev1.ResourceCPU}, {r.MemoryLimit, out.Limits, corev1.ResourceMemory},
+	} {
+		if f.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil {
+			return out, fmt.Errorf("spec.resources: %q: %w", f.value, err)
+		}
+		f.list[f.name] = q
+	}
+	return out, nil
+}
+
+func claimClass(s *appsv1.StatefulSet) string {
+	for _, c := range s.Spec.VolumeClaimTemplates {
+		if c.Name == "data" {
+			return ptr.Deref(c.Spec.StorageClassName, "")
+		}
+	}
+	return ""
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// equalJSON compares a decoded status with one built here (strings, int64s, []any, maps).
+func equalJSON(a, b map[string]any) bool { return reflect.DeepEqual(a, b) }
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
