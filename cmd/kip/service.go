@@ -5,8 +5,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/storage/move"
 )
 
 func newServiceCmd(f *cli.Factory) *cobra.Command {
@@ -29,7 +31,49 @@ its workload (docs/console.md). Every command names the service with --project a
 		newServiceActionCmd(f, "recreate-dump", "Replace a database service's dump volume with an empty one",
 			"The service stops while its dump volume is replaced and starts again if it was running; the next\nscheduled dump fills the new volume. Refused while a move of the service's data is not finished.", true, service.RecreateDump),
 		newServiceUpdateCmd(f),
+		newServiceStorageCmd(f),
 	)
+	return cmd
+}
+
+func newServiceStorageCmd(f *cli.Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "storage",
+		Short: "Move a service's data to another kind of storage",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	o := &move.Options{}
+	longhorn := &cobra.Command{
+		Use:   "longhorn NAME --project P --environment E",
+		Short: "Move a service's data from its local volume onto a new Longhorn volume, verified",
+		Long: `Move a service's data from its local volume onto a new single-copy Longhorn volume. kip counts the
+data and estimates the downtime, asks once, then stops the service, keeps every other pod off its
+volumes, copies the data, detaches the new volume, verifies the copy on a fresh mount against the
+original, commits, and starts the service on Longhorn. The local volume stays on the server as a
+fallback until 'kip cluster storage prune' deletes it.
+
+Interrupted, the same command continues from its step. Until the move commits, --rollback undoes
+it and starts the service on its local volume again, also when the move's record was lost.
+
+On a cluster with backups a completed backup of the service's project is required ('kip backup
+create --project P --wait'); on one without, pass --no-backup. See docs/moves.md.`,
+		Example: "  kip service storage longhorn db --project shop --environment staging\n" +
+			"  kip service storage longhorn db --project shop --environment staging --rollback",
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.Prompter().CanConfirm(); err != nil {
+				return err
+			}
+			o.Kube, o.Printer, o.Prompter, o.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
+			o.Holder, o.KipVersion, o.Name = f.CommandLine(), buildinfo.Version, args[0]
+			return move.Run(cmd.Context(), o)
+		},
+	}
+	serviceFlags(longhorn, &o.Ref)
+	longhorn.Flags().BoolVar(&o.NoBackup, "no-backup", false, "move on a cluster without backups")
+	longhorn.Flags().BoolVar(&o.Rollback, "rollback", false, "undo an unfinished move: the service starts on its local volume again")
+	cmd.AddCommand(longhorn)
 	return cmd
 }
 

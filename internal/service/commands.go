@@ -407,7 +407,7 @@ func Where(pv *corev1.PersistentVolume) string {
 		} else {
 			path = pv.Spec.HostPath.Path
 		}
-		if node := pvNode(pv); node != "" {
+		if node := NodeOf(pv); node != "" {
 			return path + " on node " + node
 		}
 		return path
@@ -417,7 +417,8 @@ func Where(pv *corev1.PersistentVolume) string {
 	return "volume " + pv.Name
 }
 
-func pvNode(pv *corev1.PersistentVolume) string {
+// NodeOf is the one node a local volume is pinned to by its node affinity, "" when none.
+func NodeOf(pv *corev1.PersistentVolume) string {
 	if pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
 		return ""
 	}

@@ -233,3 +233,70 @@ func missingConstraints(q *corev1.ResourceQuota, pod *corev1.Pod) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// CheckClaimQuotas refuses, naming the quota, when the namespace's ResourceQuotas would not admit
+// new claims of class with the sizes given: the count of claims and their storage requests, in
+// all and for the class. A quota with a scope counts claims only with the VolumeAttributesClass
+// scope (the others are pods' scopes); kip's claims name no VolumeAttributesClass.
+func CheckClaimQuotas(quotas []corev1.ResourceQuota, class string, sizes ...int64) error {
+	var storage resource.Quantity
+	for _, s := range sizes {
+		storage.Add(*resource.NewQuantity(s, resource.BinarySI))
+	}
+	count := *resource.NewQuantity(int64(len(sizes)), resource.DecimalSI)
+	need := corev1.ResourceList{
+		corev1.ResourcePersistentVolumeClaims: count,
+		corev1.ResourceRequestsStorage:        storage,
+		corev1.ResourceName(class + ".storageclass.storage.k8s.io/" + string(corev1.ResourcePersistentVolumeClaims)): count,
+		corev1.ResourceName(class + ".storageclass.storage.k8s.io/" + string(corev1.ResourceRequestsStorage)):        storage,
+	}
+	for i := range quotas {
+		q := &quotas[i]
+		if covers, err := claimQuotaCovers(q); err != nil || !covers {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for _, name := range sortedNames(q.Spec.Hard) {
+			want, ok := need[name]
+			if !ok {
+				continue
+			}
+			used, ok := q.Status.Used[name]
+			if !ok {
+				return fmt.Errorf("ResourceQuota %s in %s has not counted its use of %s yet: run the command again in a minute", q.Name, q.Namespace, name)
+			}
+			after := used.DeepCopy()
+			after.Add(want)
+			if hard := q.Spec.Hard[name]; after.Cmp(hard) > 0 {
+				return fmt.Errorf("ResourceQuota %s in %s allows %s of %s; %s is used, and the move's new claims need %s more",
+					q.Name, q.Namespace, hard.String(), name, used.String(), want.String())
+			}
+		}
+	}
+	return nil
+}
+
+// claimQuotaCovers reports whether quota q counts a claim that names no VolumeAttributesClass.
+func claimQuotaCovers(q *corev1.ResourceQuota) (bool, error) {
+	if len(q.Spec.Scopes) > 0 {
+		return false, nil // Terminating, BestEffort, PriorityClass…: pods only
+	}
+	if q.Spec.ScopeSelector == nil {
+		return true, nil
+	}
+	for _, r := range q.Spec.ScopeSelector.MatchExpressions {
+		if r.ScopeName != corev1.ResourceQuotaScopeVolumeAttributesClass {
+			return false, nil
+		}
+		switch r.Operator {
+		case corev1.ScopeSelectorOpExists, corev1.ScopeSelectorOpIn:
+			return false, nil
+		case corev1.ScopeSelectorOpDoesNotExist, corev1.ScopeSelectorOpNotIn:
+		default:
+			return false, fmt.Errorf("ResourceQuota %s in %s has a scope kip cannot evaluate (%s %s): the move cannot tell whether it admits the new claims", q.Name, q.Namespace, r.ScopeName, r.Operator)
+		}
+	}
+	return true, nil
+}

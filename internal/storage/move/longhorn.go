@@ -1,0 +1,107 @@
+package move
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/kube"
+)
+
+// LonghornNamespace is where Longhorn keeps its objects.
+const LonghornNamespace = "longhorn-system"
+
+var (
+	volumesGVR     = longhornv1beta2.SchemeGroupVersion.WithResource("volumes")
+	lhvaGVR        = longhornv1beta2.SchemeGroupVersion.WithResource("volumeattachments")
+	longhornNodeGV = longhornv1beta2.SchemeGroupVersion.WithResource("nodes")
+)
+
+// detachPending says what keeps a Longhorn volume from being really detached: Longhorn's own
+// state, an attachment ticket of any kind (a backup or snapshot controller keeps a volume
+// attached after the CSI attacher let go), or the Kubernetes VolumeAttachment of its PV. ""
+// means detached: the next mount is a fresh one (research: longhorn-velero.md §1).
+func detachPending(ctx context.Context, cl *kube.Clients, pv, volume string) (string, error) {
+	v, err := kube.GetAs[longhornv1beta2.Volume](ctx, cl.Dynamic, volumesGVR, LonghornNamespace, volume)
+	if err != nil {
+		return "", fmt.Errorf("read Longhorn volume %s: %w", volume, err)
+	}
+	if v.Status.State != longhornv1beta2.VolumeStateDetached {
+		return fmt.Sprintf("Longhorn volume %s is %s", volume, orUnknown(string(v.Status.State))), nil
+	}
+	va, err := kube.GetAs[longhornv1beta2.VolumeAttachment](ctx, cl.Dynamic, lhvaGVR, LonghornNamespace, volume)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("read Longhorn volume attachment %s: %w", volume, err)
+	}
+	if va != nil && len(va.Spec.AttachmentTickets) > 0 {
+		var ids []string
+		for id, t := range va.Spec.AttachmentTickets {
+			ids = append(ids, fmt.Sprintf("%s (%s on %s)", id, t.Type, t.NodeID))
+		}
+		sort.Strings(ids)
+		return fmt.Sprintf("Longhorn volume %s still has attachment tickets: %s", volume, strings.Join(ids, ", ")), nil
+	}
+	vas, err := cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list volume attachments: %w", err)
+	}
+	for _, a := range vas.Items {
+		if a.Spec.Source.PersistentVolumeName != nil && *a.Spec.Source.PersistentVolumeName == pv {
+			return fmt.Sprintf("VolumeAttachment %s still attaches %s to node %s", a.Name, pv, a.Spec.NodeName), nil
+		}
+	}
+	return "", nil
+}
+
+// workloads are the pods Longhorn saw using a volume (status.kubernetesStatus.workloadsStatus).
+func workloads(ctx context.Context, cl *kube.Clients, volume string) ([]string, error) {
+	v, err := kube.GetAs[longhornv1beta2.Volume](ctx, cl.Dynamic, volumesGVR, LonghornNamespace, volume)
+	if err != nil {
+		return nil, fmt.Errorf("read Longhorn volume %s: %w", volume, err)
+	}
+	var pods []string
+	for _, w := range v.Status.KubernetesStatus.WorkloadsStatus {
+		pods = append(pods, w.PodName)
+	}
+	return pods, nil
+}
+
+// room says whether Longhorn's node can take a volume of size more: its disks' available
+// storage less what they reserve and what is already scheduled there.
+func room(ctx context.Context, cl *kube.Clients, node string, size int64) error {
+	n, err := kube.GetAs[longhornv1beta2.Node](ctx, cl.Dynamic, longhornNodeGV, LonghornNamespace, node)
+	if err != nil {
+		return fmt.Errorf("read Longhorn node %s: %w", node, err)
+	}
+	var best int64
+	for id, st := range n.Status.DiskStatus {
+		spec, ok := n.Spec.Disks[id]
+		if !ok || !spec.AllowScheduling {
+			continue
+		}
+		free := st.StorageMaximum - spec.StorageReserved - st.StorageScheduled
+		if st.StorageAvailable-spec.StorageReserved < free {
+			free = st.StorageAvailable - spec.StorageReserved
+		}
+		best = max(best, free)
+	}
+	if best < size {
+		return fmt.Errorf("Longhorn's disks on node %s have %s free for new volumes and the move needs %s: free disk space under /var/lib/longhorn first",
+			node, gibText(best), gibText(size))
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "in no state yet"
+	}
+	return s
+}
+
+func gibText(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
