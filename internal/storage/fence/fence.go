@@ -35,10 +35,12 @@ const (
 	// on the fence's ConfigMap it selects the ConfigMap as the volumes policy's parameters.
 	MoveLabel = "kipper.run/storage-move"
 
-	// The fence ConfigMap's keys: space-separated claim and pod names, and the service's name.
+	// The fence ConfigMap's keys: space-separated claim and pod names, the service's name, and
+	// the command that shows the move.
 	claimsKey  = "claims"
 	podsKey    = "pods"
 	serviceKey = "service"
+	infoKey    = "info"
 )
 
 // ConfigMapName is the fence's parameters for the move of service.
@@ -51,8 +53,8 @@ const volumesCheck = `!has(object.spec.volumes) ||
 object.metadata.name in params.data.pods.split(' ')`
 
 const volumesMessage = `'kip is moving the data of service ' + params.data.service + ' in ' + namespaceObject.metadata.name +
-' to Longhorn: no pod may mount its volumes (' + params.data.claims + ') until the move finishes or is rolled back (kip service info ' +
-params.data.service + ' shows it)'`
+' to Longhorn: no pod may mount its volumes (' + params.data.claims + ') until the move finishes or is rolled back (' +
+params.data.info + ' shows it)'`
 
 const namespacesCheck = `!has(oldObject.metadata.labels) || !('` + MoveLabel + `' in oldObject.metadata.labels)`
 
@@ -125,6 +127,8 @@ type Fence struct {
 	Claims []string
 	// Pods are the move's own pods, the only ones that may mount Claims.
 	Pods []string
+	// Info is the command that shows the service and its move, for the policy's refusal.
+	Info string
 }
 
 // ConfigMap is the fence as the volumes policy's parameters.
@@ -137,6 +141,7 @@ func (f Fence) ConfigMap() *corev1.ConfigMap {
 			claimsKey:  strings.Join(f.Claims, " "),
 			podsKey:    strings.Join(f.Pods, " "),
 			serviceKey: f.Service,
+			infoKey:    f.Info,
 		},
 	}
 }

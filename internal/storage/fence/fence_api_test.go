@@ -70,7 +70,7 @@ func TestFenceKeepsOtherPodsOffAndTheNamespaceAlive(t *testing.T) {
 	namespace(ctx, t, e, "shop-staging")
 	namespace(ctx, t, e, "shop-prod")
 	f := fence.Fence{Namespace: "shop-staging", Service: "db", Claims: []string{"data-db-0", "kip-move-db"},
-		Pods: []string{"kip-move-copy-db", "kip-move-verify-db"}}
+		Pods: []string{"kip-move-copy-db", "kip-move-verify-db"}, Info: "kip service info db --project shop --environment staging"}
 
 	// Before the fence: nothing is refused, so CheckEnforced must fail, naming what was allowed.
 	err := fence.CheckEnforced(ctx, e.Kube, f, 2*time.Second)
@@ -103,7 +103,7 @@ func TestFenceKeepsOtherPodsOffAndTheNamespaceAlive(t *testing.T) {
 	} {
 		err := create(c.ns, c.pod)
 		switch {
-		case c.refuse && (err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "kip is moving the data of service db in shop-staging")):
+		case c.refuse && (err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "kip is moving the data of service db in shop-staging to Longhorn: no pod may mount its volumes (data-db-0 kip-move-db) until the move finishes or is rolled back (kip service info db --project shop --environment staging shows it)")):
 			t.Errorf("pod %s/%s: %v, want the fence's refusal", c.ns, c.pod.Name, err)
 		case !c.refuse && err != nil:
 			t.Errorf("pod %s/%s: %v, want it admitted", c.ns, c.pod.Name, err)

@@ -139,7 +139,8 @@ type mv struct {
 func (m *mv) fence() fence.Fence {
 	return fence.Fence{Namespace: m.in.Namespace, Service: m.in.Service,
 		Claims: []string{m.in.OldClaim, m.in.NewClaim},
-		Pods:   []string{copyPodName(m.in.Service), verifyPod(m.in.Service)}}
+		Pods:   []string{copyPodName(m.in.Service), verifyPod(m.in.Service)},
+		Info:   "kip service info " + m.o.Flags()}
 }
 
 func (m *mv) ref() service.Ref { return m.o.Ref }
