@@ -30,6 +30,10 @@ const (
 	LonghornDir = "/var/lib/longhorn"
 )
 
+// LonghornOneCopyClass is the StorageClass of a service's data on Longhorn with one copy (data
+// locality and auto-balance off): what kip service storage longhorn moves a service onto.
+const LonghornOneCopyClass = "kipper-longhorn-1"
+
 // Backup modes: where Velero keeps the cluster's backups.
 const (
 	BackupsNone      = ""           // no Velero (local storage without --backup-storage-bucket)

@@ -4,8 +4,13 @@ import (
 	"fmt"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cluster"
 )
 
 // What kip install applies, as data: Components lists the components of a cluster in install order,
@@ -71,5 +76,19 @@ func (r *renderer) longhorn() (Component, error) {
 		},
 	}}
 	c.After = append(c.After, labelled(class))
+	// The class of a service's data moved onto Longhorn (kip service storage longhorn): one copy,
+	// data locality and auto-balance off, growable.
+	err = collect(&c.After, typed("storage.k8s.io/v1", "StorageClass", &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: cluster.LonghornOneCopyClass},
+		Provisioner:          "driver.longhorn.io",
+		Parameters:           map[string]string{"numberOfReplicas": "1", "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"},
+		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+		AllowVolumeExpansion: ptr.To(true),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+	}))
+	if err != nil {
+		return Component{}, err
+	}
+	labelled(c.After[len(c.After)-1])
 	return c, nil
 }

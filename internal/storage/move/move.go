@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/fence"
@@ -45,7 +46,7 @@ import (
 
 // Class is the StorageClass of a moved service's volume: Longhorn with one copy, data locality
 // and auto-balance off.
-const Class = "kipper-longhorn-1"
+const Class = cluster.LonghornOneCopyClass
 
 // Annotations kip keeps on the volumes of a move.
 const (
