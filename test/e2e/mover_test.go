@@ -127,10 +127,16 @@ func claim(name string) corev1.VolumeSource {
 	return corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}
 }
 
-// claimDir is the local-path directory of a bound claim on its node.
+// claimDir is the local-path directory of a bound claim of namespace default on its node.
 func claimDir(ctx context.Context, t *testing.T, c *kube.Clients, name string) string {
 	t.Helper()
-	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+	return claimDirIn(ctx, t, c, "default", name)
+}
+
+// claimDirIn is the local-path directory of a bound claim on its node.
+func claimDirIn(ctx context.Context, t *testing.T, c *kube.Clients, namespace, name string) string {
+	t.Helper()
+	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
