@@ -13,8 +13,8 @@
 //   - spec.storageClass: the class of the data volume's claim template; console-api recreates
 //     the StatefulSet (a claim template cannot change) and keeps the claims that exist.
 //   - the annotation kipper.run/storage-move while a move of the service's data is unfinished:
-//     console-api does not start the service, and the console refuses to delete its project or
-//     remove its environment.
+//     console-api keeps the service stopped whatever spec.stopped says, and the console refuses
+//     to delete its project or remove its environment.
 //
 // The workload console-api keeps, which kip reads: a StatefulSet named as the service, its pod
 // labelled kipper.run/service=<name>, with the claim data-<name>-0 (and, for a service with

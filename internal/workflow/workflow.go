@@ -193,6 +193,12 @@ const (
 )
 
 // ListUnfinished returns the progress of every workflow recorded on the object (usually
+// Forget removes the progress record of workflow name, unfinished or not: its operation was
+// undone, and the next run of it starts afresh.
+func Forget(ctx context.Context, dyn dynamic.Interface, records kube.ObjectRef, name string) error {
+	return kube.DeleteRecord(ctx, dyn, records, progressPrefix+name)
+}
+
 // kube.ClusterRecords()) that has not finished, oldest first.
 func ListUnfinished(ctx context.Context, dyn dynamic.Interface, records kube.ObjectRef) ([]Progress, error) {
 	all, err := kube.ReadRecords[Progress](ctx, dyn, records, progressPrefix, progressVersion)

@@ -200,10 +200,9 @@ func (m *mv) fenced(ctx context.Context) (bool, error) {
 	return true, fence.CheckEnforced(ctx, m.cl.Kube, m.fence(), fence.EnforceTimeout)
 }
 
+// putFence puts the fence and proves it enforced before anything stops; only then does the move
+// annotation tell console-api to keep the service stopped.
 func (m *mv) putFence(ctx context.Context) error {
-	if err := service.SetMove(ctx, m.cl.Dynamic, m.ref(), "longhorn"); err != nil {
-		return err
-	}
 	f := m.fence()
 	if err := f.Put(ctx, m.cl.Kube); err != nil {
 		return err
@@ -211,7 +210,7 @@ func (m *mv) putFence(ctx context.Context) error {
 	if err := fence.CheckEnforced(ctx, m.cl.Kube, f, fence.EnforceTimeout); err != nil {
 		return fmt.Errorf("%w; kip install applies the policies: re-run it with this kip if they are missing", err)
 	}
-	return nil
+	return service.SetMove(ctx, m.cl.Dynamic, m.ref(), "longhorn")
 }
 
 // ---- stop

@@ -420,7 +420,7 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, in *Intent) err
 		return err
 	}
 	// The move is over: its record goes, so a new move starts afresh.
-	if err := kube.DeleteRecord(ctx, cl.Dynamic, kube.ClusterRecords(), "op-"+workflowName(o.Ref)); err != nil {
+	if err := workflow.Forget(ctx, cl.Dynamic, kube.ClusterRecords(), workflowName(o.Ref)); err != nil {
 		return err
 	}
 	o.Printer.Success("Rolled back the move of " + o.Ref.String() + ": it keeps its data on its local volume " + in.OldVolume)
