@@ -25,6 +25,7 @@ import (
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -64,9 +65,9 @@ func hostKeyFix(forget string) string {
 		" ; kip then trusts the new key when it next connects, and says so"
 }
 
-// MoveWorkflowPrefix starts the progress record name of a service's move onto Longhorn
-// (kip service storage longhorn): Status lists those under "Moves to Longhorn not finished".
-const MoveWorkflowPrefix = "service-storage-longhorn-"
+// MoveWorkflowPrefix starts the progress record name of a service's move onto Longhorn, and of
+// its rollback.
+const MoveWorkflowPrefix = move.WorkflowPrefix
 
 // OutOfServiceTaint is the taint kip node fence puts on a fenced node.
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"

@@ -115,7 +115,10 @@ type Intent struct {
 	Dump string `json:"dump,omitempty"`
 }
 
-func workflowName(ref service.Ref) string { return "move-" + ref.Namespace() + "-" + ref.Name }
+// WorkflowPrefix starts the name of a move's progress record and of its rollback's.
+const WorkflowPrefix = "service-storage-longhorn-"
+
+func workflowName(ref service.Ref) string { return WorkflowPrefix + ref.Namespace() + "-" + ref.Name }
 
 // Pod and claim names of a move.
 func newClaimName(svc string) string { return "kip-move-" + svc }

@@ -416,7 +416,7 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, in *Intent) err
 	}
 	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
 		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
-	if err := r.Run(ctx, &workflow.Workflow{Name: "rollback-" + workflowName(o.Ref), Intent: in, Steps: steps}); err != nil {
+	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Ref) + "-rollback", Intent: in, Steps: steps}); err != nil {
 		return err
 	}
 	// The move is over: its record goes, so a new move starts afresh.
