@@ -51,6 +51,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newBackupCmd(f, backupRunners{}),
 		newServiceCmd(f),
 		newProjectCmd(f),
+		newClusterCmd(f),
 	)
 	return cmd
 }

@@ -51,22 +51,31 @@ func wireStatus(f *cli.Factory, opts *status.Options) error {
 	if opts.APIOnly {
 		return nil
 	}
+	server, dial, err := hostDialer(f)
+	opts.Server, opts.Dial = server, dial
+	return err
+}
+
+// hostDialer is how a command reaches the cluster's hosts over SSH: the saved cluster's server
+// address ("" when --kubeconfig alone chose another cluster, whose server the cluster record
+// names) and a dial with the saved cluster's SSH settings.
+func hostDialer(f *cli.Factory) (string, func(ctx context.Context, host string) (*sshx.Client, error), error) {
 	saved, err := f.Cluster()
 	if f.Global.Kubeconfig != "" && f.ClusterName() == "" {
 		saved, err = nil, nil
 	}
 	if err != nil {
-		return err
+		return "", nil, err
 	}
+	server := ""
 	if saved != nil {
-		opts.Server = saved.Host
+		server = saved.Host
 	}
-	opts.Dial = func(ctx context.Context, host string) (*sshx.Client, error) {
+	return server, func(ctx context.Context, host string) (*sshx.Client, error) {
 		c, err := f.SSHConfig(host, saved)
 		if err != nil {
 			return nil, err
 		}
 		return f.SSH(ctx, c)
-	}
-	return nil
+	}, nil
 }

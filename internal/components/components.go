@@ -145,6 +145,9 @@ type Options struct {
 	ServerAddress string
 	// Backups is external backup storage (--backup-storage-bucket); nil when there is none.
 	Backups *BackupStorage
+	// NoBackups keeps a Longhorn cluster without backups: one that grew from local storage
+	// without external backup storage (kip cluster storage longhorn keeps its backup mode).
+	NoBackups bool
 	// Pinned are the versions this kip pins (manifests.Pinned).
 	Pinned *manifests.Versions
 	// KipVersion is this kip's version, recorded on the App CRD.

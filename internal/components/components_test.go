@@ -753,3 +753,22 @@ func TestFirstDifference(t *testing.T) {
 		t.Errorf("difference at %q, want .metadata.annotations.a", d)
 	}
 }
+
+func TestSettingHolds(t *testing.T) {
+	for _, c := range []struct {
+		pinned, stored string
+		holds          bool
+	}{
+		{"false", "false", true},
+		{"false", `{"v1":"false","v2":"false"}`, true},
+		{"false", `{"v1":"false","v2":"true"}`, false},
+		{"false", "true", false},
+		{"false", `{}`, false},
+		{"disabled", "disabled", true},
+		{"12", `{"v1":"12"}`, true},
+	} {
+		if got := SettingHolds(c.pinned, c.stored); got != c.holds {
+			t.Errorf("SettingHolds(%q, %q) = %v, want %v", c.pinned, c.stored, got, c.holds)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package components
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
 )
 
 // What kip install applies, as data: Components lists the components of a cluster in install order,
@@ -41,6 +45,42 @@ var longhornSettings = []struct {
 	{"node-down-pod-deletion-policy", "nodeDownPodDeletionPolicy", "do-nothing"},
 	// A single-node cluster creates volumes that want more copies than it has nodes.
 	{"allow-volume-creation-with-degraded-availability", "allowVolumeCreationWithDegradedAvailability", true},
+}
+
+// SettingHolds reports whether a Longhorn setting's stored value is the value kip pins. From
+// Longhorn 1.10 a data-engine-specific setting is stored per engine: Longhorn's webhook rewrites
+// a plain "false" to {"v1":"false","v2":"false"}, so that form holds when every engine's value is
+// the pinned one.
+func SettingHolds(pinned, stored string) bool {
+	if stored == pinned {
+		return true
+	}
+	var perEngine map[string]string
+	if err := json.Unmarshal([]byte(stored), &perEngine); err != nil || len(perEngine) == 0 {
+		return false
+	}
+	for _, v := range perEngine {
+		if v != pinned {
+			return false
+		}
+	}
+	return true
+}
+
+// PinnedSettingsPending names the pinned Longhorn settings whose stored value is not kip's, ""
+// when every one holds.
+func PinnedSettingsPending(ctx context.Context, cl *kube.Clients) (string, error) {
+	var off []string
+	for _, s := range longhornSettings {
+		got, err := kube.GetAs[longhornv1beta2.Setting](ctx, cl.Dynamic, longhornv1beta2.SchemeGroupVersion.WithResource("settings"), longhornNamespace, s.name)
+		if err != nil {
+			return "", fmt.Errorf("read Longhorn setting %s: %w", s.name, err)
+		}
+		if want := fmt.Sprint(s.value); !SettingHolds(want, got.Value) {
+			off = append(off, fmt.Sprintf("%s is %q, not %q", s.name, got.Value, want))
+		}
+	}
+	return strings.Join(off, "; "), nil
 }
 
 func (r *renderer) longhorn() (Component, error) {

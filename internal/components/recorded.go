@@ -32,7 +32,9 @@ func Recorded(rec cluster.Record, pinned *manifests.Versions, kipVersion string)
 				"run kip install again with --backup-storage-bucket and its other flags")
 		}
 		o.Backups = &BackupStorage{Bucket: loc.Bucket, Endpoint: loc.Endpoint, Region: loc.Region}
-	case cluster.BackupsNone, cluster.BackupsInCluster:
+	case cluster.BackupsNone:
+		o.NoBackups = true
+	case cluster.BackupsInCluster:
 	default:
 		return o, fmt.Errorf("the cluster record names backups %q: this kip knows %q, %q and none", rec.Backups, cluster.BackupsExternal, cluster.BackupsInCluster)
 	}
@@ -44,7 +46,7 @@ func BackupsOf(o Options) (string, *cluster.BackupLocation) {
 	switch {
 	case o.Backups != nil:
 		return cluster.BackupsExternal, o.Backups.Location()
-	case o.Sizing.Storage == cluster.StorageLonghorn:
+	case o.Sizing.Storage == cluster.StorageLonghorn && !o.NoBackups:
 		return cluster.BackupsInCluster, nil
 	}
 	return cluster.BackupsNone, nil
