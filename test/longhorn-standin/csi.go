@@ -301,6 +301,9 @@ func (p *plugin) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		return nil, grpcError(err)
 	}
 	defer d.Close()
+	if !d.BoundTo(img) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on node %s", req.GetVolumeId(), p.s.node)
+	}
 	if err := d.SetCapacity(); err != nil {
 		return nil, grpcError(fmt.Errorf("LOOP_SET_CAPACITY on %s: %w", d.Path, err))
 	}

@@ -509,7 +509,7 @@ func release(img string) error {
 	if err != nil {
 		return err
 	}
-	if d.Backing() != img { // detached before it was opened
+	if !d.BoundTo(img) { // detached before it was opened, or another host's file of that path
 		return d.Close()
 	}
 	ms := mounts()

@@ -121,8 +121,15 @@ func (d *Device) Detach() error {
 	return err
 }
 
-// Backing is the backing file of the bound device, or "".
-func (d *Device) Backing() string { return Backing(SysBlock)[d.Number] }
+// BoundTo reports whether the device is bound to file: the same device and inode.
+func (d *Device) BoundTo(file string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		return false
+	}
+	info, err := unix.IoctlLoopGetStatus64(int(d.f.Fd()))
+	return err == nil && info.Device == st.Dev && info.Inode == st.Ino
+}
 
 // devtmpfs reports whether this process's /dev is the kernel's devtmpfs, as on this machine,
 // rather than a lab host's own tmpfs.
@@ -163,7 +170,8 @@ func Backing(sysBlock string) map[int]string {
 	return out
 }
 
-// Find returns the number of a loop device bound to file, or -1.
+// Find returns the number of a loop device whose backing file has file's path, or -1; BoundTo
+// tells whether it is file itself.
 func Find(file string) int {
 	for n, f := range Backing(SysBlock) {
 		if f == file {
@@ -173,13 +181,25 @@ func Find(file string) int {
 	return -1
 }
 
-// DetachUnder detaches every loop device whose backing file is under dir, and says which.
-func DetachUnder(dir string) ([]string, error) {
-	dir = filepath.Clean(dir) + "/"
+// DetachFiles detaches every loop device bound to one of files, found by the backing file's
+// device and inode (LOOP_GET_STATUS64): the path a device reports is the one its file had in the
+// mount namespace that bound it, which for a lab host's device is not this machine's path to the
+// file. It says which devices it detached.
+func DetachFiles(files ...string) ([]string, error) {
+	type id struct{ dev, ino uint64 }
+	want := map[id]string{}
+	bases := map[string]bool{}
+	for _, f := range files {
+		var st unix.Stat_t
+		if err := unix.Stat(f, &st); err == nil {
+			want[id{st.Dev, st.Ino}] = f
+			bases[filepath.Base(f)] = true
+		}
+	}
 	var detached []string
 	var errs []error
 	for n, f := range Backing(SysBlock) {
-		if !strings.HasPrefix(f, dir) {
+		if !bases[filepath.Base(f)] { // only devices whose file has one of the names are opened
 			continue
 		}
 		d, err := Open(n)
@@ -187,11 +207,16 @@ func DetachUnder(dir string) ([]string, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if f := d.Backing(); !strings.HasPrefix(f, dir) { // detached before it was opened
+		info, err := unix.IoctlLoopGetStatus64(int(d.f.Fd()))
+		file, ok := "", false
+		if err == nil {
+			file, ok = want[id{info.Device, info.Inode}]
+		}
+		if !ok { // another's device, or detached before it was opened
 			errs = append(errs, d.Close())
 			continue
 		}
-		detached = append(detached, fmt.Sprintf("/dev/loop%d (%s)", n, f))
+		detached = append(detached, fmt.Sprintf("%s (%s)", d.Path, file))
 		errs = append(errs, d.Detach())
 	}
 	return detached, errors.Join(errs...)
