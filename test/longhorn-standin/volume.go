@@ -371,10 +371,9 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, run 
 		return err
 	}
 	e.Status.OwnerID, e.Status.CurrentState, e.Status.Started, e.Status.CurrentImage = s.node, state, run, engineImage
-	e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap, e.Status.Endpoint = nil, nil, ""
+	e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap = nil, nil
 	if run {
-		e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap = modes, times
-		e.Status.CurrentSize, e.Status.Endpoint = vol.Spec.Size, "/dev/longhorn/"+vol.Name
+		e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap, e.Status.CurrentSize = modes, times, vol.Spec.Size
 	}
 	_, err = api.Engines(namespace).UpdateStatus(ctx, e, metav1.UpdateOptions{})
 	return err
