@@ -243,7 +243,7 @@ func CreateClaim(ctx context.Context, c *kube.Clients, name, namespace, size str
 // image on h, as when h died before its plugin could: it returns those it had to detach.
 func Uninstall(ctx context.Context, h *lab.Host) ([]string, error) {
 	var errs []string
-	if h.Running() {
+	if _, err := os.Stat(h.Path("/etc/systemd/system/" + Unit)); err == nil && h.Running() {
 		if out, err := h.Run(ctx, sshx.Command("systemctl", "stop", Unit)); err != nil {
 			errs = append(errs, fmt.Sprintf("stop %s: %v: %s", Unit, err, out))
 		}
