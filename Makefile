@@ -38,10 +38,11 @@ test: test-deps testenv lint
 test-deps:
 	sh test/deps.sh
 
-## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd), the lab's container images, and the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests
+## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd), the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, and the CSI sidecars of the lab's Longhorn stand-in
 testenv:
 	sh tools/testenv.sh
 	sh tools/velero.sh
+	sh tools/csi.sh
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps

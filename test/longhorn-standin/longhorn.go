@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	lhclient "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned"
+	lhtyped "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned/typed/longhorn/v1beta2"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+)
+
+const (
+	driverName = "driver.longhorn.io"
+	namespace  = "longhorn-system"
+	// engineImage is the engine image of Longhorn v1.10.0, which the stand-in's objects name; no
+	// engine runs from it.
+	engineImage     = "longhornio/longhorn-engine:v1.10.0"
+	engineImageName = "ei-standin"
+	// defaultDisk names the node's one disk, Longhorn's data path.
+	defaultDisk = "default-disk-standin"
+	// reservedPercent is storage-reserved-percentage-for-default-disk's default: the share of the
+	// default disk Longhorn keeps from scheduling.
+	reservedPercent = 30
+	// sizeAlignment is Longhorn's volume size alignment (util.SizeAlignment): sizes round up to it.
+	sizeAlignment = 2 << 20
+)
+
+// crdNames are the Longhorn CRDs the stand-in keeps objects of.
+var crdNames = []string{
+	"volumes.longhorn.io", "replicas.longhorn.io", "engines.longhorn.io", "volumeattachments.longhorn.io",
+	"nodes.longhorn.io", "settings.longhorn.io", "engineimages.longhorn.io",
+}
+
+// setting is one of Longhorn's settings the stand-in creates with its v1.10.0 default: those kip
+// pins and the two its scheduler reads. dataEngine marks a data-engine-specific setting, whose
+// value is a JSON object keyed by data engine.
+type setting struct {
+	name, value string
+	dataEngine  bool
+}
+
+var settings = []setting{
+	{"upgrade-checker", "true", false},
+	{"allow-collecting-longhorn-usage-metrics", "true", false},
+	{"fast-replica-rebuild-enabled", `{"v1":"true","v2":"true"}`, true},
+	{"node-drain-policy", "block-if-contains-last-replica", false},
+	{"default-data-locality", "disabled", false},
+	{"replica-auto-balance", "disabled", false},
+	{"rwx-volume-fast-failover", "false", false},
+	{"node-down-pod-deletion-policy", "do-nothing", false},
+	{"allow-volume-creation-with-degraded-availability", "true", false},
+	{"guaranteed-instance-manager-cpu", `{"v1":"12","v2":"12"}`, true},
+	{"default-replica-count", `{"v1":"3","v2":"3"}`, true},
+	{settingMinimalAvailable, "25", false},
+	{settingOverProvisioning, "100", false},
+}
+
+const (
+	settingMinimalAvailable = "storage-minimal-available-percentage"
+	settingOverProvisioning = "storage-over-provisioning-percentage"
+)
+
+// perEngine is what Longhorn's setting mutator makes of a plain value written to a
+// data-engine-specific setting: the value for each data engine of its default, as JSON (keys
+// sorted by json.Marshal). A value that is already a JSON object is kept.
+func perEngine(value, def string) string {
+	if strings.HasPrefix(strings.TrimSpace(value), "{") {
+		return value
+	}
+	var engines map[string]string
+	if err := json.Unmarshal([]byte(def), &engines); err != nil {
+		return value
+	}
+	for k := range engines {
+		engines[k] = value
+	}
+	b, _ := json.Marshal(engines)
+	return string(b)
+}
+
+// ticketID is the ID of the csi-attacher ticket Longhorn's ControllerPublishVolume makes, which is
+// also the name of Kubernetes' VolumeAttachment for the volume and node.
+func ticketID(vol, node string) string {
+	sum := sha256.Sum256([]byte(vol + driverName + node))
+	return "csi-" + hex.EncodeToString(sum[:])
+}
+
+// now is util.Now() of longhorn-manager: RFC3339 in UTC at one-second precision.
+func now() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// roundUp rounds a size up to Longhorn's alignment, as its CSI CreateVolume does.
+func roundUp(size int64) int64 {
+	if size <= 0 {
+		return sizeAlignment
+	}
+	return (size + sizeAlignment - 1) / sizeAlignment * sizeAlignment
+}
+
+// store keeps the stand-in's Longhorn objects for one node.
+type store struct {
+	lh   lhclient.Interface
+	kube kubernetes.Interface
+	node string
+	root string // Longhorn's data path, /var/lib/longhorn
+}
+
+func (s *store) volumes() lhtyped.VolumeInterface { return s.lh.LonghornV1beta2().Volumes(namespace) }
+
+// imagePath is where a volume's data is: an ext4 file system in a sparse image file.
+func (s *store) imagePath(vol string) string {
+	return filepath.Join(s.root, "replicas", vol, "volume.img")
+}
+
+// installCRDs creates or updates the CRDs the stand-in needs, from crds (Longhorn's crds.yaml),
+// and waits until they are Established.
+func installCRDs(ctx context.Context, client apiextensionsclientset.Interface, crds []byte) error {
+	want := map[string]bool{}
+	for _, n := range crdNames {
+		want[n] = true
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(crds), 4096)
+	found := 0
+	for {
+		var crd apiextensionsv1.CustomResourceDefinition
+		err := dec.Decode(&crd)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read Longhorn's CRDs: %w", err)
+		}
+		if !want[crd.Name] {
+			continue
+		}
+		found++
+		api := client.ApiextensionsV1().CustomResourceDefinitions()
+		old, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = api.Create(ctx, &crd, metav1.CreateOptions{})
+		case err == nil:
+			crd.ResourceVersion = old.ResourceVersion
+			_, err = api.Update(ctx, &crd, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("CRD %s: %w", crd.Name, err)
+		}
+	}
+	if found != len(crdNames) {
+		return fmt.Errorf("Longhorn's CRDs: %d of the %d needed found", found, len(crdNames))
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, n := range crdNames {
+			crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			established := false
+			for _, c := range crd.Status.Conditions {
+				established = established || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+			}
+			if !established {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// setUp makes what Longhorn's manager makes when it starts: its namespace, its settings with
+// their defaults, the engine image (deployed on this node) and this node's Node with its disk.
+func (s *store) setUp(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	api := s.lh.LonghornV1beta2()
+	for _, st := range settings {
+		obj := &lh.Setting{ObjectMeta: metav1.ObjectMeta{Name: st.name, Namespace: namespace}, Value: st.value}
+		if _, err := api.Settings(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("setting %s: %w", st.name, err)
+		}
+	}
+	ei := &lh.EngineImage{ObjectMeta: metav1.ObjectMeta{Name: engineImageName, Namespace: namespace}, Spec: lh.EngineImageSpec{Image: engineImage}}
+	ei, err := api.EngineImages(namespace).Create(ctx, ei, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		ei, err = api.EngineImages(namespace).Get(ctx, engineImageName, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("engine image: %w", err)
+	}
+	ei.Status = lh.EngineImageStatus{
+		OwnerID: s.node, State: lh.EngineImageStateDeployed, NodeDeploymentMap: map[string]bool{s.node: true},
+		Conditions: []lh.Condition{{Type: lh.EngineImageConditionTypeReady, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}},
+		EngineVersionDetails: lh.EngineVersionDetails{Version: "v1.10.0", CLIAPIVersion: 11, CLIAPIMinVersion: 3,
+			ControllerAPIVersion: 5, ControllerAPIMinVersion: 3, DataFormatVersion: 1, DataFormatMinVersion: 1},
+	}
+	if _, err := api.EngineImages(namespace).UpdateStatus(ctx, ei, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("engine image status: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(s.root, "replicas"), 0o700); err != nil {
+		return err
+	}
+	disk, err := s.disk(ctx)
+	if err != nil {
+		return err
+	}
+	node := &lh.Node{ObjectMeta: metav1.ObjectMeta{Name: s.node, Namespace: namespace}, Spec: lh.NodeSpec{
+		Name: s.node, AllowScheduling: true,
+		Disks: map[string]lh.DiskSpec{defaultDisk: {Type: lh.DiskTypeFilesystem, Path: s.root + "/", AllowScheduling: true,
+			StorageReserved: disk.StorageMaximum * reservedPercent / 100}},
+	}}
+	if _, err := api.Nodes(namespace).Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("node %s: %w", s.node, err)
+	}
+	return s.updateNode(ctx)
+}
+
+// disk is the node's disk as Longhorn's node controller reports it: statfs of the data path,
+// and the sizes of the replicas scheduled on it.
+func (s *store) disk(ctx context.Context) (*lh.DiskStatus, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(s.root, &fs); err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", s.root, err)
+	}
+	st := &lh.DiskStatus{
+		StorageMaximum: int64(fs.Blocks) * fs.Bsize, StorageAvailable: int64(fs.Bavail) * fs.Bsize,
+		ScheduledReplica: map[string]int64{}, DiskUUID: "standin-" + s.node, DiskName: defaultDisk, DiskPath: s.root + "/",
+		Type: lh.DiskTypeFilesystem, FSType: "ext4",
+		Conditions: []lh.Condition{
+			{Type: lh.DiskConditionTypeReady, Status: lh.ConditionStatusTrue},
+			{Type: lh.DiskConditionTypeSchedulable, Status: lh.ConditionStatusTrue},
+		},
+	}
+	reps, err := s.lh.LonghornV1beta2().Replicas(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reps.Items {
+		if r.Spec.NodeID == s.node {
+			st.ScheduledReplica[r.Name] = r.Spec.VolumeSize
+			st.StorageScheduled += r.Spec.VolumeSize
+		}
+	}
+	return st, nil
+}
+
+// updateNode writes the node's conditions and its disk's status.
+func (s *store) updateNode(ctx context.Context) error {
+	api := s.lh.LonghornV1beta2().Nodes(namespace)
+	node, err := api.Get(ctx, s.node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	disk, err := s.disk(ctx)
+	if err != nil {
+		return err
+	}
+	keep := func(old []lh.Condition, c lh.Condition) lh.Condition {
+		for _, o := range old {
+			if o.Type == c.Type && o.Status == c.Status {
+				c.LastTransitionTime = o.LastTransitionTime
+			}
+		}
+		if c.LastTransitionTime == "" {
+			c.LastTransitionTime = now()
+		}
+		return c
+	}
+	var oldDisk []lh.Condition
+	if d := node.Status.DiskStatus[defaultDisk]; d != nil {
+		oldDisk = d.Conditions
+	}
+	for i, c := range disk.Conditions {
+		disk.Conditions[i] = keep(oldDisk, c)
+	}
+	node.Status.DiskStatus = map[string]*lh.DiskStatus{defaultDisk: disk}
+	node.Status.Conditions = []lh.Condition{
+		keep(node.Status.Conditions, lh.Condition{Type: lh.NodeConditionTypeReady, Status: lh.ConditionStatusTrue}),
+		keep(node.Status.Conditions, lh.Condition{Type: lh.NodeConditionTypeSchedulable, Status: lh.ConditionStatusTrue}),
+	}
+	_, err = api.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+// room is what Longhorn's replica scheduler can still place on the node's disk: the replicas
+// scheduled stay within (maximum − reserved) × over-provisioning%, and what is available stays
+// above minimal-available% of the maximum.
+func (s *store) room(ctx context.Context) (int64, error) {
+	node, err := s.lh.LonghornV1beta2().Nodes(namespace).Get(ctx, s.node, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	disk, err := s.disk(ctx)
+	if err != nil {
+		return 0, err
+	}
+	minimal, over := s.settingInt(ctx, settingMinimalAvailable, 25), s.settingInt(ctx, settingOverProvisioning, 100)
+	reserved := node.Spec.Disks[defaultDisk].StorageReserved
+	byScheduling := (disk.StorageMaximum-reserved)*over/100 - disk.StorageScheduled
+	byAvailable := disk.StorageAvailable - disk.StorageMaximum*minimal/100
+	return max(0, min(byScheduling, byAvailable)), nil
+}
+
+func (s *store) settingInt(ctx context.Context, name string, def int64) int64 {
+	st, err := s.lh.LonghornV1beta2().Settings(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return def
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// reconcile does what Longhorn's controllers and webhooks would have done since the last pass:
+// a plain value written to a data-engine-specific setting becomes its per-engine JSON (the
+// setting mutator's rewrite, here after the write rather than during it), every setting is
+// applied, the node's disk is measured, and each volume's Kubernetes status and actual size
+// follow its PV and image.
+func (s *store) reconcile(ctx context.Context) error {
+	api := s.lh.LonghornV1beta2()
+	list, err := api.Settings(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	defaults := map[string]setting{}
+	for _, st := range settings {
+		defaults[st.name] = st
+	}
+	var errs []error
+	for i := range list.Items {
+		st := &list.Items[i]
+		if def, ok := defaults[st.Name]; ok && def.dataEngine {
+			if v := perEngine(st.Value, def.value); v != st.Value {
+				st.Value = v
+				if st, err = api.Settings(namespace).Update(ctx, st, metav1.UpdateOptions{}); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+		}
+		if !st.Status.Applied {
+			st.Status.Applied = true
+			if _, err := api.Settings(namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, s.updateNode(ctx))
+	vols, err := api.Volumes(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for i := range vols.Items {
+		errs = append(errs, s.reconcileVolume(ctx, &vols.Items[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileVolume updates a volume's kubernetesStatus from its PV (named as the volume) and its
+// claim, and its actualSize from the blocks its image takes.
+func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume) error {
+	ks := vol.Status.KubernetesStatus
+	pv, err := s.kube.CoreV1().PersistentVolumes().Get(ctx, vol.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		ks.PVName, ks.PVStatus = pv.Name, string(pv.Status.Phase)
+		if ref := pv.Spec.ClaimRef; ref != nil {
+			ks.Namespace, ks.PVCName = ref.Namespace, ref.Name
+		}
+	case apierrors.IsNotFound(err):
+		ks.PVStatus = ""
+	default:
+		return err
+	}
+	var st unix.Stat_t
+	actual := vol.Status.ActualSize
+	if unix.Stat(s.imagePath(vol.Name), &st) == nil {
+		actual = st.Blocks * 512
+	}
+	if equalKS(ks, vol.Status.KubernetesStatus) && actual == vol.Status.ActualSize {
+		return nil
+	}
+	vol.Status.KubernetesStatus, vol.Status.ActualSize = ks, actual
+	_, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) { // changed meanwhile: the next pass
+		return nil
+	}
+	return err
+}
+
+func equalKS(a, b lh.KubernetesStatus) bool {
+	return a.PVName == b.PVName && a.PVStatus == b.PVStatus && a.Namespace == b.Namespace && a.PVCName == b.PVCName
+}

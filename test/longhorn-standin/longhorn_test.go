@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	lhfake "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned/fake"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"kipper.run/kip/test/need"
+)
+
+func TestPerEngine(t *testing.T) {
+	for _, c := range []struct{ value, def, want string }{
+		{"false", `{"v1":"true","v2":"true"}`, `{"v1":"false","v2":"false"}`},
+		{"8", `{"v2":"12","v1":"12"}`, `{"v1":"8","v2":"8"}`},
+		{`{"v1":"false","v2":"true"}`, `{"v1":"true","v2":"true"}`, `{"v1":"false","v2":"true"}`},
+	} {
+		if got := perEngine(c.value, c.def); got != c.want {
+			t.Errorf("perEngine(%q, %q) = %q, want %q", c.value, c.def, got, c.want)
+		}
+	}
+}
+
+func TestTicketIDAndSizes(t *testing.T) {
+	id := ticketID("pvc-1", "lab9")
+	if !regexp.MustCompile(`^csi-[0-9a-f]{64}$`).MatchString(id) || id == ticketID("pvc-1", "lab8") {
+		t.Errorf("ticketID = %q", id)
+	}
+	for in, want := range map[int64]int64{0: 2 << 20, 1: 2 << 20, 2 << 20: 2 << 20, 64 << 20: 64 << 20, 65<<20 + 1: 66 << 20} {
+		if got := roundUp(in); got != want {
+			t.Errorf("roundUp(%d) = %d, want %d", in, got, want)
+		}
+	}
+	if got := unescape(`/var/lib/kubelet/a\040b`); got != "/var/lib/kubelet/a b" {
+		t.Errorf("unescape = %q", got)
+	}
+	if _, err := time.Parse(time.RFC3339, now()); err != nil || len(now()) != len("2006-01-02T15:04:05Z") {
+		t.Errorf("now() = %q: %v", now(), err)
+	}
+}
+
+// TestVolumeLifecycle runs a volume through the stand-in's objects against fake API clients, with
+// its image in a temporary data path: created detached with its copies, attached with the
+// csi-attacher ticket and its copy healthy, detached with no ticket, refused when too big,
+// expanded, deleted; and a plain value of a per-engine setting rewritten by a reconcile pass.
+func TestVolumeLifecycle(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		need.Missing(t, "mkfs.ext4 not found (make test-deps installs e2fsprogs)")
+	}
+	ctx := context.Background()
+	s := &store{lh: lhfake.NewSimpleClientset(), kube: kubefake.NewClientset(), node: "lab9", root: t.TempDir()}
+	if err := s.setUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The temporary data path is on this machine's disk, whose free share is not the test's.
+	minimal, _ := s.lh.LonghornV1beta2().Settings(namespace).Get(ctx, settingMinimalAvailable, metav1.GetOptions{})
+	minimal.Value = "0"
+	if _, err := s.lh.LonghornV1beta2().Settings(namespace).Update(ctx, minimal, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	room, err := s.room(ctx)
+	if err != nil || room < 64<<20 {
+		t.Fatalf("room in %s for volumes: %d bytes, %v", s.root, room, err)
+	}
+	if _, err := s.createVolume(ctx, "too-big", roundUp(room+1), nil); !errors.Is(err, errNoRoom) {
+		t.Fatalf("a volume over the room (%d bytes): %v", room, err)
+	}
+	params := map[string]string{"numberOfReplicas": "3", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "default"}
+	vol, err := s.createVolume(ctx, "pvc-1", 16<<20, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, _ = s.volumes().Get(ctx, vol.Name, metav1.GetOptions{})
+	if vol.Status.State != lh.VolumeStateDetached || vol.Status.Robustness != lh.VolumeRobustnessUnknown || vol.Spec.NumberOfReplicas != 3 ||
+		vol.Status.KubernetesStatus.PVCName != "data" {
+		t.Errorf("new volume: %+v", vol.Status)
+	}
+	if st, err := os.Stat(s.imagePath("pvc-1")); err != nil || st.Size() != 16<<20 {
+		t.Errorf("image: %v", err)
+	}
+	reps, _ := s.replicas(ctx, "pvc-1")
+	scheduled := 0
+	for _, r := range reps {
+		if r.Spec.NodeID == "lab9" {
+			scheduled++
+		}
+	}
+	if len(reps) != 3 || scheduled != 1 {
+		t.Errorf("%d replicas, %d on lab9; want 3, 1", len(reps), scheduled)
+	}
+	disk, _ := s.disk(ctx)
+	if disk.StorageScheduled != 16<<20 {
+		t.Errorf("storageScheduled %d, want %d", disk.StorageScheduled, 16<<20)
+	}
+
+	if err := s.attach(ctx, "pvc-1", "lab9"); err != nil {
+		t.Fatal(err)
+	}
+	vol, _ = s.volumes().Get(ctx, "pvc-1", metav1.GetOptions{})
+	va, _ := s.lh.LonghornV1beta2().VolumeAttachments(namespace).Get(ctx, "pvc-1", metav1.GetOptions{})
+	id := ticketID("pvc-1", "lab9")
+	if vol.Status.State != lh.VolumeStateAttached || vol.Status.CurrentNodeID != "lab9" || vol.Status.Robustness != lh.VolumeRobustnessDegraded ||
+		va.Spec.AttachmentTickets[id] == nil || !va.Status.AttachmentTicketStatuses[id].Satisfied {
+		t.Errorf("attached: %+v, tickets %v", vol.Status, va.Spec.AttachmentTickets)
+	}
+	if err := s.deleteVolume(ctx, "pvc-1"); !errors.Is(err, errBusy) {
+		t.Errorf("deleting an attached volume: %v", err)
+	}
+	reps, _ = s.replicas(ctx, "pvc-1")
+	for _, r := range reps {
+		if r.Spec.NodeID != "" && (r.Spec.HealthyAt == "" || r.Spec.LastHealthyAt == "") {
+			t.Errorf("replica %s after attach: healthyAt %q, lastHealthyAt %q", r.Name, r.Spec.HealthyAt, r.Spec.LastHealthyAt)
+		}
+	}
+	if err := s.detach(ctx, "pvc-1", "lab9"); err != nil {
+		t.Fatal(err)
+	}
+	vol, _ = s.volumes().Get(ctx, "pvc-1", metav1.GetOptions{})
+	va, _ = s.lh.LonghornV1beta2().VolumeAttachments(namespace).Get(ctx, "pvc-1", metav1.GetOptions{})
+	if vol.Status.State != lh.VolumeStateDetached || vol.Status.Robustness != lh.VolumeRobustnessUnknown || vol.Status.CurrentNodeID != "" || len(va.Spec.AttachmentTickets) != 0 {
+		t.Errorf("detached: %+v, tickets %v", vol.Status, va.Spec.AttachmentTickets)
+	}
+
+	if got, err := s.expand(ctx, "pvc-1", 32<<20); err != nil || got != 32<<20 {
+		t.Fatalf("expand: %d, %v", got, err)
+	}
+	if st, _ := os.Stat(s.imagePath("pvc-1")); st.Size() != 32<<20 {
+		t.Errorf("image after expansion: %d bytes", st.Size())
+	}
+
+	settings := s.lh.LonghornV1beta2().Settings(namespace)
+	st, _ := settings.Get(ctx, "fast-replica-rebuild-enabled", metav1.GetOptions{})
+	st.Value = "false"
+	if _, err := settings.Update(ctx, st, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = settings.Get(ctx, "fast-replica-rebuild-enabled", metav1.GetOptions{}); st.Value != `{"v1":"false","v2":"false"}` || !st.Status.Applied {
+		t.Errorf("fast-replica-rebuild-enabled after reconcile: %q, applied %v", st.Value, st.Status.Applied)
+	}
+	if st, _ = settings.Get(ctx, "upgrade-checker", metav1.GetOptions{}); st.Value != "true" {
+		t.Errorf("upgrade-checker, not per engine, became %q", st.Value)
+	}
+
+	if err := s.deleteVolume(ctx, "pvc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.imagePath("pvc-1")); !os.IsNotExist(err) {
+		t.Errorf("image after delete: %v", err)
+	}
+	if reps, _ := s.replicas(ctx, "pvc-1"); len(reps) != 0 {
+		t.Errorf("%d replicas after delete", len(reps))
+	}
+}

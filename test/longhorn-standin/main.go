@@ -1,0 +1,193 @@
+// Command longhorn-standin is the test lab's stand-in for Longhorn's CSI plugin, never part of
+// kip (docs/longhorn-standin.md): it serves driver.longhorn.io on one lab node to the real CSI
+// sidecars and the kubelet, with volumes that are real ext4 file systems in image files under
+// /var/lib/longhorn, and keeps Longhorn's objects (Volume, Replica, Engine, VolumeAttachment,
+// Node, Setting, EngineImage) as Longhorn's manager would for them.
+//
+//	longhorn-standin -node NAME [-kubeconfig FILE] [-crds FILE]   serve
+//	longhorn-standin cleanup                                       unmount and detach every volume
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	lhclient "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned"
+	"google.golang.org/grpc"
+	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+const (
+	// dataPath is Longhorn's default data path, its default disk.
+	dataPath = "/var/lib/longhorn"
+	// pluginDir is where the kubelet finds driver.longhorn.io's socket, as Longhorn's deployment
+	// puts it.
+	pluginDir = "/var/lib/kubelet/plugins/" + driverName
+	// registryDir is the kubelet's plugin watcher's directory.
+	registryDir = "/var/lib/kubelet/plugins_registry"
+)
+
+func main() {
+	log.SetFlags(0)
+	if len(os.Args) > 1 && os.Args[1] == "cleanup" {
+		if err := cleanup(); err != nil {
+			log.Fatalf("longhorn-standin: cleanup: %v", err)
+		}
+		return
+	}
+	node := flag.String("node", "", "this node's Kubernetes name")
+	kubeconfig := flag.String("kubeconfig", "/etc/rancher/k3s/k3s.yaml", "kubeconfig of the cluster")
+	crds := flag.String("crds", "", "Longhorn's crds.yaml, whose CRDs the stand-in needs it installs")
+	flag.Parse()
+	if *node == "" {
+		log.Fatal("longhorn-standin: -node is required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, *node, *kubeconfig, *crds); err != nil {
+		log.Fatalf("longhorn-standin: %v", err)
+	}
+}
+
+func serve(ctx context.Context, node, kubeconfig, crdsFile string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lhc, err := lhclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if crdsFile != "" {
+		data, err := os.ReadFile(crdsFile)
+		if err != nil {
+			return err
+		}
+		apiext, err := apiextensionsclientset.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if err := installCRDs(ctx, apiext, data); err != nil {
+			return err
+		}
+	}
+	s := &store{lh: lhc, kube: kube, node: node, root: dataPath}
+	if err := s.setUp(ctx); err != nil {
+		return fmt.Errorf("set up Longhorn's objects: %w", err)
+	}
+	p := &plugin{s: s}
+
+	sock := filepath.Join(pluginDir, "csi.sock")
+	csiServer, err := listen(sock)
+	if err != nil {
+		return err
+	}
+	csi.RegisterIdentityServer(csiServer.srv, p)
+	csi.RegisterControllerServer(csiServer.srv, p)
+	csi.RegisterNodeServer(csiServer.srv, p)
+	go csiServer.serve()
+	defer csiServer.stop()
+
+	// What node-driver-registrar does beside Longhorn's plugin: a registration socket in the
+	// kubelet's plugin watcher directory, telling the kubelet the plugin's name and endpoint.
+	reg, err := listen(filepath.Join(registryDir, driverName+"-reg.sock"))
+	if err != nil {
+		return err
+	}
+	registerapi.RegisterRegistrationServer(reg.srv, &registration{endpoint: sock})
+	go reg.serve()
+	defer reg.stop()
+	log.Printf("longhorn-standin: serving %s on %s for node %s", driverName, sock, node)
+
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Printf("longhorn-standin: reconcile: %v", err)
+		}
+	}, time.Second)
+	return nil
+}
+
+type server struct {
+	srv  *grpc.Server
+	lis  net.Listener
+	path string
+}
+
+// listen makes a gRPC server on a new Unix socket at path (one left by an earlier run removed).
+func listen(path string) (*server, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return &server{srv: grpc.NewServer(), lis: lis, path: path}, nil
+}
+
+func (s *server) serve() {
+	if err := s.srv.Serve(s.lis); err != nil {
+		log.Printf("longhorn-standin: %s: %v", s.path, err)
+	}
+}
+
+func (s *server) stop() {
+	s.srv.Stop()
+	os.Remove(s.path) //nolint:errcheck // the kubelet sees the plugin go
+}
+
+// registration answers the kubelet's plugin watcher, as node-driver-registrar does.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	endpoint string
+}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: driverName, Endpoint: r.endpoint, SupportedVersions: []string{"1.0.0"}}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if !st.PluginRegistered {
+		log.Printf("longhorn-standin: the kubelet refused the registration: %s", st.Error)
+	} else {
+		log.Printf("longhorn-standin: registered with the kubelet")
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// cleanup unmounts every volume's file system and detaches its loop device, as when the plugin
+// stops: the stand-in's unit runs it after the plugin ends (ExecStopPost).
+func cleanup() error {
+	imgs, err := filepath.Glob(filepath.Join(dataPath, "replicas", "*", "volume.img"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, img := range imgs {
+		errs = append(errs, release(img))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	"golang.org/x/sys/unix"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/test/longhorn-standin/loop"
+)
+
+// errNoRoom is the scheduler's refusal: the node's disk lacks room for the size.
+var errNoRoom = errors.New("no room")
+
+// errBusy is a volume in a state the request cannot be served in.
+var errBusy = errors.New("busy")
+
+func engineName(vol string) string { return vol + "-e-0" }
+
+func replicaName(vol string, i int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", vol, i))
+	return vol + "-r-" + hex.EncodeToString(sum[:4])
+}
+
+// createVolume makes a volume as Longhorn's manager does for its CSI CreateVolume: the Volume
+// (creating, then detached once its data exists), its Engine, one Replica per copy wanted (one
+// on this node, whose disk holds the data; the others unscheduled, as Longhorn leaves copies it
+// has no other node for), and its VolumeAttachment without tickets. params are the
+// StorageClass's parameters with the provisioner's PVC metadata.
+func (s *store) createVolume(ctx context.Context, name string, size int64, params map[string]string) (*lh.Volume, error) {
+	if vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if vol.Spec.Size != size {
+			return nil, fmt.Errorf("%w: volume %s exists with size %d", errBusy, name, vol.Spec.Size)
+		}
+		if vol.Status.State == lh.VolumeStateCreating {
+			return vol, s.makeImage(ctx, vol)
+		}
+		return vol, nil
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	replicas := 3
+	if v, ok := params["numberOfReplicas"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("numberOfReplicas %q: want a positive number", v)
+		}
+		replicas = n
+	}
+	locality := lh.DataLocality(params["dataLocality"])
+	if locality == "" {
+		locality = lh.DataLocalityDisabled
+	}
+	room, err := s.room(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if size > room {
+		return nil, fmt.Errorf("%w: cannot schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, size, defaultDisk, s.node, room)
+	}
+	labels := map[string]string{"longhornvolume": name}
+	vol := &lh.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}, Spec: lh.VolumeSpec{
+		Size: size, NumberOfReplicas: replicas, DataLocality: locality, Frontend: lh.VolumeFrontendBlockDev,
+		Image: engineImage, DataEngine: lh.DataEngineTypeV1, AccessMode: lh.AccessModeReadWriteOnce, StaleReplicaTimeout: 30,
+	}}
+	if vol, err = s.volumes().Create(ctx, vol, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	vol.Status = lh.VolumeStatus{OwnerID: s.node, State: lh.VolumeStateCreating, Robustness: lh.VolumeRobustnessUnknown,
+		CurrentImage: engineImage, KubernetesStatus: lh.KubernetesStatus{PVName: name,
+			Namespace: params["csi.storage.k8s.io/pvc/namespace"], PVCName: params["csi.storage.k8s.io/pvc/name"]}}
+	if vol, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{}); err != nil {
+		return nil, err
+	}
+	owner := []metav1.OwnerReference{{APIVersion: "longhorn.io/v1beta2", Kind: "Volume", Name: vol.Name, UID: vol.UID}}
+	api := s.lh.LonghornV1beta2()
+	instance := lh.InstanceSpec{VolumeName: name, VolumeSize: size, Image: engineImage, DesireState: lh.InstanceStateStopped, DataEngine: lh.DataEngineTypeV1}
+	engine := &lh.Engine{ObjectMeta: metav1.ObjectMeta{Name: engineName(name), Namespace: namespace, Labels: labels, OwnerReferences: owner},
+		Spec: lh.EngineSpec{InstanceSpec: instance, Frontend: lh.VolumeFrontendBlockDev, Active: true, ReplicaAddressMap: map[string]string{}}}
+	if _, err := api.Engines(namespace).Create(ctx, engine, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	for i := range replicas {
+		r := &lh.Replica{ObjectMeta: metav1.ObjectMeta{Name: replicaName(name, i), Namespace: namespace, Labels: map[string]string{"longhornvolume": name}, OwnerReferences: owner},
+			Spec: lh.ReplicaSpec{InstanceSpec: instance, EngineName: engineName(name), Active: true}}
+		if i == 0 { // the copy on this node, whose data is the image
+			r.Spec.NodeID, r.Spec.DiskID, r.Spec.DiskPath, r.Spec.DataDirectoryName = s.node, "standin-"+s.node, s.root+"/", name
+			r.Labels["longhornnode"], r.Labels["longhorndiskuuid"] = s.node, "standin-"+s.node
+		}
+		if _, err := api.Replicas(namespace).Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+	}
+	va := &lh.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
+		Spec: lh.VolumeAttachmentSpec{Volume: name, AttachmentTickets: map[string]*lh.AttachmentTicket{}}}
+	if _, err := api.VolumeAttachments(namespace).Create(ctx, va, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return vol, s.makeImage(ctx, vol)
+}
+
+// makeImage makes the volume's data, a sparse image of its size holding an ext4 file system, and
+// marks the volume detached.
+func (s *store) makeImage(ctx context.Context, vol *lh.Volume) error {
+	img := s.imagePath(vol.Name)
+	if err := os.MkdirAll(filepath.Dir(img), 0o700); err != nil {
+		return err
+	}
+	tmp := img + ".new"
+	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Truncate(tmp, vol.Spec.Size); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", tmp, err, out)
+	}
+	if err := os.Rename(tmp, img); err != nil {
+		return err
+	}
+	return s.setState(ctx, vol.Name, func(v *lh.Volume) {
+		v.Status.State = lh.VolumeStateDetached
+		v.Status.Conditions = []lh.Condition{s.scheduled(ctx, v)}
+	})
+}
+
+// scheduled is the volume's Scheduled condition: false while some copies have no node.
+func (s *store) scheduled(ctx context.Context, vol *lh.Volume) lh.Condition {
+	c := lh.Condition{Type: lh.VolumeConditionTypeScheduled, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}
+	if reps, err := s.replicas(ctx, vol.Name); err == nil {
+		for _, r := range reps {
+			if r.Spec.NodeID == "" {
+				c.Status, c.Reason = lh.ConditionStatusFalse, lh.VolumeConditionReasonReplicaSchedulingFailure
+				c.Message = "replica scheduling failed: no other node with room for a copy"
+			}
+		}
+	}
+	return c
+}
+
+func (s *store) replicas(ctx context.Context, vol string) ([]lh.Replica, error) {
+	list, err := s.lh.LonghornV1beta2().Replicas(namespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// setState changes a volume's status with change, retrying on conflicts.
+func (s *store) setState(ctx context.Context, name string, change func(*lh.Volume)) error {
+	for {
+		vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(vol)
+		_, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// deleteVolume removes a detached volume's objects and its data.
+func (s *store) deleteVolume(ctx context.Context, name string) error {
+	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return os.RemoveAll(filepath.Dir(s.imagePath(name)))
+	}
+	if err != nil {
+		return err
+	}
+	if vol.Status.State != lh.VolumeStateDetached && vol.Status.State != lh.VolumeStateCreating && vol.Status.State != lh.VolumeStateDeleting {
+		return fmt.Errorf("%w: volume %s is %s", errBusy, name, vol.Status.State)
+	}
+	if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateDeleting }); err != nil {
+		return err
+	}
+	api := s.lh.LonghornV1beta2()
+	reps, err := s.replicas(ctx, name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range reps {
+		errs = append(errs, ignoreNotFound(api.Replicas(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{})))
+	}
+	errs = append(errs,
+		ignoreNotFound(api.Engines(namespace).Delete(ctx, engineName(name), metav1.DeleteOptions{})),
+		ignoreNotFound(api.VolumeAttachments(namespace).Delete(ctx, name, metav1.DeleteOptions{})),
+		os.RemoveAll(filepath.Dir(s.imagePath(name))))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ignoreNotFound(s.volumes().Delete(ctx, name, metav1.DeleteOptions{}))
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// attach adds the csi-attacher ticket for node to the volume's VolumeAttachment and attaches the
+// volume there, as Longhorn's attachment and volume controllers do: attaching, its engine and its
+// copy on this node running with the copy RW (healthyAt set the first time, lastHealthyAt every
+// time), then attached, healthy when every copy wanted is RW, degraded otherwise; the ticket then
+// satisfied.
+func (s *store) attach(ctx context.Context, name, node string) error {
+	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if node != s.node {
+		return fmt.Errorf("%w: node %s: the stand-in serves only node %s", errBusy, node, s.node)
+	}
+	switch vol.Status.State {
+	case lh.VolumeStateAttached, lh.VolumeStateDetached, lh.VolumeStateAttaching:
+	default:
+		return fmt.Errorf("%w: volume %s is %s", errBusy, name, vol.Status.State)
+	}
+	id := ticketID(name, node)
+	if err := s.updateTickets(ctx, name, func(va *lh.VolumeAttachment) {
+		if va.Spec.AttachmentTickets == nil {
+			va.Spec.AttachmentTickets = map[string]*lh.AttachmentTicket{}
+		}
+		if _, ok := va.Spec.AttachmentTickets[id]; !ok {
+			va.Spec.AttachmentTickets[id] = &lh.AttachmentTicket{ID: id, Type: lh.AttacherTypeCSIAttacher, NodeID: node,
+				Parameters: map[string]string{"disableFrontend": "false", "lastAttachedBy": ""}}
+		}
+	}); err != nil {
+		return err
+	}
+	if vol.Status.State != lh.VolumeStateAttached {
+		if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateAttaching }); err != nil {
+			return err
+		}
+		if err := s.instances(ctx, vol, node, true); err != nil {
+			return err
+		}
+		rw := 0
+		if reps, err := s.replicas(ctx, name); err == nil {
+			for _, r := range reps {
+				if r.Spec.NodeID != "" {
+					rw++
+				}
+			}
+		}
+		if err := s.setState(ctx, name, func(v *lh.Volume) {
+			v.Spec.NodeID = node
+			v.Status.State, v.Status.CurrentNodeID = lh.VolumeStateAttached, node
+			v.Status.Robustness = lh.VolumeRobustnessHealthy
+			if rw < v.Spec.NumberOfReplicas {
+				v.Status.Robustness = lh.VolumeRobustnessDegraded
+				v.Status.LastDegradedAt = now()
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	return s.updateTicketStatus(ctx, name, func(va *lh.VolumeAttachment) {
+		if va.Status.AttachmentTicketStatuses == nil {
+			va.Status.AttachmentTicketStatuses = map[string]*lh.AttachmentTicketStatus{}
+		}
+		gen := va.Spec.AttachmentTickets[id].Generation
+		va.Status.AttachmentTicketStatuses[id] = &lh.AttachmentTicketStatus{ID: id, Satisfied: true, Generation: gen,
+			Conditions: []lh.Condition{{Type: lh.AttachmentStatusConditionTypeSatisfied, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}}}
+	})
+}
+
+// detach removes node's csi-attacher ticket; once no ticket is left, the volume's file system is
+// unmounted wherever it still is and its loop device detached, and the volume goes detaching,
+// then detached (robustness unknown, its engine and copies stopped).
+func (s *store) detach(ctx context.Context, name, node string) error {
+	id := ticketID(name, node)
+	left := 0
+	err := s.updateTickets(ctx, name, func(va *lh.VolumeAttachment) {
+		delete(va.Spec.AttachmentTickets, id)
+		left = len(va.Spec.AttachmentTickets)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.updateTicketStatus(ctx, name, func(va *lh.VolumeAttachment) { delete(va.Status.AttachmentTicketStatuses, id) }); err != nil {
+		return err
+	}
+	if left > 0 {
+		return nil
+	}
+	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	if vol.Status.State == lh.VolumeStateDetached {
+		return nil
+	}
+	if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateDetaching }); err != nil {
+		return err
+	}
+	if err := release(s.imagePath(name)); err != nil {
+		return err
+	}
+	if err := s.instances(ctx, vol, "", false); err != nil {
+		return err
+	}
+	return s.setState(ctx, name, func(v *lh.Volume) {
+		v.Spec.NodeID = ""
+		v.Status.State, v.Status.CurrentNodeID, v.Status.Robustness = lh.VolumeStateDetached, "", lh.VolumeRobustnessUnknown
+	})
+}
+
+// instances starts (on node) or stops the volume's engine and its scheduled copies, as the
+// instance manager reports them.
+func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, run bool) error {
+	api := s.lh.LonghornV1beta2()
+	reps, err := s.replicas(ctx, vol.Name)
+	if err != nil {
+		return err
+	}
+	state, desire := lh.InstanceStateStopped, lh.InstanceStateStopped
+	if run {
+		state, desire = lh.InstanceStateRunning, lh.InstanceStateRunning
+	}
+	modes, times := map[string]lh.ReplicaMode{}, map[string]string{}
+	for i := range reps {
+		r := &reps[i]
+		if r.Spec.NodeID == "" {
+			continue
+		}
+		r.Spec.DesireState, r.Spec.VolumeSize = desire, vol.Spec.Size
+		if run {
+			t := now()
+			if r.Spec.HealthyAt == "" {
+				r.Spec.HealthyAt = t
+			}
+			r.Spec.LastHealthyAt = t
+			modes[r.Name], times[r.Name] = lh.ReplicaModeRW, t
+		}
+		if r, err = api.Replicas(namespace).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		r.Status.OwnerID, r.Status.CurrentState, r.Status.Started = s.node, state, run
+		r.Status.CurrentImage = engineImage
+		if _, err := api.Replicas(namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	e, err := api.Engines(namespace).Get(ctx, engineName(vol.Name), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	e.Spec.NodeID, e.Spec.DesireState, e.Spec.VolumeSize = node, desire, vol.Spec.Size
+	if e, err = api.Engines(namespace).Update(ctx, e, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	e.Status.OwnerID, e.Status.CurrentState, e.Status.Started, e.Status.CurrentImage = s.node, state, run, engineImage
+	e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap = nil, nil
+	if run {
+		e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap, e.Status.CurrentSize = modes, times, vol.Spec.Size
+	}
+	_, err = api.Engines(namespace).UpdateStatus(ctx, e, metav1.UpdateOptions{})
+	return err
+}
+
+func (s *store) updateTickets(ctx context.Context, name string, change func(*lh.VolumeAttachment)) error {
+	api := s.lh.LonghornV1beta2().VolumeAttachments(namespace)
+	for {
+		va, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(va)
+		_, err = api.Update(ctx, va, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+func (s *store) updateTicketStatus(ctx context.Context, name string, change func(*lh.VolumeAttachment)) error {
+	api := s.lh.LonghornV1beta2().VolumeAttachments(namespace)
+	for {
+		va, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(va)
+		_, err = api.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// expand grows a volume to size: its image, then its Volume and Engine. A mounted file system
+// grows at NodeExpandVolume.
+func (s *store) expand(ctx context.Context, name string, size int64) (int64, error) {
+	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	if vol.Status.State != lh.VolumeStateDetached && vol.Status.State != lh.VolumeStateAttached {
+		return 0, fmt.Errorf("%w: volume %s invalid state %s for controller volume expansion", errBusy, name, vol.Status.State)
+	}
+	if size <= vol.Spec.Size {
+		return vol.Spec.Size, nil
+	}
+	room, err := s.room(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if more := size - vol.Spec.Size; more > room {
+		return 0, fmt.Errorf("%w: failed to schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, more, defaultDisk, s.node, room)
+	}
+	if err := os.Truncate(s.imagePath(name), size); err != nil {
+		return 0, err
+	}
+	vol.Spec.Size = size
+	if _, err := s.volumes().Update(ctx, vol, metav1.UpdateOptions{}); err != nil {
+		return 0, err
+	}
+	api := s.lh.LonghornV1beta2()
+	reps, err := s.replicas(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	for i := range reps {
+		reps[i].Spec.VolumeSize = size
+		if _, err := api.Replicas(namespace).Update(ctx, &reps[i], metav1.UpdateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+	e, err := api.Engines(namespace).Get(ctx, engineName(name), metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	e.Spec.VolumeSize = size
+	if _, err := api.Engines(namespace).Update(ctx, e, metav1.UpdateOptions{}); err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct{ point, source string }
+
+func mounts() []mount {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []mount
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if i := slices.Index(f, "-"); i > 4 && i+2 < len(f) {
+			out = append(out, mount{point: unescape(f[4]), source: f[i+2]})
+		}
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func mounted(path string) bool {
+	return slices.ContainsFunc(mounts(), func(m mount) bool { return m.point == path })
+}
+
+// release unmounts every mount of the loop device bound to img (bind mounts first, the file
+// system last) and detaches it. The device is held open from before the first unmount, so that
+// the kernel's autoclear cannot hand its number to anyone else before it is detached here.
+func release(img string) error {
+	n := loop.Find(img)
+	if n < 0 {
+		return nil
+	}
+	d, err := loop.Open(n)
+	if err != nil {
+		return err
+	}
+	if !d.BoundTo(img) { // detached before it was opened, or another host's file of that path
+		return d.Close()
+	}
+	ms := mounts()
+	for i := len(ms) - 1; i >= 0; i-- { // the latest mounts first
+		if ms[i].source == d.Path {
+			if err := unix.Unmount(ms[i].point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				d.Close()
+				return fmt.Errorf("unmount %s: %w", ms[i].point, err)
+			}
+		}
+	}
+	return d.Detach()
+}
