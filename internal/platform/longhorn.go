@@ -60,6 +60,11 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 		pl.p.StepAlready("The cluster's storage is already Longhorn")
 		return pl.listLocalServices(ctx)
 	}
+	if !resumed && pl.rec.KipVersion != pl.o.KipVersion {
+		return fmt.Errorf("the platform was installed or last upgraded by kip %s and this is kip %s: the move relies on admission policies this kip installs, "+
+			"so bring the platform up to date first by running 'kip install --host %s' with this kip (a re-run keeps every recorded choice)",
+			pl.rec.KipVersion, pl.o.KipVersion, pl.rec.Server)
+	}
 	addr := o.Server
 	if addr == "" {
 		addr = pl.rec.Server
@@ -171,16 +176,10 @@ func recordedVersions(versions map[string]string, comps []components.Component) 
 	return out
 }
 
-// checkLonghorn refuses, naming the fix, a cluster that cannot take Longhorn (spec 000, "Check
-// the requirements"): an older platform, too little RAM, an OS Longhorn refuses, a node without
-// Longhorn's CPU free, or a disk without room for its reserve and a second copy of every service
-// volume.
+// checkLonghorn refuses, naming the fix, a host or cluster that cannot take Longhorn (spec 000,
+// "Check the requirements"): too little RAM, an OS Longhorn refuses, a node without Longhorn's
+// CPU free, or a disk without room for its reserve and a second copy of every service volume.
 func (pl *platform) checkLonghorn(ctx context.Context, c *sshx.Client, facts *sshx.Facts) error {
-	if pl.rec.KipVersion != pl.o.KipVersion {
-		return fmt.Errorf("the platform was installed or last upgraded by kip %s and this is kip %s: the move relies on admission policies this kip installs, "+
-			"so bring the platform up to date first by running 'kip install --host %s' with this kip (a re-run keeps every recorded choice)",
-			pl.rec.KipVersion, pl.o.KipVersion, pl.rec.Server)
-	}
 	if facts.MemTotalMiB < cluster.LonghornMinMemoryMiB {
 		return fmt.Errorf("the server has %d MiB of RAM and Longhorn needs at least %d MiB: resize the server first (the cluster keeps its %s profile; kip platform profile set changes it)",
 			facts.MemTotalMiB, cluster.LonghornMinMemoryMiB, pl.rec.Profile)
