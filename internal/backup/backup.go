@@ -149,6 +149,9 @@ func (s *Snapshot) Find(name string) (*velerov1.Backup, error) {
 // need; without one, the error says why the newest backup holding them is not one, or that none
 // holds them.
 func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup, error) {
+	if len(namespaces) == 0 {
+		return nil, errors.New("no namespace to find a backup of")
+	}
 	var newest, newestCompleted *velerov1.Backup
 	for i := range s.Backups {
 		b := &s.Backups[i]

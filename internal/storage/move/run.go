@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,6 +204,10 @@ func (m *mv) checkBackups(ctx context.Context, rec cluster.Record) error {
 	namespaces, err := backup.ProjectNamespaces(ctx, m.cl, m.o.Project)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(namespaces, m.in.Namespace) {
+		// console-api has not listed the environment yet: its namespace is still the project's.
+		namespaces = append(namespaces, m.in.Namespace)
 	}
 	snap, err := backup.ReadSnapshot(ctx, m.cl, m.o.now())
 	if err != nil {
