@@ -295,3 +295,57 @@ func sameResources(a, b corev1.ResourceList) bool {
 	}
 	return true
 }
+
+// TestClaimQuotaDecisionsMatchTheAPIServer compares CheckClaimQuotas with the API server's
+// ResourceQuota admission of the move's new claim (a dry-run create), for quotas on claims in all
+// and on the class's, with room and without, and with scopes that do not count claims.
+func TestClaimQuotaDecisionsMatchTheAPIServer(t *testing.T) {
+	e := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const class = "kipper-longhorn-1"
+	classed := func(r string) string { return class + ".storageclass.storage.k8s.io/" + r }
+	quotas := map[string]corev1.ResourceQuotaSpec{
+		"claims-0":          hard("persistentvolumeclaims", "0"),
+		"claims-1":          hard("persistentvolumeclaims", "1"),
+		"storage-1gi":       hard("requests.storage", "1Gi"),
+		"storage-2gi":       hard("requests.storage", "2Gi"),
+		"class-storage-1gi": hard(classed("requests.storage"), "1Gi"),
+		"class-claims-0":    hard(classed("persistentvolumeclaims"), "0"),
+		"other-class-0":     hard("local-path.storageclass.storage.k8s.io/persistentvolumeclaims", "0"),
+		"pod-scope":         scoped(corev1.ResourceQuotaScopeTerminating),
+		"vac-not-exists": {Hard: corev1.ResourceList{corev1.ResourcePersistentVolumeClaims: resource.MustParse("0")},
+			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{ScopeName: corev1.ResourceQuotaScopeVolumeAttributesClass, Operator: corev1.ScopeSelectorOpDoesNotExist}}}},
+		"vac-exists": {Hard: corev1.ResourceList{corev1.ResourcePersistentVolumeClaims: resource.MustParse("0")},
+			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{ScopeName: corev1.ResourceQuotaScopeVolumeAttributesClass, Operator: corev1.ScopeSelectorOpExists}}}},
+	}
+	for name, spec := range quotas {
+		t.Run(name, func(t *testing.T) {
+			ns := e.Namespace(t)
+			q, err := e.Kube.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				q, err = e.Kube.CoreV1().ResourceQuotas(ns).Get(ctx, name, metav1.GetOptions{})
+				return err == nil && len(q.Status.Used) == len(spec.Hard), err
+			}); err != nil {
+				t.Fatalf("quota %s: its use was never counted: %v", name, err)
+			}
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "kip-move-db", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(class),
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}}}}
+			_, apiErr := e.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if apiErr != nil && !apierrors.IsForbidden(apiErr) {
+				t.Fatalf("dry-run create: %v", apiErr)
+			}
+			mine := storage.CheckClaimQuotas([]corev1.ResourceQuota{*q}, class, 2<<30)
+			if (apiErr == nil) != (mine == nil) {
+				t.Errorf("the API server says %v, kip says %v", orAdmitted(apiErr), orAdmitted(mine))
+			}
+			if mine != nil && !strings.Contains(mine.Error(), "ResourceQuota "+name) {
+				t.Errorf("kip's refusal does not name the quota: %v", mine)
+			}
+		})
+	}
+}
