@@ -219,34 +219,20 @@ func (pl *platform) checkCPU(ctx context.Context) error {
 // serviceCPU is, by node, the Kipper services whose pods run there, with their declared CPU
 // requests.
 func (pl *platform) serviceCPU(ctx context.Context, pods []corev1.Pod) (map[string][]storage.ServiceCPU, error) {
-	list, err := pl.cl.Dynamic.Resource(service.ServicesGVR).List(ctx, metav1.ListOptions{})
+	svcs, err := service.List(ctx, pl.cl.Dynamic, pl.cl.Kube)
 	if err != nil {
-		return nil, fmt.Errorf("list Kipper services: %w", err)
+		return nil, err
 	}
 	out := map[string][]storage.ServiceCPU{}
-	for i := range list.Items {
-		u := &list.Items[i]
-		ns, err := pl.cl.Kube.CoreV1().Namespaces().Get(ctx, u.GetNamespace(), metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("read namespace %s: %w", u.GetNamespace(), err)
-		}
-		project := ns.Labels["kipper.run/project"]
-		if project == "" {
-			continue
-		}
-		ref := service.Ref{Project: project, Environment: strings.TrimPrefix(ns.Name, project+"-"), Name: u.GetName()}
-		svc, err := service.FromObject(ref, u)
-		if err != nil {
-			return nil, err
-		}
+	for _, svc := range svcs {
 		q, err := resource.ParseQuantity(svc.Resources.CPURequest)
 		if err != nil {
 			continue // no CPU request to lower
 		}
 		for _, p := range pods {
-			if p.Namespace == ns.Name && p.Labels[service.Label] == svc.Name && p.Spec.NodeName != "" {
-				out[p.Spec.NodeName] = append(out[p.Spec.NodeName], storage.ServiceCPU{Name: svc.Name, Namespace: ns.Name,
-					Project: project, Environment: ref.Environment, Request: q})
+			if p.Namespace == svc.Namespace() && p.Labels[service.Label] == svc.Name && p.Spec.NodeName != "" {
+				out[p.Spec.NodeName] = append(out[p.Spec.NodeName], storage.ServiceCPU{Name: svc.Name, Namespace: svc.Namespace(),
+					Project: svc.Project, Environment: svc.Environment, Request: q})
 				break
 			}
 		}
@@ -303,23 +289,14 @@ type localService struct {
 
 // localServices lists the services whose data claim is on a local volume, sorted.
 func (pl *platform) localServices(ctx context.Context) ([]localService, error) {
-	list, err := pl.cl.Dynamic.Resource(service.ServicesGVR).List(ctx, metav1.ListOptions{})
+	svcs, err := service.List(ctx, pl.cl.Dynamic, pl.cl.Kube)
 	if err != nil {
-		return nil, fmt.Errorf("list Kipper services: %w", err)
+		return nil, err
 	}
 	var out []localService
-	for i := range list.Items {
-		u := &list.Items[i]
-		ns, err := pl.cl.Kube.CoreV1().Namespaces().Get(ctx, u.GetNamespace(), metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("read namespace %s: %w", u.GetNamespace(), err)
-		}
-		project := ns.Labels["kipper.run/project"]
-		if project == "" {
-			continue
-		}
-		ref := service.Ref{Project: project, Environment: strings.TrimPrefix(ns.Name, project+"-"), Name: u.GetName()}
-		claim, err := pl.cl.Kube.CoreV1().PersistentVolumeClaims(ns.Name).Get(ctx, "data-"+u.GetName()+"-0", metav1.GetOptions{})
+	for _, svc := range svcs {
+		ref := svc.Ref
+		claim, err := pl.cl.Kube.CoreV1().PersistentVolumeClaims(svc.Namespace()).Get(ctx, svc.DataClaim(), metav1.GetOptions{})
 		if err != nil || claim.Spec.VolumeName == "" {
 			continue
 		}

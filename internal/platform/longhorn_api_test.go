@@ -58,7 +58,7 @@ func TestSwitchToLonghornRefusalsAndList(t *testing.T) {
 	}
 
 	// A service on a local volume, in a project's namespace.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-staging", Labels: map[string]string{"kipper.run/project": "shop"}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-staging", Labels: map[string]string{service.ProjectLabel: "shop"}}}
 	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -185,6 +185,45 @@ func FromObject(ref Ref, u *unstructured.Unstructured) (*Service, error) {
 		Move: u.GetAnnotations()[MoveAnnotation], UID: u.GetUID()}, nil
 }
 
+// ProjectLabel is on every environment namespace, with its project's name.
+const ProjectLabel = "kipper.run/project"
+
+// List reads every Kipper service of the cluster, named through its namespace's ProjectLabel;
+// a Service in a namespace of no project is left out.
+func List(ctx context.Context, dyn dynamic.Interface, cs kubernetes.Interface) ([]*Service, error) {
+	list, err := dyn.Resource(ServicesGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Kipper services: %w", err)
+	}
+	nss, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: ProjectLabel})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	project := map[string]string{}
+	for _, ns := range nss.Items {
+		project[ns.Name] = ns.Labels[ProjectLabel]
+	}
+	var out []*Service
+	for i := range list.Items {
+		u := &list.Items[i]
+		p := project[u.GetNamespace()]
+		if p == "" {
+			continue
+		}
+		s, err := FromObject(RefIn(p, u.GetNamespace(), u.GetName()), u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// RefIn names service name in namespace ns of project.
+func RefIn(project, ns, name string) Ref {
+	return Ref{Project: project, Environment: strings.TrimPrefix(ns, project+"-"), Name: name}
+}
+
 // Project reads a Kipper project, refusing one that does not exist with the names that do.
 func Project(ctx context.Context, dyn dynamic.Interface, project string) (*unstructured.Unstructured, error) {
 	p, err := dyn.Resource(ProjectsGVR).Get(ctx, project, metav1.GetOptions{})

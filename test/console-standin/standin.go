@@ -105,13 +105,13 @@ func (s *Standin) project(ctx context.Context, p *unstructured.Unstructured) err
 			ns := p.GetName() + "-" + env
 			want[ns] = true
 			_, err := s.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-				Labels: map[string]string{"kipper.run/project": p.GetName()}}}, metav1.CreateOptions{})
+				Labels: map[string]string{service.ProjectLabel: p.GetName()}}}, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create namespace %s: %w", ns, err)
 			}
 		}
 	}
-	list, err := s.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "kipper.run/project=" + p.GetName()})
+	list, err := s.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: service.ProjectLabel + "=" + p.GetName()})
 	if err != nil {
 		return fmt.Errorf("list the namespaces of project %s: %w", p.GetName(), err)
 	}
@@ -171,11 +171,11 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	if err != nil {
 		return fmt.Errorf("read namespace %s: %w", ns, err)
 	}
-	project := nsObj.Labels["kipper.run/project"]
+	project := nsObj.Labels[service.ProjectLabel]
 	if project == "" {
 		return fmt.Errorf("service %s/%s: namespace %s belongs to no project", ns, u.GetName(), ns)
 	}
-	ref := service.Ref{Project: project, Environment: strings.TrimPrefix(ns, project+"-"), Name: u.GetName()}
+	ref := service.RefIn(project, ns, u.GetName())
 	svc, err := service.FromObject(ref, u)
 	if err != nil {
 		return err

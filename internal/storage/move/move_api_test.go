@@ -59,7 +59,7 @@ func (f *fixture) service(ctx context.Context, t *testing.T, ref service.Ref, pv
 	if _, err := f.cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace(), Labels: map[string]string{"kipper.run/project": ref.Project}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace(), Labels: map[string]string{service.ProjectLabel: ref.Project}}}
 	if _, err := f.e.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
