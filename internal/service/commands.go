@@ -58,48 +58,40 @@ func (o *ServiceOptions) load(ctx context.Context) (*kube.Clients, *Service, err
 
 // Stop is kip service stop: the service's pods stop and stay stopped until kip service start.
 func Stop(ctx context.Context, o *ServiceOptions) error {
-	cl, s, err := o.load(ctx)
-	if err != nil {
-		return err
-	}
-	if s.Stopped && s.Phase == PhaseStopped {
-		o.Printer.StepAlready("Service " + s.Ref.String() + " already stopped")
-		return nil
-	}
-	o.Printer.StepStarted("Stopping service " + s.Ref.String())
-	start := time.Now()
-	if err := SetStopped(ctx, cl.Dynamic, s.Ref, true); err != nil {
-		return err
-	}
-	if err := WaitStopped(ctx, cl.Dynamic, cl.Kube, s.Ref, StopTimeout); err != nil {
-		return err
-	}
-	o.Printer.StepDone("Stopped service "+s.Ref.String(), time.Since(start))
-	return nil
+	return o.switchService(ctx, true)
 }
 
 // Start is kip service start. It refuses while a move of the service's data is unfinished.
 func Start(ctx context.Context, o *ServiceOptions) error {
+	return o.switchService(ctx, false)
+}
+
+// switchService writes spec.stopped and waits until console-api has stopped or started the
+// service.
+func (o *ServiceOptions) switchService(ctx context.Context, stop bool) error {
 	cl, s, err := o.load(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.MoveGate("start"); err != nil {
+	verb, done, already, phase, wait, timeout := "Starting", "Started", "running", PhaseRunning, WaitRunning, StartTimeout
+	if stop {
+		verb, done, already, phase, wait, timeout = "Stopping", "Stopped", "stopped", PhaseStopped, WaitStopped, StopTimeout
+	} else if err := s.MoveGate("start"); err != nil {
 		return err
 	}
-	if !s.Stopped && s.Phase == PhaseRunning {
-		o.Printer.StepAlready("Service " + s.Ref.String() + " already running")
+	if s.Stopped == stop && s.Phase == phase {
+		o.Printer.StepAlready("Service " + s.Ref.String() + " already " + already)
 		return nil
 	}
-	o.Printer.StepStarted("Starting service " + s.Ref.String())
+	o.Printer.StepStarted(verb + " service " + s.Ref.String())
 	start := time.Now()
-	if err := SetStopped(ctx, cl.Dynamic, s.Ref, false); err != nil {
+	if err := SetStopped(ctx, cl.Dynamic, s.Ref, stop); err != nil {
 		return err
 	}
-	if err := WaitRunning(ctx, cl.Dynamic, cl.Kube, s.Ref, StartTimeout); err != nil {
+	if err := wait(ctx, cl.Dynamic, cl.Kube, s.Ref, timeout); err != nil {
 		return err
 	}
-	o.Printer.StepDone("Started service "+s.Ref.String(), time.Since(start))
+	o.Printer.StepDone(done+" service "+s.Ref.String(), time.Since(start))
 	return nil
 }
 
