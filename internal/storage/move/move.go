@@ -289,6 +289,17 @@ func askedSize(c *corev1.PersistentVolumeClaim, planned int64) int64 {
 	return planned
 }
 
+// nodeResizePending reports that the volume has grown and its file system grows when a pod
+// next mounts it (the kubelet grows it before the pod's containers start).
+func nodeResizePending(c *corev1.PersistentVolumeClaim) bool {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == corev1.PersistentVolumeClaimFileSystemResizePending && cond.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 func capacity(c *corev1.PersistentVolumeClaim) int64 {
 	q := c.Status.Capacity[corev1.ResourceStorage]
 	return q.Value()
@@ -344,7 +355,7 @@ func (m *mv) waitSize(ctx context.Context) error {
 			return "the claim is " + string(c.Status.Phase), nil
 		}
 		m.in.NewVolume = c.Spec.VolumeName
-		if want := askedSize(c, m.in.Size); capacity(c) < want {
+		if want := askedSize(c, m.in.Size); capacity(c) < want && !nodeResizePending(c) {
 			return fmt.Sprintf("the volume has %s of %s", gibText(capacity(c)), gibText(want)), nil
 		}
 		return "", m.labelVolume(ctx)
@@ -467,6 +478,10 @@ func (m *mv) grow(ctx context.Context) error {
 		return err
 	}
 	if err := m.checkGrowRoom(ctx, grown); err != nil {
+		return err
+	}
+	// The copy pod that ran out of room lets go of the volume first.
+	if err := m.deletePod(ctx, copyPodName(m.in.Service)); err != nil {
 		return err
 	}
 	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(grown, resource.BinarySI).String())
