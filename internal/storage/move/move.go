@@ -54,7 +54,8 @@ const (
 	// grown one, written before the claim is grown.
 	SizeAnnotation = "kipper.run/move-size"
 	// CopiedAnnotation, on the new claim, is the fence a completed copy was made under (the fence
-	// ConfigMap's UID and resourceVersion); a different fence means it was lifted meanwhile.
+	// ConfigMap's UID and resourceVersion, and the policies' and bindings' UIDs and generations);
+	// a different fence means it was lifted or changed meanwhile.
 	CopiedAnnotation = "kipper.run/move-copied"
 	// MovedToAnnotation, on the old volume, names the Longhorn volume its data moved to: written
 	// at commit, before the old claim is deleted. From then on the move can only go forward.
@@ -374,13 +375,28 @@ func (m *mv) labelVolume(ctx context.Context) error {
 
 // ---- copy
 
-// fenceMark identifies the fence as it is now.
+// fenceMark identifies the fence as it is now: its ConfigMap, and the policies and bindings
+// that enforce it. A fence lifted, changed or unenforced at any time since shows as another mark,
+// even when it was put back: a pod could have mounted the volume meanwhile.
 func (m *mv) fenceMark(ctx context.Context) (string, error) {
 	cm, err := m.cl.Kube.CoreV1().ConfigMaps(m.in.Namespace).Get(ctx, fence.ConfigMapName(m.in.Service), metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("read the fence of %s: %w", m.in.Service, err)
 	}
-	return string(cm.UID) + "/" + cm.ResourceVersion, nil
+	mark := []string{string(cm.UID) + "/" + cm.ResourceVersion}
+	ar := m.cl.Kube.AdmissionregistrationV1()
+	for _, name := range []string{fence.VolumesPolicy, fence.NamespacesPolicy} {
+		p, err := ar.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("read admission policy %s: %w", name, err)
+		}
+		b, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("read admission policy binding %s: %w", name, err)
+		}
+		mark = append(mark, fmt.Sprintf("%s/%d", p.UID, p.Generation), fmt.Sprintf("%s/%d", b.UID, b.Generation))
+	}
+	return strings.Join(mark, ","), nil
 }
 
 // copyKept reports whether a completed copy can be kept: it was made under the fence that holds
