@@ -184,11 +184,20 @@ grep -q 'Read-only file system' /tmp/err || { cat /tmp/err; exit 1; }`)
 	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 2*time.Minute, "volume "+vol+" expanded", func(ctx context.Context) (bool, error) {
-		v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
-		return err == nil && v.Spec.Size == 128<<20, err
+	// The resizer has expanded the volume (ControllerExpandVolume) and left the file system to the
+	// kubelet: when a pod next mounts the claim, the stage grows it (offline: a lab host cannot
+	// resize a mounted ext4) and NodeExpandVolume reports it grown.
+	if err := poll(ctx, 2*time.Minute, "claim data pending its file system's expansion", func(ctx context.Context) (bool, error) {
+		pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimNodeResizePending, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{}); err != nil || v.Spec.Size != 128<<20 {
+		t.Fatalf("volume %s after the controller's expansion: %v, %v", vol, v, err)
 	}
 	grown := podOn("grown", "", `kb=$(df -k /data | awk 'NR==2 {print $2}')
 [ "$kb" -gt 100000 ] || { echo "file system of $kb KiB"; exit 1; }

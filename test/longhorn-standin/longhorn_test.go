@@ -162,3 +162,39 @@ func TestVolumeLifecycle(t *testing.T) {
 		t.Errorf("%d replicas after delete", len(reps))
 	}
 }
+
+// TestGrowFS grows an image's ext4 offline to the image's new size, as a stage after an
+// expansion does.
+func TestGrowFS(t *testing.T) {
+	for _, c := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
+		if _, err := exec.LookPath(c); err != nil {
+			need.Missing(t, "%s not found (make test-deps installs e2fsprogs)", c)
+		}
+	}
+	ctx := context.Background()
+	img := t.TempDir() + "/volume.img"
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	if size, err := fsSize(img); err != nil || size != 16<<20 {
+		t.Fatalf("fsSize of a new 16 MiB file system: %d, %v", size, err)
+	}
+	if err := os.Truncate(img, 48<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := growFS(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := fsSize(img); err != nil || size != 48<<20 {
+		t.Errorf("fsSize after growFS to 48 MiB: %d, %v", size, err)
+	}
+	if _, err := fsSize(os.Args[0]); err == nil {
+		t.Error("fsSize of the test binary: no error")
+	}
+}
