@@ -130,6 +130,25 @@ func TestLonghornStandin(t *testing.T) {
 	if _, err := os.Stat(standin.Image(h, vol)); err != nil {
 		t.Fatalf("volume %s has no image on %s: %v", vol, h.Name, err)
 	}
+	// The node's disk counts the copy scheduled on it; the volume follows its PV.
+	if err := poll(ctx, time.Minute, "volume "+vol+" on its node's disk and following its PV", func(ctx context.Context) (bool, error) {
+		n, err := lhc.Nodes(standin.Namespace).Get(ctx, h.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range n.Status.DiskStatus {
+			if d.StorageScheduled == 64<<20 && v.Status.KubernetesStatus.PVStatus == string(corev1.VolumeBound) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Error(err)
+	}
 
 	// A pod writes a file and stays until deleted: attached meanwhile, with Longhorn's ticket.
 	const content = "written through driver.longhorn.io"
@@ -166,6 +185,18 @@ func TestLonghornStandin(t *testing.T) {
 	}
 	if !boundLoop(vol) {
 		t.Errorf("no loop device bound to %s's image while it is attached", vol)
+	}
+	engine, err := lhc.Engines(standin.Namespace).Get(ctx, vol+"-e-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine.Status.CurrentState != lh.InstanceStateRunning || engine.Spec.NodeID != h.Name || len(engine.Status.ReplicaModeMap) != 1 {
+		t.Errorf("engine of attached volume %s: %s on %q, replica modes %v; want running on %s with its copy RW", vol, engine.Status.CurrentState, engine.Spec.NodeID, engine.Status.ReplicaModeMap, h.Name)
+	}
+	for r, mode := range engine.Status.ReplicaModeMap {
+		if mode != lh.ReplicaModeRW {
+			t.Errorf("engine of attached volume %s: replica %s is %s", vol, r, mode)
+		}
 	}
 	deletePod(ctx, t, c, "writer")
 	waitDetached(ctx, t, c, vol, ticket)
