@@ -253,7 +253,7 @@ echo "file system of $kb KiB"`)
 	if err := poll(ctx, 2*time.Minute, "volume "+vol+" deleted", func(ctx context.Context) (bool, error) {
 		_, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
-			return false, client(err)
+			return false, unlessNotFound(err)
 		}
 		reps, err := lhc.Replicas(standin.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol})
 		return err == nil && len(reps.Items) == 0, err
@@ -265,8 +265,8 @@ echo "file system of $kb KiB"`)
 	}
 }
 
-// client keeps an API error other than NotFound, which ends a poll.
-func client(err error) error {
+// unlessNotFound keeps an API error other than NotFound, which ends a poll.
+func unlessNotFound(err error) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -315,7 +315,7 @@ func waitVolume(ctx context.Context, t *testing.T, c *kube.Clients, name string,
 	if err := poll(ctx, 2*time.Minute, "volume "+name+" "+string(state), func(ctx context.Context) (bool, error) {
 		var err error
 		v, err = c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && v.Status.State == state, client(err)
+		return err == nil && v.Status.State == state, unlessNotFound(err)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func waitDetached(ctx context.Context, t *testing.T, c *kube.Clients, vol, ticke
 	t.Helper()
 	if err := poll(ctx, 2*time.Minute, "volume "+vol+" detached", func(ctx context.Context) (bool, error) {
 		if _, err := c.Kube.StorageV1().VolumeAttachments().Get(ctx, ticket, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return false, client(err)
+			return false, unlessNotFound(err)
 		}
 		va, err := c.Longhorn.LonghornV1beta2().VolumeAttachments(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
 		if err != nil || len(va.Spec.AttachmentTickets) > 0 {

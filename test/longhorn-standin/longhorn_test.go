@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	lhfake "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned/fake"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -73,6 +76,17 @@ func TestVolumeLifecycle(t *testing.T) {
 	if _, err := s.createVolume(ctx, "too-big", roundUp(room+1), nil); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a volume over the room (%d bytes): %v", room, err)
 	}
+	p := &plugin{s: s}
+	mount := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}
+	_, err = p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-big", VolumeCapabilities: mount, CapacityRange: &csi.CapacityRange{RequiredBytes: room + 1}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("CreateVolume over the room: %v, want ResourceExhausted", err)
+	}
+	block := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: mount[0].AccessMode}}
+	if _, err := p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "block", VolumeCapabilities: block}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("CreateVolume of a block volume: %v, want InvalidArgument", err)
+	}
 	params := map[string]string{"numberOfReplicas": "3", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "default"}
 	vol, err := s.createVolume(ctx, "pvc-1", 16<<20, params)
 	if err != nil {
@@ -131,6 +145,10 @@ func TestVolumeLifecycle(t *testing.T) {
 
 	if got, err := s.expand(ctx, "pvc-1", 32<<20); err != nil || got != 32<<20 {
 		t.Fatalf("expand: %d, %v", got, err)
+	}
+	_, err = p.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 32<<20 + room + 1}})
+	if status.Code(err) != codes.OutOfRange {
+		t.Errorf("ControllerExpandVolume over the room: %v, want OutOfRange", err)
 	}
 	if st, _ := os.Stat(s.imagePath("pvc-1")); st.Size() != 32<<20 {
 		t.Errorf("image after expansion: %d bytes", st.Size())
