@@ -130,6 +130,25 @@ func TestLonghornStandin(t *testing.T) {
 	if _, err := os.Stat(standin.Image(h, vol)); err != nil {
 		t.Fatalf("volume %s has no image on %s: %v", vol, h.Name, err)
 	}
+	// The node's disk counts the copy scheduled on it; the volume follows its PV.
+	if err := poll(ctx, time.Minute, "volume "+vol+" on its node's disk and following its PV", func(ctx context.Context) (bool, error) {
+		n, err := lhc.Nodes(standin.Namespace).Get(ctx, h.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range n.Status.DiskStatus {
+			if d.StorageScheduled == 64<<20 && v.Status.KubernetesStatus.PVStatus == string(corev1.VolumeBound) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Error(err)
+	}
 
 	// A pod writes a file and stays until deleted: attached meanwhile, with Longhorn's ticket.
 	const content = "written through driver.longhorn.io"
@@ -167,6 +186,18 @@ func TestLonghornStandin(t *testing.T) {
 	if !boundLoop(vol) {
 		t.Errorf("no loop device bound to %s's image while it is attached", vol)
 	}
+	engine, err := lhc.Engines(standin.Namespace).Get(ctx, vol+"-e-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine.Status.CurrentState != lh.InstanceStateRunning || engine.Spec.NodeID != h.Name || len(engine.Status.ReplicaModeMap) != 1 {
+		t.Errorf("engine of attached volume %s: %s on %q, replica modes %v; want running on %s with its copy RW", vol, engine.Status.CurrentState, engine.Spec.NodeID, engine.Status.ReplicaModeMap, h.Name)
+	}
+	for r, mode := range engine.Status.ReplicaModeMap {
+		if mode != lh.ReplicaModeRW {
+			t.Errorf("engine of attached volume %s: replica %s is %s", vol, r, mode)
+		}
+	}
 	deletePod(ctx, t, c, "writer")
 	waitDetached(ctx, t, c, vol, ticket)
 	checkReplicas(ctx, t, c, vol, h.Name)
@@ -184,11 +215,20 @@ grep -q 'Read-only file system' /tmp/err || { cat /tmp/err; exit 1; }`)
 	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, "data", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 2*time.Minute, "volume "+vol+" expanded", func(ctx context.Context) (bool, error) {
-		v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
-		return err == nil && v.Spec.Size == 128<<20, err
+	// The resizer has expanded the volume (ControllerExpandVolume) and left the file system to the
+	// kubelet: when a pod next mounts the claim, the stage grows it (offline: a lab host cannot
+	// resize a mounted ext4) and NodeExpandVolume reports it grown.
+	if err := poll(ctx, 2*time.Minute, "claim data pending its file system's expansion", func(ctx context.Context) (bool, error) {
+		pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimNodeResizePending, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if v, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{}); err != nil || v.Spec.Size != 128<<20 {
+		t.Fatalf("volume %s after the controller's expansion: %v, %v", vol, v, err)
 	}
 	grown := podOn("grown", "", `kb=$(df -k /data | awk 'NR==2 {print $2}')
 [ "$kb" -gt 100000 ] || { echo "file system of $kb KiB"; exit 1; }
@@ -213,7 +253,7 @@ echo "file system of $kb KiB"`)
 	if err := poll(ctx, 2*time.Minute, "volume "+vol+" deleted", func(ctx context.Context) (bool, error) {
 		_, err := lhc.Volumes(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
-			return false, client(err)
+			return false, unlessNotFound(err)
 		}
 		reps, err := lhc.Replicas(standin.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol})
 		return err == nil && len(reps.Items) == 0, err
@@ -225,8 +265,8 @@ echo "file system of $kb KiB"`)
 	}
 }
 
-// client keeps an API error other than NotFound, which ends a poll.
-func client(err error) error {
+// unlessNotFound keeps an API error other than NotFound, which ends a poll.
+func unlessNotFound(err error) error {
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -275,7 +315,7 @@ func waitVolume(ctx context.Context, t *testing.T, c *kube.Clients, name string,
 	if err := poll(ctx, 2*time.Minute, "volume "+name+" "+string(state), func(ctx context.Context) (bool, error) {
 		var err error
 		v, err = c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && v.Status.State == state, client(err)
+		return err == nil && v.Status.State == state, unlessNotFound(err)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +329,7 @@ func waitDetached(ctx context.Context, t *testing.T, c *kube.Clients, vol, ticke
 	t.Helper()
 	if err := poll(ctx, 2*time.Minute, "volume "+vol+" detached", func(ctx context.Context) (bool, error) {
 		if _, err := c.Kube.StorageV1().VolumeAttachments().Get(ctx, ticket, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return false, client(err)
+			return false, unlessNotFound(err)
 		}
 		va, err := c.Longhorn.LonghornV1beta2().VolumeAttachments(standin.Namespace).Get(ctx, vol, metav1.GetOptions{})
 		if err != nil || len(va.Spec.AttachmentTickets) > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -53,7 +52,7 @@ func (p *plugin) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 func (p *plugin) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
 		{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}},
-		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
+		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_OFFLINE}}},
 	}}, nil
 }
 
@@ -215,6 +214,9 @@ func (p *plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := release(img); err != nil {
 		return nil, grpcError(err)
 	}
+	if err := growFS(ctx, img); err != nil {
+		return nil, grpcError(err)
+	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, grpcError(err)
 	}
@@ -286,8 +288,9 @@ func (p *plugin) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// NodeExpandVolume has the loop device take the image's new size and grows the mounted file
-// system with resize2fs (online).
+// NodeExpandVolume reports the staged file system's size. It grew, offline, when it was staged
+// (growFS): the stand-in expands volumes offline only, its capability says so, and the resizer
+// waits until no pod uses a claim.
 func (p *plugin) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -304,17 +307,14 @@ func (p *plugin) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if !d.BoundTo(img) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on node %s", req.GetVolumeId(), p.s.node)
 	}
-	if err := d.SetCapacity(); err != nil {
-		return nil, grpcError(fmt.Errorf("LOOP_SET_CAPACITY on %s: %w", d.Path, err))
-	}
-	if out, err := exec.CommandContext(ctx, "resize2fs", d.Path).CombinedOutput(); err != nil {
-		return nil, grpcError(fmt.Errorf("resize2fs %s: %v: %s", d.Path, err, out))
-	}
-	st, err := os.Stat(img)
+	size, err := fsSize(d.Path)
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &csi.NodeExpandVolumeResponse{CapacityBytes: st.Size()}, nil
+	if want := req.GetCapacityRange().GetRequiredBytes(); size < want {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s's file system is %d bytes, %d wanted: it grows offline, at its next stage", req.GetVolumeId(), size, want)
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
 func (p *plugin) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {

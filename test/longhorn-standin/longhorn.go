@@ -356,7 +356,7 @@ func (s *store) reconcile(ctx context.Context) error {
 			if v := perEngine(st.Value, def.value); v != st.Value {
 				st.Value = v
 				if st, err = api.Settings(namespace).Update(ctx, st, metav1.UpdateOptions{}); err != nil {
-					errs = append(errs, err)
+					errs = append(errs, ignoreConflict(err))
 					continue
 				}
 			}
@@ -364,7 +364,7 @@ func (s *store) reconcile(ctx context.Context) error {
 		if !st.Status.Applied {
 			st.Status.Applied = true
 			if _, err := api.Settings(namespace).UpdateStatus(ctx, st, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, err)
+				errs = append(errs, ignoreConflict(err))
 			}
 		}
 	}
@@ -405,7 +405,12 @@ func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume) error {
 	}
 	vol.Status.KubernetesStatus, vol.Status.ActualSize = ks, actual
 	_, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) { // changed meanwhile: the next pass
+	return ignoreConflict(ignoreNotFound(err))
+}
+
+// ignoreConflict drops a conflict: the object changed meanwhile, and the next pass sees it.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
 		return nil
 	}
 	return err

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	lhfake "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned/fake"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -73,6 +76,17 @@ func TestVolumeLifecycle(t *testing.T) {
 	if _, err := s.createVolume(ctx, "too-big", roundUp(room+1), nil); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a volume over the room (%d bytes): %v", room, err)
 	}
+	p := &plugin{s: s}
+	mount := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}
+	_, err = p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-big", VolumeCapabilities: mount, CapacityRange: &csi.CapacityRange{RequiredBytes: room + 1}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("CreateVolume over the room: %v, want ResourceExhausted", err)
+	}
+	block := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: mount[0].AccessMode}}
+	if _, err := p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "block", VolumeCapabilities: block}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("CreateVolume of a block volume: %v, want InvalidArgument", err)
+	}
 	params := map[string]string{"numberOfReplicas": "3", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "default"}
 	vol, err := s.createVolume(ctx, "pvc-1", 16<<20, params)
 	if err != nil {
@@ -132,6 +146,10 @@ func TestVolumeLifecycle(t *testing.T) {
 	if got, err := s.expand(ctx, "pvc-1", 32<<20); err != nil || got != 32<<20 {
 		t.Fatalf("expand: %d, %v", got, err)
 	}
+	_, err = p.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 32<<20 + room + 1}})
+	if status.Code(err) != codes.OutOfRange {
+		t.Errorf("ControllerExpandVolume over the room: %v, want OutOfRange", err)
+	}
 	if st, _ := os.Stat(s.imagePath("pvc-1")); st.Size() != 32<<20 {
 		t.Errorf("image after expansion: %d bytes", st.Size())
 	}
@@ -160,5 +178,41 @@ func TestVolumeLifecycle(t *testing.T) {
 	}
 	if reps, _ := s.replicas(ctx, "pvc-1"); len(reps) != 0 {
 		t.Errorf("%d replicas after delete", len(reps))
+	}
+}
+
+// TestGrowFS grows an image's ext4 offline to the image's new size, as a stage after an
+// expansion does.
+func TestGrowFS(t *testing.T) {
+	for _, c := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
+		if _, err := exec.LookPath(c); err != nil {
+			need.Missing(t, "%s not found (make test-deps installs e2fsprogs)", c)
+		}
+	}
+	ctx := context.Background()
+	img := t.TempDir() + "/volume.img"
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	if size, err := fsSize(img); err != nil || size != 16<<20 {
+		t.Fatalf("fsSize of a new 16 MiB file system: %d, %v", size, err)
+	}
+	if err := os.Truncate(img, 48<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := growFS(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := fsSize(img); err != nil || size != 48<<20 {
+		t.Errorf("fsSize after growFS to 48 MiB: %d, %v", size, err)
+	}
+	if _, err := fsSize(os.Args[0]); err == nil {
+		t.Error("fsSize of the test binary: no error")
 	}
 }

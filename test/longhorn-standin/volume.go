@@ -71,9 +71,16 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 		return nil, fmt.Errorf("%w: cannot schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, size, defaultDisk, s.node, room)
 	}
 	labels := map[string]string{"longhornvolume": name}
+	// The per-volume overrides Longhorn's volume mutator fills in ("ignored": the global setting
+	// applies), and its backup defaults (the settings' lz4 and 2 MiB).
 	vol := &lh.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}, Spec: lh.VolumeSpec{
 		Size: size, NumberOfReplicas: replicas, DataLocality: locality, Frontend: lh.VolumeFrontendBlockDev,
 		Image: engineImage, DataEngine: lh.DataEngineTypeV1, AccessMode: lh.AccessModeReadWriteOnce, StaleReplicaTimeout: 30,
+		ReplicaAutoBalance: lh.ReplicaAutoBalanceIgnored, SnapshotDataIntegrity: lh.SnapshotDataIntegrityIgnored,
+		UnmapMarkSnapChainRemoved: lh.UnmapMarkSnapChainRemovedIgnored, RestoreVolumeRecurringJob: lh.RestoreVolumeRecurringJobDefault,
+		ReplicaSoftAntiAffinity: lh.ReplicaSoftAntiAffinityDefault, ReplicaZoneSoftAntiAffinity: lh.ReplicaZoneSoftAntiAffinityDefault,
+		ReplicaDiskSoftAntiAffinity: lh.ReplicaDiskSoftAntiAffinityDefault, FreezeFilesystemForSnapshot: lh.FreezeFilesystemForSnapshotDefault,
+		OfflineRebuilding: lh.VolumeOfflineRebuildingIgnored, BackupCompressionMethod: lh.BackupCompressionMethodLz4, BackupBlockSize: 2 << 20,
 	}}
 	if vol, err = s.volumes().Create(ctx, vol, metav1.CreateOptions{}); err != nil {
 		return nil, err

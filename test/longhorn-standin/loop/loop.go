@@ -98,11 +98,6 @@ func Open(n int) (*Device, error) {
 	return &Device{Number: n, Path: path, f: f}, nil
 }
 
-// SetCapacity makes the device take its backing file's new size.
-func (d *Device) SetCapacity() error {
-	return unix.IoctlSetInt(int(d.f.Fd()), unix.LOOP_SET_CAPACITY, 0)
-}
-
 // Detach unbinds the device and closes it. Holding it open since it was opened, this process
 // keeps anyone else from binding it meanwhile: what is unbound is this device's file. A device
 // still mounted is only marked to detach when its last user goes (the kernel's lazy clear). Its

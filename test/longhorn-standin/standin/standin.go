@@ -51,7 +51,7 @@ const (
 var sidecars = []struct{ name, flags string }{
 	{"csi-provisioner", "--timeout=2m --default-fstype=ext4 --extra-create-metadata=true"},
 	{"csi-attacher", "--timeout=2m"},
-	{"csi-resizer", "--timeout=2m --handle-volume-inuse-error=false"},
+	{"csi-resizer", "--timeout=2m"},
 }
 
 // Image returns where a volume's data is on h, as this machine sees it.
