@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
+	kipstorage "kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
@@ -555,63 +555,12 @@ func localStorage(ctx context.Context, o *Options, v *view, storage func(string)
 	}
 }
 
-// Longhorn's namespace and the settings that decide how much a disk can take.
-const (
-	LonghornNamespace          = "longhorn-system"
-	settingMinimalAvailable    = "storage-minimal-available-percentage"
-	settingOverProvisioning    = "storage-over-provisioning-percentage"
-	defaultMinimalAvailable    = 25
-	defaultOverProvisioningPct = 100
-)
-
-// longhornSettings are the scheduling settings, read with one list of Longhorn's settings.
-type longhornSettings struct{ minimalAvailable, overProvisioning int64 }
-
-func readLonghornSettings(ctx context.Context, c *kube.Clients) (longhornSettings, error) {
-	s := longhornSettings{minimalAvailable: defaultMinimalAvailable, overProvisioning: defaultOverProvisioningPct}
-	list, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return s, fmt.Errorf("list longhorn settings: %w", err)
-	}
-	dst := map[string]*int64{settingMinimalAvailable: &s.minimalAvailable, settingOverProvisioning: &s.overProvisioning}
-	for _, st := range list.Items {
-		if p := dst[st.Name]; p != nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
-				*p = n
-			}
-		}
-	}
-	return s, nil
-}
-
-// schedulable is what Longhorn can still schedule onto a disk, by the two rules of its replica
-// scheduler: the replicas scheduled stay within (maximum − reserved) × over-provisioning%, and
-// the space available stays above minimal-available% of the maximum.
-func schedulable(spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus, s longhornSettings) int64 {
-	if st == nil || st.StorageMaximum <= 0 {
-		return 0
-	}
-	byScheduling := (st.StorageMaximum-spec.StorageReserved)*s.overProvisioning/100 - st.StorageScheduled
-	byAvailable := st.StorageAvailable - st.StorageMaximum*s.minimalAvailable/100
-	return max(0, min(byScheduling, byAvailable))
-}
-
-// diskEligible says Longhorn may schedule onto the disk.
-func diskEligible(n *longhornv1beta2.Node, spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus) bool {
-	if !n.Spec.AllowScheduling || n.Spec.EvictionRequested || !spec.AllowScheduling || spec.EvictionRequested || st == nil {
-		return false
-	}
-	for _, c := range st.Conditions {
-		if c.Type == longhornv1beta2.DiskConditionTypeReady {
-			return c.Status == longhornv1beta2.ConditionStatusTrue
-		}
-	}
-	return false
-}
+// LonghornNamespace is where Longhorn keeps its objects.
+const LonghornNamespace = kipstorage.LonghornNamespace
 
 // longhornDisks describes a Longhorn node's disks, and the schedulable room of its roomiest
 // eligible disk (-1 when none is eligible).
-func longhornDisks(n *longhornv1beta2.Node, s longhornSettings) ([]Disk, int64) {
+func longhornDisks(n *longhornv1beta2.Node, s kipstorage.LonghornSettings) ([]Disk, int64) {
 	names := make([]string, 0, len(n.Spec.Disks))
 	for name := range n.Spec.Disks {
 		names = append(names, name)
@@ -622,8 +571,8 @@ func longhornDisks(n *longhornv1beta2.Node, s longhornSettings) ([]Disk, int64) 
 	for _, name := range names {
 		spec, st := n.Spec.Disks[name], n.Status.DiskStatus[name]
 		d := Disk{Name: name, Path: spec.Path}
-		room := schedulable(spec, st, s)
-		eligible := diskEligible(n, spec, st)
+		room := kipstorage.Schedulable(spec, st, s)
+		eligible := kipstorage.DiskEligible(n, spec, st)
 		d.SchedulableBytes, d.Eligible = &room, &eligible
 		if st != nil {
 			d.TotalBytes, d.FreeBytes = st.StorageMaximum, st.StorageAvailable
@@ -656,7 +605,7 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	if err != nil {
 		return fmt.Errorf("list longhorn nodes: %w", err)
 	}
-	settings, err := readLonghornSettings(ctx, v.c)
+	settings, err := kipstorage.ReadLonghornSettings(ctx, v.c)
 	if err != nil {
 		return err
 	}

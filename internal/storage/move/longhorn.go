@@ -11,15 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/storage"
 )
 
 // LonghornNamespace is where Longhorn keeps its objects.
-const LonghornNamespace = "longhorn-system"
+const LonghornNamespace = storage.LonghornNamespace
 
 var (
-	volumesGVR     = longhornv1beta2.SchemeGroupVersion.WithResource("volumes")
-	lhvaGVR        = longhornv1beta2.SchemeGroupVersion.WithResource("volumeattachments")
-	longhornNodeGV = longhornv1beta2.SchemeGroupVersion.WithResource("nodes")
+	volumesGVR = longhornv1beta2.SchemeGroupVersion.WithResource("volumes")
+	lhvaGVR    = longhornv1beta2.SchemeGroupVersion.WithResource("volumeattachments")
 )
 
 // detachPending says what keeps a Longhorn volume from being really detached: Longhorn's own
@@ -69,32 +69,6 @@ func workloads(ctx context.Context, cl *kube.Clients, volume string) ([]string, 
 		pods = append(pods, w.PodName)
 	}
 	return pods, nil
-}
-
-// room says whether Longhorn's node can take a volume of size more: its disks' available
-// storage less what they reserve and what is already scheduled there.
-func room(ctx context.Context, cl *kube.Clients, node string, size int64) error {
-	n, err := kube.GetAs[longhornv1beta2.Node](ctx, cl.Dynamic, longhornNodeGV, LonghornNamespace, node)
-	if err != nil {
-		return fmt.Errorf("read Longhorn node %s: %w", node, err)
-	}
-	var best int64
-	for id, st := range n.Status.DiskStatus {
-		spec, ok := n.Spec.Disks[id]
-		if !ok || !spec.AllowScheduling {
-			continue
-		}
-		free := st.StorageMaximum - spec.StorageReserved - st.StorageScheduled
-		if st.StorageAvailable-spec.StorageReserved < free {
-			free = st.StorageAvailable - spec.StorageReserved
-		}
-		best = max(best, free)
-	}
-	if best < size {
-		return fmt.Errorf("Longhorn's disks on node %s have %s free for new volumes and the move needs %s: free disk space under /var/lib/longhorn first",
-			node, gibText(best), gibText(size))
-	}
-	return nil
 }
 
 func orUnknown(s string) string {

@@ -154,7 +154,7 @@ func (m *mv) prepare(ctx context.Context, rec cluster.Record) (*Intent, error) {
 	if err := m.checkQuota(ctx, in.Size); err != nil {
 		return nil, err
 	}
-	if err := room(ctx, cl, node, in.Size); err != nil {
+	if err := storage.LonghornRoom(ctx, cl, node, in.Size); err != nil {
 		return nil, err
 	}
 	down := storage.Downtime(totals)
@@ -348,7 +348,7 @@ func (m *mv) checkGrowRoom(ctx context.Context, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := room(ctx, m.cl, m.in.Node, size-capacity(c)); err != nil {
+	if err := storage.LonghornRoom(ctx, m.cl, m.in.Node, size-capacity(c)); err != nil {
 		return fmt.Errorf("the volume cannot grow: %w; service %s stays stopped: 'kip service storage longhorn %s --rollback' returns it", err, m.in.Service, m.o.Flags())
 	}
 	// The volume's claim counts at its new size, the dump volume at it too.

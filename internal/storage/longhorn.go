@@ -1,0 +1,95 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/kube"
+)
+
+// Longhorn's namespace and the settings that decide how much a disk can take.
+const (
+	LonghornNamespace          = "longhorn-system"
+	settingMinimalAvailable    = "storage-minimal-available-percentage"
+	settingOverProvisioning    = "storage-over-provisioning-percentage"
+	defaultMinimalAvailable    = 25
+	defaultOverProvisioningPct = 100
+)
+
+// LonghornSettings are the scheduling settings, read with one list of Longhorn's settings.
+type LonghornSettings struct{ MinimalAvailable, OverProvisioning int64 }
+
+// ReadLonghornSettings reads them, with Longhorn's defaults for those not set.
+func ReadLonghornSettings(ctx context.Context, c *kube.Clients) (LonghornSettings, error) {
+	s := LonghornSettings{MinimalAvailable: defaultMinimalAvailable, OverProvisioning: defaultOverProvisioningPct}
+	list, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("list longhorn settings: %w", err)
+	}
+	dst := map[string]*int64{settingMinimalAvailable: &s.MinimalAvailable, settingOverProvisioning: &s.OverProvisioning}
+	for _, st := range list.Items {
+		if p := dst[st.Name]; p != nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
+				*p = n
+			}
+		}
+	}
+	return s, nil
+}
+
+// Schedulable is what Longhorn can still schedule onto a disk, by the two rules of its replica
+// scheduler: the replicas scheduled stay within (maximum − reserved) × over-provisioning%, and
+// the space available stays above minimal-available% of the maximum.
+func Schedulable(spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus, s LonghornSettings) int64 {
+	if st == nil || st.StorageMaximum <= 0 {
+		return 0
+	}
+	byScheduling := (st.StorageMaximum-spec.StorageReserved)*s.OverProvisioning/100 - st.StorageScheduled
+	byAvailable := st.StorageAvailable - st.StorageMaximum*s.MinimalAvailable/100
+	return max(0, min(byScheduling, byAvailable))
+}
+
+// DiskEligible says Longhorn may schedule onto the disk.
+func DiskEligible(n *longhornv1beta2.Node, spec longhornv1beta2.DiskSpec, st *longhornv1beta2.DiskStatus) bool {
+	if !n.Spec.AllowScheduling || n.Spec.EvictionRequested || !spec.AllowScheduling || spec.EvictionRequested || st == nil {
+		return false
+	}
+	for _, c := range st.Conditions {
+		if c.Type == longhornv1beta2.DiskConditionTypeReady {
+			return c.Status == longhornv1beta2.ConditionStatusTrue
+		}
+	}
+	return false
+}
+
+// LonghornRoom refuses when no eligible disk of Longhorn's node can take a new replica of size
+// by Longhorn's own scheduling rules (Schedulable).
+func LonghornRoom(ctx context.Context, c *kube.Clients, node string, size int64) error {
+	n, err := c.Longhorn.LonghornV1beta2().Nodes(LonghornNamespace).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read Longhorn node %s: %w", node, err)
+	}
+	s, err := ReadLonghornSettings(ctx, c)
+	if err != nil {
+		return err
+	}
+	best := int64(-1)
+	for name, spec := range n.Spec.Disks {
+		if st := n.Status.DiskStatus[name]; DiskEligible(n, spec, st) {
+			best = max(best, Schedulable(spec, st, s))
+		}
+	}
+	switch {
+	case best < 0:
+		return fmt.Errorf("no Longhorn disk on node %s is eligible for new volumes ('kip status' shows Longhorn's disks)", node)
+	case best < size:
+		return fmt.Errorf("Longhorn's roomiest disk on node %s can take %.1f GiB more and the move needs %.1f GiB: free disk space under /var/lib/longhorn first",
+			node, float64(best)/(1<<30), float64(size)/(1<<30))
+	}
+	return nil
+}
