@@ -72,7 +72,7 @@ func SettingHolds(pinned, stored string) bool {
 func PinnedSettingsPending(ctx context.Context, cl *kube.Clients) (string, error) {
 	var off []string
 	for _, s := range longhornSettings {
-		got, err := kube.GetAs[longhornv1beta2.Setting](ctx, cl.Dynamic, longhornv1beta2.SchemeGroupVersion.WithResource("settings"), longhornNamespace, s.name)
+		got, err := cl.Longhorn.LonghornV1beta2().Settings(longhornNamespace).Get(ctx, s.name, metav1.GetOptions{})
 		if err != nil {
 			return "", fmt.Errorf("read Longhorn setting %s: %w", s.name, err)
 		}

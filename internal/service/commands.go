@@ -498,7 +498,7 @@ func movesIn(ctx context.Context, cl *kube.Clients, project string, namespaces [
 		}
 		env := strings.TrimPrefix(ns, project+"-")
 		for _, u := range list.Items {
-			if to := u.GetAnnotations()[MoveAnnotation]; to != "" || n.Labels[fence.MoveLabel] == u.GetName() {
+			if to := u.GetAnnotations()[MoveAnnotation]; to != "" || n.Labels[fence.NamespaceLabel(u.GetName())] != "" {
 				ref := Ref{Project: project, Environment: env, Name: u.GetName()}
 				moves = append(moves, fmt.Sprintf("%s ('kip service storage longhorn %s' finishes it, --rollback undoes it)", ref, ref.Flags()))
 			}

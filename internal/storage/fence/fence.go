@@ -28,12 +28,16 @@ import (
 const (
 	// VolumesPolicy refuses a pod that mounts a fenced claim, unless kip named the pod in the fence.
 	VolumesPolicy = "kipper-storage-move-volumes"
-	// NamespacesPolicy refuses to delete a namespace labelled MoveLabel.
+	// NamespacesPolicy refuses to delete a namespace with a NamespaceLabel.
 	NamespacesPolicy = "kipper-storage-move-namespaces"
 
-	// MoveLabel is on a namespace while a move runs in it, with the service's name as its value;
-	// on the fence's ConfigMap it selects the ConfigMap as the volumes policy's parameters.
+	// MoveLabel, on a fence's ConfigMap, selects it as the volumes policy's parameters; its
+	// value is the service's name.
 	MoveLabel = "kipper.run/storage-move"
+	// namespaceLabelPrefix starts a namespace's label while the move of one of its services runs:
+	// storage-move.kipper.run/<service>. Each move has its own, so that several can be unfinished
+	// in one namespace.
+	namespaceLabelPrefix = "storage-move.kipper.run/"
 
 	// The fence ConfigMap's keys: space-separated claim and pod names, the service's name, and
 	// the command that shows the move.
@@ -56,10 +60,17 @@ const volumesMessage = `'kip is moving the data of service ' + params.data.servi
 ' to Longhorn: no pod may mount its volumes (' + params.data.claims + ') until the move finishes or is rolled back (' +
 params.data.info + ' shows it)'`
 
-const namespacesCheck = `!has(oldObject.metadata.labels) || !('` + MoveLabel + `' in oldObject.metadata.labels)`
+const namespacesCheck = `!has(oldObject.metadata.labels) || !oldObject.metadata.labels.exists(k, k.startsWith('` + namespaceLabelPrefix + `'))`
 
-const namespacesMessage = `'namespace ' + oldObject.metadata.name + ' cannot be deleted while kip moves the data of service ' +
-oldObject.metadata.labels['` + MoveLabel + `'] + ' to Longhorn; it can be once the move finishes or is rolled back'`
+const namespacesMessage = `'namespace ' + oldObject.metadata.name + ' cannot be deleted while kip moves the data of ' +
+oldObject.metadata.labels.filter(k, k.startsWith('` + namespaceLabelPrefix + `')).map(k, 'service ' + k.substring(` + namespaceLabelLen + `)).join(', ') +
+' to Longhorn; it can be once the move finishes or is rolled back'`
+
+// namespaceLabelLen is len(namespaceLabelPrefix), for the policy's message.
+const namespaceLabelLen = "24"
+
+// NamespaceLabel is the label a namespace carries while service's move is unfinished.
+func NamespaceLabel(service string) string { return namespaceLabelPrefix + service }
 
 // Policies are the two policies and their bindings, as kip install applies them.
 func Policies() []runtime.Object {
@@ -156,9 +167,6 @@ func (f Fence) Put(ctx context.Context, cs kubernetes.Interface) error {
 	if ns.DeletionTimestamp != nil {
 		return fmt.Errorf("namespace %s is being deleted: its services cannot move", f.Namespace)
 	}
-	if other := ns.Labels[MoveLabel]; other != "" && other != f.Service {
-		return fmt.Errorf("namespace %s already has a move running (service %s): finish it or roll it back first (kip service info %s)", f.Namespace, other, other)
-	}
 	want := f.ConfigMap()
 	cms := cs.CoreV1().ConfigMaps(f.Namespace)
 	if _, err := cms.Create(ctx, want, metav1.CreateOptions{FieldManager: kube.FieldManager}); apierrors.IsAlreadyExists(err) {
@@ -169,7 +177,7 @@ func (f Fence) Put(ctx context.Context, cs kubernetes.Interface) error {
 	if err != nil {
 		return err
 	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, MoveLabel, f.Service)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"longhorn"}}}`, NamespaceLabel(f.Service))
 	if _, err := cs.CoreV1().Namespaces().Patch(ctx, f.Namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
 		return fmt.Errorf("label namespace %s as under move: %w", f.Namespace, err)
 	}
@@ -202,10 +210,10 @@ func Lift(ctx context.Context, cs kubernetes.Interface, namespace, service strin
 	if err != nil {
 		return fmt.Errorf("read namespace %s: %w", namespace, err)
 	}
-	if ns.Labels[MoveLabel] != service {
+	if _, ok := ns.Labels[NamespaceLabel(service)]; !ok {
 		return nil
 	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, MoveLabel)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, NamespaceLabel(service))
 	if _, err := cs.CoreV1().Namespaces().Patch(ctx, namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
 		return fmt.Errorf("remove the move label of namespace %s: %w", namespace, err)
 	}
@@ -231,8 +239,8 @@ func (f Fence) Intact(ctx context.Context, cs kubernetes.Interface) (string, err
 	if err != nil {
 		return "", fmt.Errorf("read namespace %s: %w", f.Namespace, err)
 	}
-	if ns.Labels[MoveLabel] != f.Service {
-		return fmt.Sprintf("namespace %s lost its label %s=%s", f.Namespace, MoveLabel, f.Service), nil
+	if _, ok := ns.Labels[NamespaceLabel(f.Service)]; !ok {
+		return fmt.Sprintf("namespace %s lost its label %s", f.Namespace, NamespaceLabel(f.Service)), nil
 	}
 	return "", nil
 }

@@ -116,9 +116,26 @@ func TestFenceKeepsOtherPodsOffAndTheNamespaceAlive(t *testing.T) {
 	if why, err := f.Intact(ctx, e.Kube); err != nil || why != "" {
 		t.Fatalf("Intact: %q, %v", why, err)
 	}
-	other := fence.Fence{Namespace: "shop-staging", Service: "cache", Claims: []string{"data-cache-0"}}
-	if err := other.Put(ctx, e.Kube); err == nil || !strings.Contains(err.Error(), "already has a move running (service db)") {
-		t.Fatalf("a second move in the namespace: %v, want a refusal naming db", err)
+	// A second move in the namespace has a fence of its own; the namespace names both, and stays
+	// protected while either is up.
+	other := fence.Fence{Namespace: "shop-staging", Service: "cache", Claims: []string{"data-cache-0"}, Pods: []string{"kip-move-copy-cache"},
+		Info: "kip service info cache --project shop --environment staging"}
+	if err := other.Put(ctx, e.Kube); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.CheckEnforced(ctx, e.Kube, other, fence.EnforceTimeout); err != nil {
+		t.Fatal(err)
+	}
+	err = e.Kube.CoreV1().Namespaces().Delete(ctx, "shop-staging", metav1.DeleteOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot be deleted while kip moves the data of service") ||
+		!strings.Contains(err.Error(), "service cache") || !strings.Contains(err.Error(), "service db") {
+		t.Fatalf("delete namespace under two moves: %v", err)
+	}
+	if err := create("shop-staging", podWith("kip-move-copy-db", "data-cache-0")); err == nil {
+		t.Error("db's copy pod mounted cache's fenced claim")
+	}
+	if err := fence.Lift(ctx, e.Kube, "shop-staging", "cache"); err != nil {
+		t.Fatal(err)
 	}
 
 	// Someone edits the fence: Intact names it.

@@ -17,28 +17,24 @@ import (
 // LonghornNamespace is where Longhorn keeps its objects.
 const LonghornNamespace = storage.LonghornNamespace
 
-var (
-	volumesGVR = longhornv1beta2.SchemeGroupVersion.WithResource("volumes")
-	lhvaGVR    = longhornv1beta2.SchemeGroupVersion.WithResource("volumeattachments")
-)
-
 // detachPending says what keeps a Longhorn volume from being really detached: Longhorn's own
 // state, an attachment ticket of any kind (a backup or snapshot controller keeps a volume
 // attached after the CSI attacher let go), or the Kubernetes VolumeAttachment of its PV. ""
 // means detached: the next mount is a fresh one (research: longhorn-velero.md §1).
 func detachPending(ctx context.Context, cl *kube.Clients, pv, volume string) (string, error) {
-	v, err := kube.GetAs[longhornv1beta2.Volume](ctx, cl.Dynamic, volumesGVR, LonghornNamespace, volume)
+	lh := cl.Longhorn.LonghornV1beta2()
+	v, err := lh.Volumes(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("read Longhorn volume %s: %w", volume, err)
 	}
 	if v.Status.State != longhornv1beta2.VolumeStateDetached {
 		return fmt.Sprintf("Longhorn volume %s is %s", volume, orUnknown(string(v.Status.State))), nil
 	}
-	va, err := kube.GetAs[longhornv1beta2.VolumeAttachment](ctx, cl.Dynamic, lhvaGVR, LonghornNamespace, volume)
+	va, err := lh.VolumeAttachments(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("read Longhorn volume attachment %s: %w", volume, err)
 	}
-	if va != nil && len(va.Spec.AttachmentTickets) > 0 {
+	if err == nil && len(va.Spec.AttachmentTickets) > 0 {
 		var ids []string
 		for id, t := range va.Spec.AttachmentTickets {
 			ids = append(ids, fmt.Sprintf("%s (%s on %s)", id, t.Type, t.NodeID))
@@ -60,7 +56,7 @@ func detachPending(ctx context.Context, cl *kube.Clients, pv, volume string) (st
 
 // workloads are the pods Longhorn saw using a volume (status.kubernetesStatus.workloadsStatus).
 func workloads(ctx context.Context, cl *kube.Clients, volume string) ([]string, error) {
-	v, err := kube.GetAs[longhornv1beta2.Volume](ctx, cl.Dynamic, volumesGVR, LonghornNamespace, volume)
+	v, err := cl.Longhorn.LonghornV1beta2().Volumes(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read Longhorn volume %s: %w", volume, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage"
+	"kipper.run/kip/internal/storage/fence"
 	"kipper.run/kip/internal/storage/mover"
 	"kipper.run/kip/internal/storage/moverpod"
 	"kipper.run/kip/internal/workflow"
@@ -449,7 +450,7 @@ func fromVolumes(ctx context.Context, cl *kube.Clients, svc *service.Service) (*
 	}
 	fenced := false
 	if ns, err := cl.Kube.CoreV1().Namespaces().Get(ctx, svc.Namespace(), metav1.GetOptions{}); err == nil {
-		fenced = ns.Labels["kipper.run/storage-move"] == svc.Name
+		_, fenced = ns.Labels[fence.NamespaceLabel(svc.Name)]
 	}
 	if svc.Move == "" && in.NewVolume == "" && !fenced {
 		return nil, nil

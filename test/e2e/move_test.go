@@ -1,0 +1,417 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/storage/fence"
+	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/internal/storage/mover/movertest"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+	consolestandin "kipper.run/kip/test/console-standin"
+	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/longhorn-standin/standin"
+)
+
+// moveHost is the service move test's host (index 9, lab10).
+const moveHost = 9
+
+// moveSteps are the move's steps, in order: the test kills kip before each.
+var moveSteps = []string{"fence", "stop", "retain", "volume", "copy", "detach", "verify", "commit", "start"}
+
+// moveLab is one cluster that carries every service of the move test.
+type moveLab struct {
+	s          *e2e.Suite
+	h          *lab.Host
+	c          *kube.Clients
+	kubeconfig string
+	home       string
+}
+
+// setUpMoveLab runs the k3s stand-in's server on h with what kip install applies that a move
+// relies on (Kipper's CRDs, kipper-base with its admission policies, the one-copy Longhorn class,
+// the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in,
+// the data mover's image, and the console stand-in turning Kipper's objects into workloads.
+func setUpMoveLab(ctx context.Context, t *testing.T) *moveLab {
+	t.Helper()
+	s := e2e.Get(t)
+	h := s.Lab.Hosts[moveHost]
+	e2e.LogK3sOnFailure(t, h)
+	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, _, c := s.Clients(ctx, t, h, h.Name)
+	importMoverImage(ctx, t, h)
+	standin.LogOnFailure(t, h)
+	if err := standin.Install(ctx, h, c); err != nil {
+		t.Fatal(err)
+	}
+	// The host's Longhorn data path is on this machine's shared disk, whose 25% free this test
+	// cannot promise (see TestLonghornStandin).
+	setSetting(ctx, t, c, "storage-minimal-available-percentage", "0")
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nano, err := cluster.ProfileNamed("nano")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comps, err := components.Render(components.Options{Sizing: cluster.Sizing{Profile: nano, Storage: cluster.StorageLonghorn},
+		ServerAddress: h.PublicIP.String(), Pinned: pinned, KipVersion: buildinfo.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, comp := range comps {
+		switch comp.Name {
+		case "kipper-crds", "kipper-base":
+			objs = append(objs, comp.Objects...)
+		case "longhorn":
+			for _, o := range comp.After {
+				if o.GetKind() == "StorageClass" && o.GetName() == cluster.LonghornOneCopyClass {
+					objs = append(objs, o)
+				}
+			}
+		}
+	}
+	if err := kube.Apply(ctx, c, objs, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.UpdateRecord(ctx, c.Dynamic, func(rec *cluster.Record, found bool) error {
+		rec.Profile, rec.Storage, rec.Network, rec.Server = "nano", cluster.StorageLonghorn, cluster.NetworkWireGuard, h.PublicIP.String()
+		rec.KipVersion, rec.Backups = buildinfo.Version, cluster.BackupsNone
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
+		Command:  []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 1; done`},
+		Interval: 500 * time.Millisecond, Logf: t.Logf}
+	go func() { defer close(done); console.Run(sctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return &moveLab{s: s, h: h, c: c, kubeconfig: kubeconfig, home: s.Home(t)}
+}
+
+// busyboxImage is the lab's busybox, which the services of the test run.
+const busyboxImage = "docker.io/rancher/mirrored-library-busybox:1.37.0"
+
+// project creates a project with one environment and waits for its namespace.
+func (l *moveLab) project(ctx context.Context, t *testing.T, name, env string) {
+	t.Helper()
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"environments": []any{map[string]any{"name": env}}}}}
+	if _, err := l.c.Dynamic.Resource(service.ProjectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "namespace "+name+"-"+env, func(ctx context.Context) (bool, string, error) {
+		_, err := l.c.Kube.CoreV1().Namespaces().Get(ctx, name+"-"+env, metav1.GetOptions{})
+		return err == nil, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// service creates a Postgres-like service on local storage, waits until it runs, fills its data
+// directory from outside with fill, and returns the directory as this machine sees it.
+func (l *moveLab) service(ctx context.Context, t *testing.T, ref service.Ref, storage string, fill func(dir string)) string {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()},
+		"spec": map[string]any{"type": "postgres", "storage": storage,
+			"resources": map[string]any{"cpuRequest": "50m", "memoryRequest": "32Mi"}}}}
+	if _, err := l.c.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, ref, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	dir := l.h.Path(claimDirIn(ctx, t, l.c, ref.Namespace(), "data-"+ref.Name+"-0"))
+	fill(dir)
+	return dir
+}
+
+// kip runs kip against the lab's cluster with env added.
+func (l *moveLab) kip(t *testing.T, env []string, args ...string) e2e.Result {
+	t.Helper()
+	return l.s.KipEnv(t, l.home, env, append([]string{"--kubeconfig", l.kubeconfig, "--yes"}, args...)...)
+}
+
+func moveArgs(ref service.Ref, extra ...string) []string {
+	return append([]string{"service", "storage", "longhorn", ref.Name, "--project", ref.Project, "--environment", ref.Environment, "--no-backup"}, extra...)
+}
+
+// movedData is what the service's data claim holds now, described from outside: the service is
+// stopped, Longhorn has detached the volume, its image is mounted read-only here on a loop device
+// the test owns, and the service started again.
+func (l *moveLab) movedData(ctx context.Context, t *testing.T, ref service.Ref) string {
+	t.Helper()
+	pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-"+ref.Name+"-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != "driver.longhorn.io" {
+		t.Fatalf("claim %s/%s is bound to %s (%s), not a Longhorn volume", ref.Namespace(), pvc.Name, pv.Name, service.Where(pv))
+	}
+	if r := l.kip(t, nil, "service", "stop", ref.Name, "--project", ref.Project, "--environment", ref.Environment); r.ExitCode != 0 {
+		t.Fatalf("kip service stop: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	waitVolumeDetached(ctx, t, l.c, pv.Spec.CSI.VolumeHandle)
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "ro,loop,noload", standin.Image(l.h, pv.Spec.CSI.VolumeHandle), dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount the Longhorn volume's image: %v\n%s", err, out)
+	}
+	desc := movertest.Describe(t, dir, "lost+found")
+	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	if r := l.kip(t, nil, "service", "start", ref.Name, "--project", ref.Project, "--environment", ref.Environment); r.ExitCode != 0 {
+		t.Fatalf("kip service start: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	return desc
+}
+
+// waitVolumeDetached waits until Longhorn reports volume detached.
+func waitVolumeDetached(ctx context.Context, t *testing.T, c *kube.Clients, volume string) {
+	t.Helper()
+	if err := kube.Poll(ctx, 3*time.Minute, "Longhorn volume "+volume+" to detach", func(ctx context.Context) (bool, string, error) {
+		v, err := c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Get(ctx, volume, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return v.Status.State == longhornv1beta2.VolumeStateDetached, "state " + string(v.Status.State), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkOnLonghorn checks that a moved service runs with its claim on Longhorn, that its old local
+// volume is kept with its data as it was, and that the move left no pod, fence or record.
+func (l *moveLab) checkOnLonghorn(ctx context.Context, t *testing.T, ref service.Ref, oldDir, want string) {
+	t.Helper()
+	if got := movertest.Describe(t, oldDir); got != want {
+		t.Errorf("%s: the local copy changed:\n--- before\n%s\n--- after\n%s", ref, want, got)
+	}
+	if got := l.movedData(ctx, t, ref); got != want {
+		t.Errorf("%s: the Longhorn volume differs from the original:\n--- original\n%s\n--- on Longhorn\n%s", ref, want, got)
+	}
+	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, ref, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.Get(ctx, l.c.Dynamic, ref)
+	if err != nil || svc.Move != "" || svc.StorageClass != cluster.LonghornOneCopyClass {
+		t.Errorf("%s after the move: %+v, %v", ref, svc, err)
+	}
+	pods, err := l.c.Kube.CoreV1().Pods(ref.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: move.MoveLabel})
+	if err != nil || len(pods.Items) > 0 {
+		t.Errorf("%s: the move left pods: %v %v", ref, pods, err)
+	}
+	ns, err := l.c.Kube.CoreV1().Namespaces().Get(ctx, ref.Namespace(), metav1.GetOptions{})
+	if _, fenced := ns.Labels[fence.NamespaceLabel(ref.Name)]; err != nil || fenced {
+		t.Errorf("%s: namespace still fenced: %v %v", ref, ns.Labels, err)
+	}
+	unfinished, err := workflow.ListUnfinished(ctx, l.c.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range unfinished {
+		if strings.HasSuffix(p.Workflow, "-"+ref.Name) {
+			t.Errorf("%s: unfinished record %s at %s", ref, p.Workflow, p.Step)
+		}
+	}
+}
+
+// checkOnLocal checks that a rolled-back service runs on its original local volume, byte for
+// byte as it was, with nothing of the move left.
+func (l *moveLab) checkOnLocal(ctx context.Context, t *testing.T, ref service.Ref, oldDir, want string) {
+	t.Helper()
+	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, ref, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-"+ref.Name+"-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.HostPath == nil && pv.Spec.Local == nil {
+		t.Errorf("%s after rollback: claim bound to %s", ref, service.Where(pv))
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.Annotations[move.ReclaimAnnotation] != "" {
+		t.Errorf("%s after rollback: volume %s policy %s, annotations %v", ref, pv.Name, pv.Spec.PersistentVolumeReclaimPolicy, pv.Annotations)
+	}
+	if got := movertest.Describe(t, oldDir); got != want {
+		t.Errorf("%s: the local data changed:\n--- before\n%s\n--- after\n%s", ref, want, got)
+	}
+	if _, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "kip-move-"+ref.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("%s after rollback: the move's claim: %v", ref, err)
+	}
+}
+
+// killedBefore creates service ref with a small tree and runs its move until kip kills itself
+// before step; it returns the service's data directory and its description.
+func (l *moveLab) killedBefore(ctx context.Context, t *testing.T, ref service.Ref, step string) (string, string) {
+	t.Helper()
+	dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
+	want := movertest.Describe(t, dir)
+	r := l.kip(t, []string{workflow.FaultEnv + "=before:" + step}, moveArgs(ref)...)
+	if r.Signal.String() != "killed" {
+		t.Fatalf("kip was not killed before %s: exit %d, signal %v\n%s", step, r.ExitCode, r.Signal, r.Stderr)
+	}
+	return dir, want
+}
+
+// smallTree is a service's data for the kill tests: the mover tests' tree (every kind of entry
+// but a device node) and a few hundred small files.
+func smallTree(t *testing.T, n int) func(dir string) {
+	return func(dir string) {
+		movertest.MakeTree(t, dir, 0)
+		manyFiles(t, filepath.Join(dir, "many"), n, 512)
+	}
+}
+
+// manyFiles writes n files of size bytes, 500 to a directory, owned by 999:999 as Postgres's are.
+func manyFiles(t *testing.T, root string, n, size int) {
+	t.Helper()
+	data := movertest.RandomBytes(size, uint64(n))
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(root, fmt.Sprintf("d%03d", i/500))
+		if i%500 == 0 {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(dir, 999, 999); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := filepath.Join(dir, fmt.Sprintf("f%05d", i))
+		if err := os.WriteFile(f, data[:i%size], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(f, 999, 999); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMoveToLonghorn moves services' data from local-path volumes onto Longhorn (the stand-in's
+// real ext4 volumes, through the real CSI sidecars and kubelet) with the real kip: a Postgres-like
+// service of 20,000 small files and every kind of entry; one service killed before each step and
+// run again to the end; one killed before each step up to the commit and rolled back; the
+// rollback refused after the commit; and a service whose files outgrow the planned volume (its
+// inodes run out), grown once.
+func TestMoveToLonghorn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	defer cancel()
+	l := setUpMoveLab(ctx, t)
+	l.project(ctx, t, "shop", "staging")
+
+	t.Run("Postgres-like service", func(t *testing.T) {
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "db"}
+		dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 20000))
+		want := movertest.Describe(t, dir)
+		start := time.Now()
+		r := l.kip(t, nil, moveArgs(ref)...)
+		if r.ExitCode != 0 {
+			t.Fatalf("kip service storage longhorn: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		t.Logf("move of %s: %s\n%s", ref, time.Since(start).Round(time.Second), r.Stderr)
+		for _, s := range []string{"in 20015 files and", "Stopped service db", "Verified the copy", "Service db runs on Longhorn",
+			"Its local copy stays on " + l.h.Name} {
+			if !strings.Contains(r.Stderr, s) {
+				t.Errorf("kip's output lacks %q", s)
+			}
+		}
+		l.checkOnLonghorn(ctx, t, ref, dir, want)
+		if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "already keeps its data on Longhorn") {
+			t.Errorf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+	})
+
+	t.Run("grown once when its files outgrow the volume", func(t *testing.T) {
+		// 100,000 empty files hold no bytes, so the planned volume is 1 GiB, whose ext4 has
+		// 65,536 inodes: the copy runs out of room, the volume grows once to 2 GiB, and the copy
+		// made again fits.
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "uploads"}
+		dir := l.service(ctx, t, ref, "1Gi", func(dir string) { manyFiles(t, filepath.Join(dir, "many"), 100000, 1) })
+		want := movertest.Describe(t, dir)
+		r := l.kip(t, nil, moveArgs(ref)...)
+		if r.ExitCode != 0 {
+			t.Fatalf("kip service storage longhorn: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		if !strings.Contains(r.Stderr, "The copy ran out of room on 1.0 GiB: growing the volume once, to 2.0 GiB") {
+			t.Errorf("no grow in kip's output:\n%s", r.Stderr)
+		}
+		l.checkOnLonghorn(ctx, t, ref, dir, want)
+		pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-uploads-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q := pvc.Status.Capacity[corev1.ResourceStorage]; q.Value() != 2<<30 {
+			t.Errorf("the grown volume has %s, want 2Gi", q.String())
+		}
+	})
+
+	for i, step := range moveSteps {
+		step := step
+		t.Run("killed before "+step, func(t *testing.T) {
+			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("k%d", i)}
+			dir, want := l.killedBefore(ctx, t, ref, step)
+			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+			}
+			l.checkOnLonghorn(ctx, t, ref, dir, want)
+		})
+	}
+
+	for i, step := range moveSteps {
+		step := step
+		t.Run("rolled back after a kill before "+step, func(t *testing.T) {
+			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("r%d", i)}
+			dir, want := l.killedBefore(ctx, t, ref, step)
+			r := l.kip(t, nil, moveArgs(ref, "--rollback")...)
+			if step == "start" {
+				// Committed: only forward.
+				if r.ExitCode != 1 || !strings.Contains(r.Stderr, "committed") || !strings.Contains(r.Stderr, "cannot be rolled back") {
+					t.Fatalf("--rollback after the commit: exit %d\n%s", r.ExitCode, r.Stderr)
+				}
+				if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+					t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+				}
+				l.checkOnLonghorn(ctx, t, ref, dir, want)
+				return
+			}
+			if r.ExitCode != 0 {
+				t.Fatalf("--rollback: exit %d\n%s", r.ExitCode, r.Stderr)
+			}
+			l.checkOnLocal(ctx, t, ref, dir, want)
+		})
+	}
+}
