@@ -32,7 +32,9 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 func TestMain(m *testing.M) {
 	os.Exit(e2e.Main(m, 10, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
-		{MemoryMiB: 4096, CPUs: 2, Modules: k3sModules},
+		// The nano host grows onto Longhorn at the end: it can load Longhorn's modules and has
+		// its own disk at /var/lib/longhorn.
+		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 20},
 		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 40},
 		{}, {}, {}, {},
 	}}))

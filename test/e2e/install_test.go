@@ -381,6 +381,7 @@ func TestInstallNano(t *testing.T) {
 	}
 
 	restartRecovery(ctx, t, s, home, h)
+	growOntoLonghorn(ctx, t, s, home, h, c)
 }
 
 // verificationFailures breaks what install's verification pods check, on the installed nano

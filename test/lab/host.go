@@ -514,6 +514,32 @@ func (h *Host) init() int {
 // can read or change a host's files there when the host cannot be reached over the network.
 func (h *Host) Path(path string) string { return filepath.Join(h.root(), path) }
 
+// Resize changes the RAM the host shows (MemTotal in its /proc/meminfo) to mib MiB, as resizing a
+// cloud server does, at once. Only a host sized with HostOptions.MemoryMiB has a meminfo to change.
+func (h *Host) Resize(mib int) error {
+	if h.MemoryMiB == 0 {
+		return fmt.Errorf("host %s shows this machine's memory: give it HostOptions.MemoryMiB to resize it", h.Name)
+	}
+	mi, err := meminfo(mib)
+	if err != nil {
+		return err
+	}
+	// Written in place: the host's /proc/meminfo is a bind mount of this very file.
+	f, err := os.OpenFile(h.Path(meminfoPath), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("resize host %s: %w", h.Name, err)
+	}
+	if _, err := f.WriteString(mi); err != nil {
+		f.Close()
+		return fmt.Errorf("resize host %s: %w", h.Name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("resize host %s: %w", h.Name, err)
+	}
+	h.MemoryMiB = mib
+	return nil
+}
+
 // Running reports whether the host is running (booting, up or shutting down).
 func (h *Host) Running() bool { return h.supervisor() != 0 }
 
