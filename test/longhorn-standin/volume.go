@@ -386,22 +386,17 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, run 
 	return err
 }
 
+// updateTickets changes a Longhorn VolumeAttachment's spec with change, again on a conflict.
 func (s *store) updateTickets(ctx context.Context, name string, change func(*lh.VolumeAttachment)) error {
-	api := s.lh.LonghornV1beta2().VolumeAttachments(namespace)
-	for {
-		va, err := api.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		change(va)
-		_, err = api.Update(ctx, va, metav1.UpdateOptions{})
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-	}
+	return s.updateAttachment(ctx, name, change, false)
 }
 
+// updateTicketStatus changes its status.
 func (s *store) updateTicketStatus(ctx context.Context, name string, change func(*lh.VolumeAttachment)) error {
+	return s.updateAttachment(ctx, name, change, true)
+}
+
+func (s *store) updateAttachment(ctx context.Context, name string, change func(*lh.VolumeAttachment), status bool) error {
 	api := s.lh.LonghornV1beta2().VolumeAttachments(namespace)
 	for {
 		va, err := api.Get(ctx, name, metav1.GetOptions{})
@@ -409,7 +404,11 @@ func (s *store) updateTicketStatus(ctx context.Context, name string, change func
 			return err
 		}
 		change(va)
-		_, err = api.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		if status {
+			_, err = api.UpdateStatus(ctx, va, metav1.UpdateOptions{})
+		} else {
+			_, err = api.Update(ctx, va, metav1.UpdateOptions{})
+		}
 		if !apierrors.IsConflict(err) {
 			return err
 		}
