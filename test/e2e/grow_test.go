@@ -16,8 +16,10 @@ import (
 	"kipper.run/kip/test/lab"
 )
 
-// growSteps are kip cluster storage longhorn's steps, in order.
-var growSteps = []string{"host-packages", "host-modules", "host-hardening", "component-longhorn", "longhorn-settings", "cluster-record"}
+// growSteps are kip cluster storage longhorn's steps that apply a change, in order. Its step
+// longhorn-settings only checks: the Longhorn component's step applies the pinned settings, so
+// it finds them in place and is never applied.
+var growSteps = []string{"host-packages", "host-modules", "host-hardening", "component-longhorn", "cluster-record"}
 
 // growOntoLonghorn grows the installed nano cluster on h onto Longhorn as the spec tells an
 // operator to: refused at 4 GiB, naming the resize; the server resized to 8 GiB; kip cluster
