@@ -29,9 +29,10 @@ mover-image-pin:
 # FAULT_TEST_PKGS are the packages with tests built only with -tags kipfault.
 FAULT_TEST_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test 2>/dev/null))))
 
-## test: install test dependencies, build the test environment, lint, run every test tier, then the packages with fault-injection tests (-tags kipfault) again
+## test: install test dependencies, build the test environment, lint, run every test tier, then the lab's own tests (after the end-to-end tests, whose lab they would otherwise wait for), then the packages with fault-injection tests (-tags kipfault) again
 test: test-deps testenv lint
-	$(GO) test $(TESTFLAGS) ./...
+	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v '^kipper.run/kip/test/lab$$')
+	$(GO) test $(TESTFLAGS) ./test/lab
 	$(if $(FAULT_TEST_PKGS),$(GO) test $(TESTFLAGS) -tags kipfault $(FAULT_TEST_PKGS))
 
 ## test-deps: install the Debian packages the tests use (sshd, sudo, busybox-static for the lab's images, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
