@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,7 +139,11 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 	}
 	if err := pl.run(ctx, longhornWorkflow, steps, func(r *cluster.Record) {
 		r.Storage = cluster.StorageLonghorn
-		r.Versions = recordedVersions(r.Versions, comps)
+		r.Versions = maps.Clone(r.Versions)
+		if r.Versions == nil {
+			r.Versions = map[string]string{}
+		}
+		r.Versions[lh.Name] = lh.Version
 	}); err != nil {
 		return err
 	}
@@ -150,30 +155,11 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 // longhornComponents renders the cluster's components with Longhorn storage and its backup mode
 // kept (a cluster without backups stays without).
 func (pl *platform) longhornComponents(ctx context.Context) ([]components.Component, error) {
-	rec := pl.rec
-	rec.Storage = cluster.StorageLonghorn
-	saved := pl.rec
-	pl.rec = rec
-	defer func() { pl.rec = saved }()
-	p, err := cluster.ProfileNamed(rec.Profile)
+	p, err := cluster.ProfileNamed(pl.rec.Profile)
 	if err != nil {
 		return nil, err
 	}
-	return pl.components(ctx, p, rec.Monitoring)
-}
-
-// recordedVersions is versions with the components' own.
-func recordedVersions(versions map[string]string, comps []components.Component) map[string]string {
-	out := map[string]string{}
-	for k, v := range versions {
-		out[k] = v
-	}
-	for _, c := range comps {
-		if c.Name == "longhorn" {
-			out[c.Name] = c.Version
-		}
-	}
-	return out
+	return pl.components(ctx, p, pl.rec.Monitoring, cluster.StorageLonghorn)
 }
 
 // checkLonghorn refuses, naming the fix, a host or cluster that cannot take Longhorn (spec 000,

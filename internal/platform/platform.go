@@ -91,8 +91,9 @@ func loadPlatform(ctx context.Context, o Options) (*platform, error) {
 	return &platform{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned}, nil
 }
 
-// components renders the cluster's components as its record describes them, with monitoring mon.
-func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon cluster.Monitoring) ([]components.Component, error) {
+// components renders the cluster's components as its record describes them, with profile,
+// monitoring mon and storage.
+func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon cluster.Monitoring, storage string) ([]components.Component, error) {
 	if !pl.dexRead {
 		dex, err := components.ReadDexConfig(ctx, pl.cl)
 		if err != nil {
@@ -104,7 +105,7 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 	if err != nil {
 		return nil, err
 	}
-	o.Sizing.Profile, o.Monitoring, o.ExistingDexConfig = profile, mon, pl.dex
+	o.Sizing.Profile, o.Sizing.Storage, o.Monitoring, o.ExistingDexConfig = profile, storage, mon, pl.dex
 	return components.Render(o)
 }
 
@@ -167,7 +168,7 @@ func SetMonitoring(ctx context.Context, o *MonitoringOptions) error {
 		}
 	}
 	// The cluster as it will be: the component turned on, or Grafana's data sources without it.
-	comps, err := pl.components(ctx, profile, mon)
+	comps, err := pl.components(ctx, profile, mon, pl.rec.Storage)
 	if err != nil {
 		return err
 	}
@@ -227,7 +228,7 @@ func errCancelled(ok bool) error {
 // componentObjects returns the objects component has while it is on, to delete them.
 func (pl *platform) componentObjects(ctx context.Context, profile cluster.Profile, component string) ([]*unstructured.Unstructured, error) {
 	all := cluster.Monitoring{Prometheus: true, Loki: true}
-	comps, err := pl.components(ctx, profile, all)
+	comps, err := pl.components(ctx, profile, all, pl.rec.Storage)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +389,7 @@ func SetProfile(ctx context.Context, o *ProfileOptions) error {
 		sizing.Profile.RegistrySize = was.RegistrySize
 		pl.p.Info("The registry's volume stays at " + was.RegistrySize + ": local storage volumes cannot be resized")
 	}
-	comps, err := pl.components(ctx, sizing.Profile, pl.rec.Monitoring)
+	comps, err := pl.components(ctx, sizing.Profile, pl.rec.Monitoring, pl.rec.Storage)
 	if err != nil {
 		return err
 	}

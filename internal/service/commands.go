@@ -115,14 +115,14 @@ func Update(ctx context.Context, o *UpdateOptions) error {
 	res := map[string]any{}
 	var changes []string
 	if o.CPU != "" {
-		if err := checkRequest("--cpu", o.CPU, s.Resources.CPULimit, "CPU"); err != nil {
+		if err := checkRequest("--cpu", o.CPU, "405m", s.Resources.CPULimit, "CPU"); err != nil {
 			return err
 		}
 		res["cpuRequest"] = o.CPU
 		changes = append(changes, fmt.Sprintf("CPU request %s → %s", orUnset(s.Resources.CPURequest), o.CPU))
 	}
 	if o.Memory != "" {
-		if err := checkRequest("--memory", o.Memory, s.Resources.MemoryLimit, "memory"); err != nil {
+		if err := checkRequest("--memory", o.Memory, "512Mi", s.Resources.MemoryLimit, "memory"); err != nil {
 			return err
 		}
 		res["memoryRequest"] = o.Memory
@@ -154,10 +154,12 @@ func Update(ctx context.Context, o *UpdateOptions) error {
 	return nil
 }
 
-func checkRequest(flag, value, limit, what string) error {
+// checkRequest refuses a request that is not a positive quantity (example shows one) or that
+// exceeds the service's limit.
+func checkRequest(flag, value, example, limit, what string) error {
 	q, err := resource.ParseQuantity(value)
 	if err != nil || q.Sign() <= 0 {
-		return cli.Usagef("%s %q is not a quantity such as %s", flag, value, map[bool]string{true: "405m", false: "512Mi"}[what == "CPU"])
+		return cli.Usagef("%s %q is not a quantity such as %s", flag, value, example)
 	}
 	if limit == "" {
 		return nil

@@ -65,10 +65,6 @@ func hostKeyFix(forget string) string {
 		" ; kip then trusts the new key when it next connects, and says so"
 }
 
-// MoveWorkflowPrefix starts the progress record name of a service's move onto Longhorn, and of
-// its rollback.
-const MoveWorkflowPrefix = move.WorkflowPrefix
-
 // OutOfServiceTaint is the taint kip node fence puts on a fenced node.
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
@@ -359,7 +355,7 @@ func operation(p workflow.Progress) Operation {
 		Workflow: p.Workflow, Kind: KindOperation, Status: string(p.Status), Step: p.Step, Error: p.Error,
 		StartedBy: p.StartedBy, StartedAt: p.StartedAt, UpdatedAt: p.UpdatedAt,
 	}
-	if strings.HasPrefix(p.Workflow, MoveWorkflowPrefix) {
+	if strings.HasPrefix(p.Workflow, move.WorkflowPrefix) {
 		op.Kind = KindMoveToLonghorn
 	}
 	// StartedBy is the holder text: "kip node add 203.0.113.11 by alice@laptop, pid 4242".

@@ -143,7 +143,7 @@ func (s *Standin) project(ctx context.Context, p *unstructured.Unstructured) err
 		status["phase"] = "Deleting"
 	}
 	status["conditions"] = []any{cond}
-	if old, _, _ := unstructured.NestedMap(p.Object, "status"); !equalJSON(old, status) {
+	if old, _, _ := unstructured.NestedMap(p.Object, "status"); !reflect.DeepEqual(old, status) {
 		p.Object["status"] = status
 		if _, err := s.Dynamic.Resource(service.ProjectsGVR).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("update the status of project %s: %w", p.GetName(), err)
@@ -213,7 +213,7 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	}
 	phase := phaseOf(*want.Spec.Replicas, live, pods)
 	status := map[string]any{"phase": phase, "observedGeneration": u.GetGeneration()}
-	if old, _, _ := unstructured.NestedMap(u.Object, "status"); equalJSON(old, status) {
+	if old, _, _ := unstructured.NestedMap(u.Object, "status"); reflect.DeepEqual(old, status) {
 		return nil
 	}
 	u.Object["status"] = status
@@ -348,9 +348,6 @@ func toAny(ss []string) []any {
 	}
 	return out
 }
-
-// equalJSON compares a decoded status with one built here (strings, int64s, []any, maps).
-func equalJSON(a, b map[string]any) bool { return reflect.DeepEqual(a, b) }
 
 func ignoreNotFound(err error) error {
 	if apierrors.IsNotFound(err) {

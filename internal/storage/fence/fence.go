@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,12 +63,9 @@ params.data.info + ' shows it)'`
 
 const namespacesCheck = `!has(oldObject.metadata.labels) || !oldObject.metadata.labels.exists(k, k.startsWith('` + namespaceLabelPrefix + `'))`
 
-const namespacesMessage = `'namespace ' + oldObject.metadata.name + ' cannot be deleted while kip moves the data of ' +
-oldObject.metadata.labels.filter(k, k.startsWith('` + namespaceLabelPrefix + `')).map(k, 'service ' + k.substring(` + namespaceLabelLen + `)).join(', ') +
+var namespacesMessage = `'namespace ' + oldObject.metadata.name + ' cannot be deleted while kip moves the data of ' +
+oldObject.metadata.labels.filter(k, k.startsWith('` + namespaceLabelPrefix + `')).map(k, 'service ' + k.substring(` + strconv.Itoa(len(namespaceLabelPrefix)) + `)).join(', ') +
 ' to Longhorn; it can be once the move finishes or is rolled back'`
-
-// namespaceLabelLen is len(namespaceLabelPrefix), for the policy's message.
-const namespaceLabelLen = "24"
 
 // NamespaceLabel is the label a namespace carries while service's move is unfinished.
 func NamespaceLabel(service string) string { return namespaceLabelPrefix + service }

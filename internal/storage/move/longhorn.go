@@ -14,23 +14,20 @@ import (
 	"kipper.run/kip/internal/storage"
 )
 
-// LonghornNamespace is where Longhorn keeps its objects.
-const LonghornNamespace = storage.LonghornNamespace
-
 // detachPending says what keeps a Longhorn volume from being really detached: Longhorn's own
 // state, an attachment ticket of any kind (a backup or snapshot controller keeps a volume
 // attached after the CSI attacher let go), or the Kubernetes VolumeAttachment of its PV. ""
 // means detached: the next mount is a fresh one (research: longhorn-velero.md §1).
 func detachPending(ctx context.Context, cl *kube.Clients, pv, volume string) (string, error) {
 	lh := cl.Longhorn.LonghornV1beta2()
-	v, err := lh.Volumes(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
+	v, err := lh.Volumes(storage.LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("read Longhorn volume %s: %w", volume, err)
 	}
 	if v.Status.State != longhornv1beta2.VolumeStateDetached {
 		return fmt.Sprintf("Longhorn volume %s is %s", volume, orUnknown(string(v.Status.State))), nil
 	}
-	va, err := lh.VolumeAttachments(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
+	va, err := lh.VolumeAttachments(storage.LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("read Longhorn volume attachment %s: %w", volume, err)
 	}
@@ -56,7 +53,7 @@ func detachPending(ctx context.Context, cl *kube.Clients, pv, volume string) (st
 
 // workloads are the pods Longhorn saw using a volume (status.kubernetesStatus.workloadsStatus).
 func workloads(ctx context.Context, cl *kube.Clients, volume string) ([]string, error) {
-	v, err := cl.Longhorn.LonghornV1beta2().Volumes(LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
+	v, err := cl.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace).Get(ctx, volume, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read Longhorn volume %s: %w", volume, err)
 	}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -34,10 +35,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/fence"
 	"kipper.run/kip/internal/storage/mover"
 	"kipper.run/kip/internal/storage/moverpod"
@@ -336,7 +339,7 @@ func (m *mv) createVolume(ctx context.Context) error {
 			},
 		}
 		// The copy's claim and volume are left out of backups: restoring one must never start a copy.
-		excludeFromBackups(c)
+		backup.ExcludeFromBackups(c)
 		if _, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace).Create(ctx, c, metav1.CreateOptions{FieldManager: kube.FieldManager}); err != nil {
 			return fmt.Errorf("create claim %s/%s: %w", m.in.Namespace, m.in.NewClaim, err)
 		}
@@ -365,7 +368,7 @@ func (m *mv) waitSize(ctx context.Context) error {
 
 // labelVolume leaves the new volume out of backups too.
 func (m *mv) labelVolume(ctx context.Context) error {
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true",%q:%q}}}`, backupExclude, MoveLabel, m.in.Service)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true",%q:%q}}}`, velerov1.ExcludeFromBackupLabel, MoveLabel, m.in.Service)
 	_, err := m.cl.Kube.CoreV1().PersistentVolumes().Patch(ctx, m.in.NewVolume, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
 	if err != nil {
 		return fmt.Errorf("label volume %s: %w", m.in.NewVolume, err)
@@ -488,7 +491,7 @@ func (m *mv) grow(ctx context.Context) error {
 	if planned > m.in.Size {
 		return m.outOfRoomAgain("the volume has " + gibText(planned))
 	}
-	grown := growTo(m.in.Size, m.in.Data.Bytes)
+	grown := storage.GrownSize(m.in.Size, m.in.Data.Bytes)
 	m.report.Warn(fmt.Sprintf("The copy ran out of room on %s: growing the volume once, to %s", gibText(planned), gibText(grown)))
 	if err := m.annotateNewClaim(ctx, SizeAnnotation, fmt.Sprint(grown)); err != nil {
 		return err
@@ -784,7 +787,7 @@ func (m *mv) commit(ctx context.Context) error {
 	// 6. The new volume is again what its class makes it (Delete on Longhorn's), and the old one
 	// keeps its data, labelled for kip cluster storage prune.
 	if err := m.patchPV(ctx, m.in.NewVolume, map[string]any{"spec": map[string]any{"persistentVolumeReclaimPolicy": reclaim},
-		"metadata": map[string]any{"labels": map[string]any{backupExclude: nil, MoveLabel: nil}, "annotations": map[string]any{ReclaimAnnotation: nil}}}); err != nil {
+		"metadata": map[string]any{"labels": map[string]any{velerov1.ExcludeFromBackupLabel: nil, MoveLabel: nil}, "annotations": map[string]any{ReclaimAnnotation: nil}}}); err != nil {
 		return err
 	}
 	// 7. The dump volume is recreated empty on Longhorn when the service starts.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,12 +24,6 @@ import (
 	"kipper.run/kip/internal/storage/moverpod"
 	"kipper.run/kip/internal/workflow"
 )
-
-const backupExclude = velerov1.ExcludeFromBackupLabel
-
-func excludeFromBackups(obj metav1.Object) { backup.ExcludeFromBackups(obj) }
-
-func growTo(planned, data int64) int64 { return storage.GrownSize(planned, data) }
 
 func (o *Options) now() time.Time {
 	if o.Now != nil {
