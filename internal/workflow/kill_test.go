@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,6 +65,9 @@ func helperProcess(kubeconfig string) error {
 	ns := os.Getenv(helperNamespace)
 	if err := newRunner(client, dyn, ns, kube.HolderText("kip demo"), os.Stderr).Run(context.Background(), newDemo(client, ns).workflow()); err != nil {
 		return err
+	}
+	if os.Getenv(workflow.FaultEnv) == "" {
+		return nil // a paused run goes on to the end
 	}
 	return fmt.Errorf("the run ended without reaching %s", os.Getenv(workflow.FaultEnv))
 }
@@ -181,4 +186,68 @@ func runUntilKilled(t *testing.T, env *testenv.Env, ns, point string) int {
 		t.Fatalf("helper was killed, but not at %s:\n%s", point, output.String())
 	}
 	return cmd.Process.Pid
+}
+
+// TestPausedRunWaits pauses a run before a step: the step's intent is recorded and nothing of it
+// is done for as long as the pause file stays, however long the test takes, and the run ends as
+// an uninterrupted one once the file is removed.
+func TestPausedRunWaits(t *testing.T) {
+	env := testenv.Get(t)
+	client, dyn := clients(t, env.Config)
+	ns := env.Namespace(t)
+	file := filepath.Join(t.TempDir(), "paused")
+	cmd := exec.CommandContext(t.Context(), os.Args[0])
+	cmd.Env = append(os.Environ(), helperKubeconfig+"="+env.KubeconfigPath, helperNamespace+"="+ns,
+		workflow.PauseEnv+"=before:scale-app", workflow.PauseFileEnv+"="+file)
+	var output bytes.Buffer // read only once the process ended
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := waitForFile(file, done); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v:\n%s", err, output.String())
+	}
+	if pid, err := os.ReadFile(file); err != nil || string(pid) != strconv.Itoa(cmd.Process.Pid) {
+		t.Errorf("pause file holds %q (%v), want the pid %d", pid, err, cmd.Process.Pid)
+	}
+	// Paused: the step's intent is recorded and the step has not run.
+	p, _ := progress(t, dyn, ns)
+	if p.Status != workflow.StatusApplying || p.Step != "scale-app" {
+		t.Errorf("progress while paused = %+v, want applying scale-app", p)
+	}
+	if got := state(t, client, ns)["app"]["replicas"]; got != "1" {
+		t.Errorf("replicas while paused = %q, want 1", got)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the run after the pause: %v\n%s", err, output.String())
+	}
+	if !strings.Contains(output.String(), "kipfault: paused at before:scale-app (step scale-app) until "+file+" is removed") {
+		t.Errorf("paused run printed:\n%s", output.String())
+	}
+	assertFinished(t, client, dyn, ns, finalState)
+}
+
+// waitForFile waits until file exists; it fails when the process ends first (done) or has not
+// paused within a minute.
+func waitForFile(file string, done <-chan error) error {
+	deadline := time.After(time.Minute)
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("the run ended (%v) before it paused", err)
+		case <-deadline:
+			return errors.New("the run did not pause within a minute")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

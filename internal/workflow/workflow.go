@@ -19,8 +19,12 @@
 //     step's check comes next, or, after the last step, the finished record is written and the
 //     lock is still held.
 //
+// PauseEnv (KIP_FAULT_PAUSE) names a point the same way at which the binary pauses instead: it
+// creates the file PauseFileEnv (KIP_FAULT_PAUSE_FILE) names and goes on once that file is
+// removed, so that a test can change the world at exactly that point of a run.
+//
 // Host workflows (no progress record) have the same points. Without the tag, or without the
-// variable, the points do nothing; kip as shipped is built without the tag.
+// variables, the points do nothing; kip as shipped is built without the tag.
 package workflow
 
 import (
@@ -43,6 +47,14 @@ import (
 // FaultEnv is the environment variable naming the fault point at which a binary built with
 // -tags kipfault kills itself (see the package documentation).
 const FaultEnv = "KIP_FAULT_KILL"
+
+// PauseEnv names the fault point at which a binary built with -tags kipfault pauses, and
+// PauseFileEnv the file it creates there and waits to see removed (see the package
+// documentation).
+const (
+	PauseEnv     = "KIP_FAULT_PAUSE"
+	PauseFileEnv = "KIP_FAULT_PAUSE_FILE"
+)
 
 // Step is one named piece of a workflow.
 type Step struct {

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/need"
 	"kipper.run/kip/test/testenv"
@@ -267,6 +268,27 @@ func (p *Process) Exited() bool {
 
 // Kill kills kip outright, as a lost laptop would.
 func (p *Process) Kill() error { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
+
+// Paused starts kip with env and args, paused (workflow.PauseEnv) at point, and returns once kip
+// waits there; the test removes the returned file to let it go on, then Waits for it.
+func (s *Suite) Paused(t testing.TB, home string, env []string, point string, args ...string) (*Process, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "paused")
+	p := s.StartEnv(t, home, append(env[:len(env):len(env)], workflow.PauseEnv+"="+point, workflow.PauseFileEnv+"="+file), args...)
+	deadline := time.After(30 * time.Minute)
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return p, file
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("kip ended before it paused at %s:\n%s", point, p.stderr.String())
+		case <-deadline:
+			t.Fatalf("kip did not pause at %s within 30 minutes:\n%s", point, p.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
 // Wait waits for kip to end and returns its output and exit code.
 func (p *Process) Wait(t testing.TB, timeout time.Duration) Result {

@@ -155,7 +155,34 @@ func (l *moveLab) service(ctx context.Context, t *testing.T, ref service.Ref, st
 // kip runs kip against the lab's cluster with env added.
 func (l *moveLab) kip(t *testing.T, env []string, args ...string) e2e.Result {
 	t.Helper()
-	return l.s.KipEnv(t, l.home, env, append([]string{"--kubeconfig", l.kubeconfig, "--yes"}, args...)...)
+	return l.s.KipEnv(t, l.home, env, l.args(args)...)
+}
+
+func (l *moveLab) args(args []string) []string {
+	return append([]string{"--kubeconfig", l.kubeconfig, "--yes"}, args...)
+}
+
+// tamperCopy adds a file to the move's Longhorn volume from outside, as a pod that got past the
+// fence would: the volume is detached, and its image is mounted here on a loop device the test
+// owns.
+func (l *moveLab) tamperCopy(ctx context.Context, t *testing.T, ref service.Ref) {
+	t.Helper()
+	pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "kip-move-"+ref.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitVolumeDetached(ctx, t, l.c, pvc.Spec.VolumeName)
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "loop", standin.Image(l.h, pvc.Spec.VolumeName), dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount the move's Longhorn volume: %v\n%s", err, out)
+	}
+	werr := os.WriteFile(filepath.Join(dir, "tampered"), []byte("not the original's\n"), 0o644)
+	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
 }
 
 func moveArgs(ref service.Ref, extra ...string) []string {
@@ -323,8 +350,9 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // real ext4 volumes, through the real CSI sidecars and kubelet) with the real kip: a Postgres-like
 // service of 20,000 small files and every kind of entry; one service killed before each step and
 // run again to the end; one killed before each step up to the commit and rolled back; the
-// rollback refused after the commit; and a service whose files outgrow the planned volume (its
-// inodes run out), grown once.
+// rollback refused after the commit; a service whose files outgrow the planned volume (its
+// inodes run out), grown once; a kept copy changed while kip was away, copied again; and a
+// comparison that fails, leaving the service stopped on its local data until it is rolled back.
 func TestMoveToLonghorn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
@@ -375,6 +403,66 @@ func TestMoveToLonghorn(t *testing.T) {
 		if q := pvc.Status.Capacity[corev1.ResourceStorage]; q.Value() != 2<<30 {
 			t.Errorf("the grown volume has %s, want 2Gi", q.String())
 		}
+	})
+
+	t.Run("a kept copy that no longer matches is copied again", func(t *testing.T) {
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "changed"}
+		dir, want := l.killedBefore(ctx, t, ref, "verify")
+		l.tamperCopy(ctx, t, ref)
+		r := l.kip(t, nil, moveArgs(ref)...)
+		if r.ExitCode != 0 {
+			t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		for _, s := range []string{"The copy kept from an earlier run no longer matches the original", "tampered: not in the original", "copying again"} {
+			if !strings.Contains(r.Stderr, s) {
+				t.Errorf("kip's output lacks %q", s)
+			}
+		}
+		l.checkOnLonghorn(ctx, t, ref, dir, want)
+	})
+
+	t.Run("a failed comparison leaves the service stopped on its local data", func(t *testing.T) {
+		// kip pauses before the verify of the copy it made in this run, the copy is changed, and
+		// the comparison that follows is the one that fails.
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "differs"}
+		dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
+		want := movertest.Describe(t, dir)
+		p, paused := l.s.Paused(t, l.home, nil, "before:verify", l.args(moveArgs(ref))...)
+		l.tamperCopy(ctx, t, ref)
+		if err := os.Remove(paused); err != nil {
+			t.Fatal(err)
+		}
+		r := p.Wait(t, 10*time.Minute)
+		if r.ExitCode != 1 {
+			t.Fatalf("the move with a copy that differs: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		cmd := "'kip service storage longhorn differs --project shop --environment staging"
+		for _, s := range []string{"the copy does not match the original: 1 difference: tampered: not in the original (regular file in the copy)",
+			"service differs stays stopped with its local data untouched: " + cmd + "' copies again, " + cmd + " --rollback' returns it to its local volume"} {
+			if !strings.Contains(r.Stderr, s) {
+				t.Errorf("kip's output lacks %q", s)
+			}
+		}
+		if strings.Contains(r.Stderr, "copying again") {
+			t.Errorf("kip copied again after a comparison of this run's copy failed:\n%s", r.Stderr)
+		}
+		svc, err := service.Get(ctx, l.c.Dynamic, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !svc.Stopped || svc.Phase != service.PhaseStopped || svc.Move == "" {
+			t.Errorf("after the failed comparison: stopped %v, phase %s, move %q; want stopped under the move", svc.Stopped, svc.Phase, svc.Move)
+		}
+		if got := movertest.Describe(t, dir); got != want {
+			t.Errorf("the local data changed:\n--- before\n%s\n--- after\n%s", want, got)
+		}
+		if r := l.kip(t, nil, "service", "start", ref.Name, "--project", ref.Project, "--environment", ref.Environment); r.ExitCode == 0 {
+			t.Errorf("kip service start during the unfinished move succeeded:\n%s", r.Stderr)
+		}
+		if r := l.kip(t, nil, moveArgs(ref, "--rollback")...); r.ExitCode != 0 {
+			t.Fatalf("--rollback: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		l.checkOnLocal(ctx, t, ref, dir, want)
 	})
 
 	for i, step := range moveSteps {

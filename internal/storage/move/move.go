@@ -451,8 +451,7 @@ func (m *mv) copy(ctx context.Context) error {
 	case mover.OutOfSpace:
 		return m.outOfRoomAgain(rep.Error)
 	default:
-		return fmt.Errorf("the copy failed: %s; service %s stays stopped with its local data untouched: run the command again to copy again, or roll back with --rollback",
-			reportText(rep), m.in.Service)
+		return m.stoppedHere("the copy failed: " + reportText(rep))
 	}
 	mark, err := m.fenceMark(ctx)
 	if err != nil {
@@ -508,6 +507,14 @@ func (m *mv) grow(ctx context.Context) error {
 		return fmt.Errorf("grow claim %s/%s: %w", m.in.Namespace, m.in.NewClaim, err)
 	}
 	return m.waitSize(ctx)
+}
+
+// stoppedHere ends a run whose copy failed: the service stays stopped, its local data as it was,
+// and the error names the two commands that go on from here.
+func (m *mv) stoppedHere(what string) error {
+	cmd := "kip service storage longhorn " + m.o.Flags()
+	return fmt.Errorf("%s; service %s stays stopped with its local data untouched: '%s' copies again, '%s --rollback' returns it to its local volume",
+		what, m.in.Service, cmd, cmd)
 }
 
 func (m *mv) outOfRoomAgain(why string) error {
@@ -655,8 +662,7 @@ func (m *mv) verify(ctx context.Context) error {
 		if err := m.clearCopied(ctx); err != nil {
 			return err
 		}
-		return fmt.Errorf("the copy does not match the original: %s; service %s stays stopped with its local data untouched: run the command again to copy again, or roll back with --rollback",
-			reportText(rep), m.in.Service)
+		return m.stoppedHere("the copy does not match the original: " + reportText(rep))
 	}
 	if err := m.deletePod(ctx, verifyPod(m.in.Service)); err != nil {
 		return err
@@ -669,7 +675,9 @@ func (m *mv) verify(ctx context.Context) error {
 // differences.
 func reportText(r *mover.Report) string {
 	var parts []string
-	parts = append(parts, string(r.Result))
+	if r.Result != mover.Differ {
+		parts = append(parts, string(r.Result))
+	}
 	if r.Error != "" {
 		parts = append(parts, r.Error)
 	}
@@ -678,7 +686,14 @@ func reportText(r *mover.Report) string {
 		for _, d := range r.Differences {
 			diffs = append(diffs, d.String())
 		}
-		parts = append(parts, fmt.Sprintf("%d differences: %s", r.DifferenceCount, strings.Join(diffs, "; ")))
+		if n := r.DifferenceCount - int64(len(r.Differences)); n > 0 {
+			diffs = append(diffs, fmt.Sprintf("and %d more", n))
+		}
+		noun := "differences"
+		if r.DifferenceCount == 1 {
+			noun = "difference"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s: %s", r.DifferenceCount, noun, strings.Join(diffs, "; ")))
 	}
 	return strings.Join(parts, ": ")
 }
