@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/platform"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage/prune"
 )
 
 func newClusterCmd(f *cli.Factory) *cobra.Command {
@@ -16,7 +22,7 @@ func newClusterCmd(f *cli.Factory) *cobra.Command {
 	}
 	storage := &cobra.Command{
 		Use:   "storage",
-		Short: "Switch the cluster's storage to Longhorn",
+		Short: "Switch the cluster's storage to Longhorn, and prune the local copies moves kept",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
@@ -47,7 +53,79 @@ again and it continues.`,
 			return platform.SwitchToLonghorn(cmd.Context(), o)
 		},
 	}
-	storage.AddCommand(longhorn)
+	storage.AddCommand(longhorn, newPruneCmd(f))
 	cmd.AddCommand(storage)
 	return cmd
+}
+
+func newPruneCmd(f *cli.Factory) *cobra.Command {
+	o := &prune.Options{}
+	cmd := &cobra.Command{
+		Use:   "prune [NAME --project P [--environment E]]",
+		Short: "Delete the local copies that moves to Longhorn kept, once nothing needs them",
+		Long: `Delete the local copies that moves to Longhorn kept on the server. kip lists the copies, asks once,
+and deletes a copy only when all of these hold, checking each again right before it deletes it:
+
+  - its service still has its data on the Longhorn volume the move verified, and the move finished;
+  - the service's pod uses that volume and has been Ready for at least an hour (the hour starts
+    again when the pod becomes Ready after a crash);
+  - a completed backup made after the move holds the service's data from Longhorn, or a day has
+    passed since the move (a Postgres or MySQL service with consistent backups always waits the day);
+  - no change of that volume's copy count is under way.
+
+A copy whose service and data claim are both gone is deleted without these checks, and listed
+apart. A copy is kept when its service lost or replaced that volume: it may hold the only original
+data. Deleting a copy cannot be undone. Interrupted, the next prune finishes the copy it was
+deleting. 'kip status' shows each kept copy and why it is kept. See docs/prune.md.`,
+		Example: "  kip cluster storage prune\n" +
+			"  kip cluster storage prune --now\n" +
+			"  kip cluster storage prune db --project shop --delete-unproven",
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.Name = args[0]
+			}
+			if err := o.Validate(); err != nil {
+				return cli.Usagef("%v", err)
+			}
+			if err := f.Prompter().CanConfirm(); err != nil {
+				return err
+			}
+			server, dial, err := hostDialer(f)
+			if err != nil {
+				return err
+			}
+			o.Kube, o.Printer, o.Prompter, o.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
+			o.Holder, o.KipVersion = f.CommandLine(), buildinfo.Version
+			o.Server = server
+			o.Remove = func(ctx context.Context, host, dir string) error { return removeDir(ctx, dial, host, dir) }
+			return prune.Run(cmd.Context(), o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Project, "project", "", "the named service's project")
+	fl.StringVar(&o.Environment, "environment", "", "the named service's environment, when the project has it in several")
+	fl.BoolVar(&o.Now, "now", false, "do not wait for a backup made after the move or a day: the health check still applies")
+	fl.BoolVar(&o.Unproven, "delete-unproven", false, "for the named service only: waive the check that its pod has been Ready on Longhorn for an hour")
+	return cmd
+}
+
+// removeDir deletes dir on host over SSH, and checks that it is gone.
+func removeDir(ctx context.Context, dial func(ctx context.Context, host string) (*sshx.Client, error), host, dir string) error {
+	c, err := dial(ctx, host)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Output(ctx, sshx.Command("rm", "-rf", "--", dir)); err != nil {
+		return err
+	}
+	res, err := c.Run(ctx, sshx.Command("test", "!", "-e", dir))
+	if err != nil {
+		return err
+	}
+	if res.ExitStatus != 0 {
+		return fmt.Errorf("%s is still there after rm -rf", dir)
+	}
+	return nil
 }

@@ -158,10 +158,10 @@ func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup,
 		if !holdsAll(b, namespaces) {
 			continue
 		}
-		if newest == nil || started(b).After(started(newest)) {
+		if newest == nil || Started(b).After(Started(newest)) {
 			newest = b
 		}
-		if s.Verdict(b, need...).State == StateCompleted && (newestCompleted == nil || started(b).After(started(newestCompleted))) {
+		if s.Verdict(b, need...).State == StateCompleted && (newestCompleted == nil || Started(b).After(Started(newestCompleted))) {
 			newestCompleted = b
 		}
 	}
@@ -174,8 +174,8 @@ func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup,
 	return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), s.Verdict(newest, need...).Err(newest.Name))
 }
 
-// started is when Velero started b, or when it was created before it started.
-func started(b *velerov1.Backup) time.Time {
+// Started is when Velero started b, or when it was created before it started.
+func Started(b *velerov1.Backup) time.Time {
 	if b.Status.StartTimestamp != nil {
 		return b.Status.StartTimestamp.Time
 	}

@@ -98,7 +98,7 @@ func List(ctx context.Context, o *ListOptions) error {
 	}
 	out := []Summary{}
 	backups := slices.Clone(s.Backups)
-	sort.SliceStable(backups, func(i, j int) bool { return started(&backups[i]).After(started(&backups[j])) })
+	sort.SliceStable(backups, func(i, j int) bool { return Started(&backups[i]).After(Started(&backups[j])) })
 	for i := range backups {
 		b := &backups[i]
 		if o.Project != "" && b.Labels[ProjectLabel] != o.Project && !slices.ContainsFunc(projectNS, func(ns string) bool { return holds(b, ns) }) {

@@ -28,6 +28,9 @@ const (
 const (
 	RancherDir  = "/var/lib/rancher"
 	LonghornDir = "/var/lib/longhorn"
+	// LocalStorageDir is where the local-path provisioner keeps local volumes, one directory each,
+	// named <pv>_<namespace>_<claim>.
+	LocalStorageDir = "/var/lib/rancher/k3s/storage"
 )
 
 // LonghornOneCopyClass is the StorageClass of a service's data on Longhorn with one copy (data

@@ -68,7 +68,9 @@ var dumpTypes = []string{"postgres", "mysql"}
 
 // Ref names a service: its project, environment and name.
 type Ref struct {
-	Project, Environment, Name string
+	Project     string `json:"project"`
+	Environment string `json:"environment"`
+	Name        string `json:"name"`
 }
 
 // Namespace is the environment's namespace.

@@ -144,7 +144,7 @@ func (f *fixture) updateNodeStatus(tb testing.TB, name string, mutate func(*core
 // localPV creates a local-path volume on the server, bound to namespace/claim.
 func (f *fixture) localPV(tb testing.TB, name, namespace, claim, size string) {
 	tb.Helper()
-	if err := f.createLocalPV(LocalStorageDir, srvNode, name, namespace, claim, size); err != nil {
+	if err := f.createLocalPV(cluster.LocalStorageDir, srvNode, name, namespace, claim, size); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -587,7 +587,7 @@ func (f *fixture) addNamespaces(tb testing.TB, n int) {
 				errs <- err
 				return
 			}
-			if err := f.createLocalPV(LocalStorageDir, benchNode, "pvc-bench-"+name, name, "data", "1Gi"); err != nil {
+			if err := f.createLocalPV(cluster.LocalStorageDir, benchNode, "pvc-bench-"+name, name, "data", "1Gi"); err != nil {
 				errs <- err
 			}
 		}()

@@ -335,9 +335,9 @@ func TestDiskLevel(t *testing.T) {
 		}
 	}
 	c := checkHostDisk("srv", map[string]sshx.Disk{
-		cluster.RancherDir: {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
-		LocalStorageDir:    {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
-	}, []string{cluster.RancherDir, LocalStorageDir})
+		cluster.RancherDir:      {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
+		cluster.LocalStorageDir: {Mount: "/", TotalBytes: 100 * gib, FreeBytes: 9 * gib},
+	}, []string{cluster.RancherDir, cluster.LocalStorageDir})
 	if c.Status != StatusFail || strings.Count(c.Detail, "free of") != 1 || !strings.Contains(c.Fix, "evicts pods") {
 		t.Errorf("host disk: %s %q %q", c.Status, c.Detail, c.Fix)
 	}

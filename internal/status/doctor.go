@@ -594,7 +594,7 @@ func (d *doctor) longhornDiskChecks(ctx context.Context, v *view) []Check {
 			c.Status, c.Detail = StatusWarn, w
 			c.Fix = "free space on the node's Longhorn disk, grow it, or add a disk to the node in Longhorn"
 		} else {
-			c.Detail = fmt.Sprintf("the roomiest eligible disk has %s available for scheduling", bytesText(roomiest))
+			c.Detail = fmt.Sprintf("the roomiest eligible disk has %s available for scheduling", cli.FormatBytes(roomiest))
 		}
 		out = append(out, c)
 	}

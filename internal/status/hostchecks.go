@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
@@ -30,9 +31,6 @@ const (
 	ServerTLSDir = "/var/lib/rancher/k3s/server/tls"
 	// AgentDir holds every node's agent certificates (*.crt), which last a year.
 	AgentDir = "/var/lib/rancher/k3s/agent"
-	// LocalStorageDir is where the local-path provisioner keeps local volumes, one directory each,
-	// named <pv>_<namespace>_<claim>.
-	LocalStorageDir = "/var/lib/rancher/k3s/storage"
 )
 
 // hostPaths are the directories the host checks read; tests point them elsewhere.
@@ -40,7 +38,7 @@ type hostPaths struct {
 	serverTLS, agent, storage string
 }
 
-var k3sPaths = hostPaths{serverTLS: ServerTLSDir, agent: AgentDir, storage: LocalStorageDir}
+var k3sPaths = hostPaths{serverTLS: ServerTLSDir, agent: AgentDir, storage: cluster.LocalStorageDir}
 
 // Timeouts of the host checks.
 const (
@@ -528,7 +526,7 @@ func checkHostDisk(node string, disks map[string]sshx.Disk, paths []string) Chec
 		}
 		mounts = append(mounts, d.Mount)
 		level := diskLevel(d.TotalBytes, d.FreeBytes)
-		parts = append(parts, fmt.Sprintf("%s free of %s on %s (holding %s)", bytesText(int64(d.FreeBytes)), bytesText(int64(d.TotalBytes)), d.Mount, p))
+		parts = append(parts, fmt.Sprintf("%s free of %s on %s (holding %s)", cli.FormatBytes(int64(d.FreeBytes)), cli.FormatBytes(int64(d.TotalBytes)), d.Mount, p))
 		switch {
 		case level == StatusFail:
 			c.Status = StatusFail

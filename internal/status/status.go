@@ -18,14 +18,19 @@ import (
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	kipstorage "kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -50,6 +55,8 @@ type Options struct {
 	Dial DialFunc
 	// KipVersion is this kip's version.
 	KipVersion string
+	// Clock is the time the kept copies are judged at, clock.Now when nil.
+	Clock func() time.Time
 }
 
 // sshFix says how to let kip reach the hosts.
@@ -91,10 +98,24 @@ type Report struct {
 	// Operations are the kip operations recorded as unfinished, oldest first; moves to
 	// Longhorn have kind "move-to-longhorn".
 	Operations []Operation `json:"operations"`
+	// KeptCopies are the local copies moves to Longhorn kept, each with what holds it back
+	// (docs/prune.md); KeptCopiesBytes is the space those whose size is known use.
+	KeptCopies      []prune.Copy `json:"keptCopies"`
+	KeptCopiesBytes int64        `json:"keptCopiesBytes"`
+	// Stranded are the services whose data volume is missing.
+	Stranded []Stranded `json:"strandedServices"`
 	// Warnings are what needs attention, each in one sentence.
 	Warnings []string `json:"warnings"`
 	// Skipped says what status could not look at, and why.
 	Skipped []string `json:"skipped"`
+}
+
+// Stranded is a service whose data claim is lost or names a volume that does not exist.
+type Stranded struct {
+	Service service.Ref `json:"service"`
+	Claim   string      `json:"claim"`
+	Volume  string      `json:"volume,omitempty"`
+	Reason  string      `json:"reason"`
 }
 
 // ClusterInfo is what the cluster record says (kipper.run/cluster, docs/records.md).
@@ -233,6 +254,9 @@ type view struct {
 	rec      cluster.Record
 	recorded bool
 	nodes    []corev1.Node
+	// used is the space each local volume's directory uses, by PersistentVolume, where the host
+	// checks measured it.
+	used map[string]*int64
 }
 
 // readRecord reads the cluster record into v; an error is reported, not fatal.
@@ -262,7 +286,8 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		return nil, err
 	}
 	v := &view{c: c}
-	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, Warnings: []string{}, Skipped: []string{}}
+	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
+		Stranded: []Stranded{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -291,7 +316,66 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	for _, p := range ops {
 		r.Operations = append(r.Operations, operation(p))
 	}
+	if v.recorded {
+		now := clock.Now
+		if o.Clock != nil {
+			now = o.Clock
+		}
+		if err := keptCopies(ctx, v, r, now()); err != nil {
+			r.Warnings = append(r.Warnings, err.Error())
+		}
+		if err := stranded(ctx, v, r); err != nil {
+			r.Warnings = append(r.Warnings, err.Error())
+		}
+	}
 	return r, nil
+}
+
+// keptCopies lists the local copies moves kept, with the space each uses where the host checks
+// measured it.
+func keptCopies(ctx context.Context, v *view, r *Report, now time.Time) error {
+	copies, err := prune.Read(ctx, v.c, v.rec, now)
+	if err != nil {
+		return fmt.Errorf("the local copies kept after moves: %w", err)
+	}
+	for i := range copies {
+		c := &copies[i]
+		c.UsedBytes = v.used[c.Volume]
+		if c.UsedBytes != nil {
+			r.KeptCopiesBytes += *c.UsedBytes
+		}
+	}
+	r.KeptCopies = copies
+	return nil
+}
+
+// stranded lists the services whose data claim is lost or bound to a volume that is gone.
+func stranded(ctx context.Context, v *view, r *Report) error {
+	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs {
+		claim, err := v.c.Kube.CoreV1().PersistentVolumeClaims(svc.Namespace()).Get(ctx, svc.DataClaim(), metav1.GetOptions{})
+		if err != nil {
+			continue // none yet, or unreadable: nothing to say it lost
+		}
+		st := Stranded{Service: svc.Ref, Claim: svc.DataClaim(), Volume: claim.Spec.VolumeName}
+		switch {
+		case claim.Status.Phase == corev1.ClaimLost:
+			st.Reason = fmt.Sprintf("its claim %s is Lost: volume %s is gone", st.Claim, cli.OrDash(st.Volume))
+		case claim.Spec.VolumeName != "":
+			if _, err := v.c.Kube.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				continue
+			}
+			st.Reason = fmt.Sprintf("its claim %s names volume %s, which does not exist", st.Claim, st.Volume)
+		default:
+			continue
+		}
+		r.Stranded = append(r.Stranded, st)
+		r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", svc.Ref, st.Reason))
+	}
+	return nil
 }
 
 func clusterInfo(v *view) ClusterInfo {
@@ -406,7 +490,7 @@ func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
 	localByPath := map[string]*corev1.PersistentVolume{}
 	for i := range pvs.Items {
 		pv := &pvs.Items[i]
-		path, node := localVolume(pv)
+		path, node := kipstorage.LocalPath(pv)
 		if path == "" {
 			continue
 		}
@@ -420,7 +504,9 @@ func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
 		if err := longhornStorage(ctx, v, storage, r); err != nil {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
-	} else if v.recorded {
+	}
+	if v.recorded {
+		// On Longhorn too: the platform's own volumes and the copies moves kept stay local.
 		localStorage(ctx, o, v, storage, localByPath, r)
 	}
 	for i := range r.Nodes {
@@ -445,29 +531,6 @@ func volumeBytes(v Volume) int64 {
 		return *v.UsedBytes
 	}
 	return v.SizeBytes
-}
-
-// localVolume returns the directory of a local-path volume and the node holding it ("" when it
-// is not a local volume).
-func localVolume(pv *corev1.PersistentVolume) (path, node string) {
-	switch {
-	case pv.Spec.HostPath != nil:
-		path = pv.Spec.HostPath.Path
-	case pv.Spec.Local != nil:
-		path = pv.Spec.Local.Path
-	default:
-		return "", ""
-	}
-	if a := pv.Spec.NodeAffinity; a != nil && a.Required != nil {
-		for _, term := range a.Required.NodeSelectorTerms {
-			for _, e := range term.MatchExpressions {
-				if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
-					node = e.Values[0]
-				}
-			}
-		}
-	}
-	return strings.TrimSuffix(path, "/"), node
 }
 
 func pvVolume(pv *corev1.PersistentVolume, used *int64) Volume {
@@ -525,7 +588,7 @@ func localStorage(ctx context.Context, o *Options, v *view, storage func(string)
 		if level := diskLevel(d.TotalBytes, d.FreeBytes); level != StatusOK {
 			s.Low = true
 			s.Warning = fmt.Sprintf("disk runs low: %s free of %s on %s, which holds the local volumes; below %d%% free the kubelet evicts pods",
-				bytesText(int64(d.FreeBytes)), bytesText(int64(d.TotalBytes)), d.Mount, DiskFullPercent)
+				cli.FormatBytes(int64(d.FreeBytes)), cli.FormatBytes(int64(d.TotalBytes)), d.Mount, DiskFullPercent)
 		}
 	}
 	if in.probeErr != nil {
@@ -544,6 +607,7 @@ func localStorage(ctx context.Context, o *Options, v *view, storage func(string)
 		pv, ns, claim := volumeDir(u.path)
 		s.Volumes = append(s.Volumes, Volume{Name: pv, Namespace: ns, Claim: claim, Storage: cluster.StorageLocal, UsedBytes: &b, Orphaned: true})
 	}
+	v.used = used
 	for i := range s.Volumes {
 		if b, ok := used[s.Volumes[i].Name]; ok && s.Volumes[i].Storage == cluster.StorageLocal {
 			s.Volumes[i].UsedBytes = b
@@ -588,7 +652,7 @@ func longhornLow(roomiest int64) string {
 		return "no Longhorn disk is eligible for scheduling: new volumes cannot get a copy here"
 	case roomiest < LonghornLowBytes:
 		return fmt.Sprintf("disk runs low: the roomiest eligible Longhorn disk has %s available for scheduling, less than %s",
-			bytesText(roomiest), bytesText(LonghornLowBytes))
+			cli.FormatBytes(roomiest), cli.FormatBytes(LonghornLowBytes))
 	}
 	return ""
 }
@@ -701,22 +765,4 @@ func recordComponents(rec cluster.Record) ([]components.Component, error) {
 		return nil, fmt.Errorf("list the cluster's components: %w", err)
 	}
 	return comps, nil
-}
-
-// bytesText formats a byte count the way people read disk sizes: 512 MiB, 3.2 GiB, 1.5 TiB.
-func bytesText(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
-	v, i := float64(b)/unit, 0
-	for v >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	if v >= 100 {
-		return fmt.Sprintf("%.0f %s", v, units[i])
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
 }

@@ -9,6 +9,7 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/storage/prune"
 )
 
 // WriteText writes the report as people read it.
@@ -19,6 +20,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	r.writeStorage(b)
 	r.writeComponents(b)
 	r.writeOperations(b)
+	r.writeKeptCopies(b)
 	cli.WriteList(b, "Warnings", cli.GlyphWarn, r.Warnings)
 	cli.WriteList(b, "Not looked at", glyphSkipped, r.Skipped)
 	_, err := io.WriteString(w, b.String())
@@ -94,10 +96,10 @@ func (r *Report) writeStorage(b *strings.Builder) {
 				}
 				used, size := "-", "-"
 				if v.UsedBytes != nil {
-					used = bytesText(*v.UsedBytes)
+					used = cli.FormatBytes(*v.UsedBytes)
 				}
 				if v.SizeBytes > 0 {
-					size = bytesText(v.SizeBytes)
+					size = cli.FormatBytes(v.SizeBytes)
 				}
 				fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", v.Name, claim, v.Storage, used, size)
 			}
@@ -120,11 +122,11 @@ func (r *Report) writeStorage(b *strings.Builder) {
 
 func diskText(d Disk) string {
 	if d.Name == "" {
-		return fmt.Sprintf("%s free of %s on %s", bytesText(d.FreeBytes), bytesText(d.TotalBytes), d.Path)
+		return fmt.Sprintf("%s free of %s on %s", cli.FormatBytes(d.FreeBytes), cli.FormatBytes(d.TotalBytes), d.Path)
 	}
-	s := fmt.Sprintf("Longhorn disk %s (%s): %s available of %s", d.Name, d.Path, bytesText(d.FreeBytes), bytesText(d.TotalBytes))
+	s := fmt.Sprintf("Longhorn disk %s (%s): %s available of %s", d.Name, d.Path, cli.FormatBytes(d.FreeBytes), cli.FormatBytes(d.TotalBytes))
 	if d.SchedulableBytes != nil {
-		s += fmt.Sprintf(", %s schedulable", bytesText(*d.SchedulableBytes))
+		s += fmt.Sprintf(", %s schedulable", cli.FormatBytes(*d.SchedulableBytes))
 	}
 	if d.Eligible != nil && !*d.Eligible {
 		s += ", not eligible for scheduling"
@@ -183,6 +185,42 @@ func writeOps(b *strings.Builder, ops []Operation) {
 		}
 		if op.Resume != "" {
 			fmt.Fprintf(b, "    continue it: %s\n", op.Resume)
+		}
+	}
+}
+
+// writeKeptCopies lists the local copies moves kept, the space they use, and why each is kept;
+// then the services stranded by a missing volume.
+func (r *Report) writeKeptCopies(b *strings.Builder) {
+	if len(r.KeptCopies) > 0 {
+		total := ""
+		if r.KeptCopiesBytes > 0 {
+			total = ", " + cli.FormatBytes(r.KeptCopiesBytes)
+		}
+		fmt.Fprintf(b, "\nLocal copies kept after moves to Longhorn (%d%s)\n", len(r.KeptCopies), total)
+		for _, c := range r.KeptCopies {
+			glyph := cli.GlyphWarn
+			if c.Deletable(prune.Waivers{}) {
+				glyph = cli.GlyphOK
+			}
+			fmt.Fprintf(b, "  %s %s\n", glyph, prune.Line(c))
+			switch {
+			case c.Kind == prune.KindOrphan:
+				fmt.Fprintln(b, "    its service and data claim are both gone: 'kip cluster storage prune' deletes it")
+			case c.Kind == prune.KindInterrupted:
+				fmt.Fprintln(b, "    a prune started deleting it and was interrupted: 'kip cluster storage prune' finishes it")
+			case len(c.Holds) == 0:
+				fmt.Fprintln(b, "    no longer needed: 'kip cluster storage prune' deletes it")
+			}
+			for _, h := range c.Holds {
+				fmt.Fprintf(b, "    kept: %s\n", h.Reason)
+			}
+		}
+	}
+	if len(r.Stranded) > 0 {
+		fmt.Fprintln(b, "\nServices stranded by a missing volume")
+		for _, s := range r.Stranded {
+			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, s.Service, s.Reason)
 		}
 	}
 }

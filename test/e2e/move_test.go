@@ -352,7 +352,8 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // run again to the end; one killed before each step up to the commit and rolled back; the
 // rollback refused after the commit; a service whose files outgrow the planned volume (its
 // inodes run out), grown once; a kept copy changed while kip was away, copied again; and a
-// comparison that fails, leaving the service stopped on its local data until it is rolled back.
+// comparison that fails, leaving the service stopped on its local data until it is rolled back;
+// then the local copies the moves kept, pruned.
 func TestMoveToLonghorn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
@@ -500,4 +501,6 @@ func TestMoveToLonghorn(t *testing.T) {
 			l.checkOnLocal(ctx, t, ref, dir, want)
 		})
 	}
+
+	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
 }

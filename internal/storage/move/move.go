@@ -63,6 +63,9 @@ const (
 	// MovedToAnnotation, on the old volume, names the Longhorn volume its data moved to: written
 	// at commit, before the old claim is deleted. From then on the move can only go forward.
 	MovedToAnnotation = "kipper.run/moved-to"
+	// MovedAtAnnotation, written with MovedToAnnotation, is when the move committed (RFC 3339):
+	// kip cluster storage prune counts the day from it and wants a backup made after it.
+	MovedAtAnnotation = "kipper.run/moved-at"
 	// ReclaimAnnotation, on the old volume, is its reclaim policy before the move.
 	ReclaimAnnotation = "kipper.run/reclaim-policy-before-move"
 	// MoveLabel is on the move's own pods and claim, with the service's name.
@@ -740,7 +743,8 @@ func (m *mv) commit(ctx context.Context) error {
 		return err
 	}
 	// 2. The commit point: the old volume records where its data went.
-	if err := m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": map[string]string{MovedToAnnotation: m.in.NewVolume}}}); err != nil {
+	if err := m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		MovedToAnnotation: m.in.NewVolume, MovedAtAnnotation: m.o.now().UTC().Format(time.RFC3339)}}}); err != nil {
 		return err
 	}
 	// 3. The move's claim goes; its volume is released and kept.

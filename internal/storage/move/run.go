@@ -153,7 +153,7 @@ func (m *mv) prepare(ctx context.Context, rec cluster.Record) (*Intent, error) {
 	}
 	down := storage.Downtime(totals)
 	m.o.Printer.Info(fmt.Sprintf("Service %s holds %s in %d files and %d directories on %s (volume %s).",
-		o.Ref, bytesText(totals.Bytes), totals.Files, totals.Directories, node, pv.Name))
+		o.Ref, cli.FormatBytes(totals.Bytes), totals.Files, totals.Directories, node, pv.Name))
 	m.o.Printer.Info(fmt.Sprintf("The move copies it into a new single-copy Longhorn volume of %s, verifies the copy and starts the service on it. "+
 		"The service is stopped for about %s (10 MiB/s for copying and verifying, 3 ms per file and directory, 3 minutes to stop, detach and start); apps that use it see it unavailable the whole time.",
 		gibText(in.Size), cli.FormatDuration(down.Round(time.Second))))
@@ -358,16 +358,6 @@ func (m *mv) checkGrowRoom(ctx context.Context, size int64) error {
 		return fmt.Errorf("the volume cannot grow: %w; service %s stays stopped: 'kip service storage longhorn %s --rollback' returns it", err, m.in.Service, m.o.Flags())
 	}
 	return nil
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", (n+1023)/1024)
 }
 
 // rollback undoes an unfinished move: the move's pods and claim go, the local volume keeps its

@@ -1,0 +1,321 @@
+package prune
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/clock"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+)
+
+// Options is kip cluster storage prune [NAME --project P [--environment E]] [--now]
+// [--delete-unproven].
+type Options struct {
+	Kube     func() (*kube.Clients, error)
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	Out      io.Writer
+	// Holder names this kip run in the cluster lock.
+	Holder     string
+	KipVersion string
+	// Name, Project and Environment pick one service's copy; all empty for every copy.
+	Name, Project, Environment string
+	Waivers
+	// Server is the server's SSH address as saved for the cluster; "" falls back to the address
+	// the cluster record names.
+	Server string
+	// Remove deletes directory dir on host, over SSH.
+	Remove func(ctx context.Context, host, dir string) error
+	// Clock is the time, clock.Now when nil; tests pin it.
+	Clock func() time.Time
+}
+
+func (o *Options) now() time.Time {
+	if o.Clock != nil {
+		return o.Clock()
+	}
+	return clock.Now()
+}
+
+// Validate refuses flags that do not go together, before anything is read.
+func (o *Options) Validate() error {
+	switch {
+	case o.Name == "" && (o.Project != "" || o.Environment != ""):
+		return errors.New("--project and --environment pick one service's copy: name the service too (kip cluster storage prune NAME --project P)")
+	case o.Name != "" && o.Project == "":
+		return fmt.Errorf("name the project of service %s with --project (kip cluster storage prune %s --project P)", o.Name, o.Name)
+	case o.Unproven && o.Name == "":
+		return errors.New("--delete-unproven waives the health check for one copy only: name its service (kip cluster storage prune NAME --project P --delete-unproven)")
+	}
+	return nil
+}
+
+// Run lists the kept copies, asks once, and deletes each one that may go, checking it again
+// right before.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cl, err := o.Kube()
+	if err != nil {
+		return err
+	}
+	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
+	if err != nil {
+		return err
+	}
+	all, err := Read(ctx, cl, rec, o.now())
+	if err != nil {
+		return err
+	}
+	copies, err := o.pick(all)
+	if err != nil {
+		return err
+	}
+	var del, kept []Copy
+	for _, c := range copies {
+		if c.Deletable(o.Waivers) {
+			del = append(del, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	o.list(del, kept)
+	if len(del) == 0 {
+		o.Printer.StepAlready("No local copy to delete")
+		return nil
+	}
+	ok, err := o.Prompter.Confirm(fmt.Sprintf("Delete %s? This cannot be undone.", countText(len(del), "local copy", "local copies")))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("cancelled: nothing was deleted")
+	}
+	p := &pruner{o: o, cl: cl, rec: rec, copies: del, kept: map[string]string{}}
+	r := &workflow.Runner{Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}), Holder: kube.HolderText(o.Holder),
+		KipVersion: o.KipVersion, Report: o.Printer}
+	steps := []workflow.Step{{Name: "delete", Title: "Delete " + countText(len(del), "local copy", "local copies"),
+		Done: "Went through the copies", Already: "No local copy left to delete", Check: p.done, Apply: p.deleteAll}}
+	if err := r.Run(ctx, &workflow.Workflow{Name: "cluster-storage-prune", Steps: steps}); err != nil {
+		return err
+	}
+	if len(p.kept) > 0 {
+		var why []string
+		for _, c := range del {
+			if r, ok := p.kept[c.Volume]; ok {
+				why = append(why, c.What()+": "+r)
+			}
+		}
+		return fmt.Errorf("kept %s whose conditions changed since the listing: %s; 'kip status' shows when they will hold",
+			countText(len(why), "copy", "copies"), strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// pick narrows the copies to the named service's, refusing a name that matches none or several
+// environments.
+func (o *Options) pick(all []Copy) ([]Copy, error) {
+	if o.Name == "" {
+		return all, nil
+	}
+	var out []Copy
+	envs := map[string]bool{}
+	for _, c := range all {
+		if c.Of(o.Name, o.Project, o.Environment) {
+			out = append(out, c)
+			envs[c.Service.Environment] = true
+		}
+	}
+	switch {
+	case len(out) == 0:
+		where := "project " + o.Project
+		if o.Environment != "" {
+			where += ", environment " + o.Environment
+		}
+		return nil, fmt.Errorf("no local copy of service %s in %s is kept: 'kip status' lists the kept copies", o.Name, where)
+	case len(envs) > 1:
+		return nil, fmt.Errorf("service %s has kept copies in several environments of project %s (%s): pick one with --environment", o.Name, o.Project, strings.Join(slices.Sorted(maps.Keys(envs)), ", "))
+	}
+	return out, nil
+}
+
+// list prints what the prune would delete, the orphans and interrupted deletions apart, and
+// what it keeps with why.
+func (o *Options) list(del, kept []Copy) {
+	var copies, orphans, interrupted []Copy
+	for _, c := range del {
+		switch c.Kind {
+		case KindOrphan:
+			orphans = append(orphans, c)
+		case KindInterrupted:
+			interrupted = append(interrupted, c)
+		default:
+			copies = append(copies, c)
+		}
+	}
+	section := func(title string, cs []Copy) {
+		if len(cs) == 0 {
+			return
+		}
+		o.Printer.Info(title)
+		for _, c := range cs {
+			o.Printer.Info("  " + Line(c))
+		}
+	}
+	section("To delete, every condition met:", copies)
+	section("To delete without checks, their service and data claim both gone:", orphans)
+	section("To finish deleting, an earlier prune started and was interrupted:", interrupted)
+	if len(kept) > 0 {
+		o.Printer.Info("Kept:")
+		for _, c := range kept {
+			o.Printer.Info("  " + Line(c))
+			for _, h := range c.Holds {
+				if !o.Waivers.waives(h) {
+					o.Printer.Info("    " + h.Reason)
+				}
+			}
+		}
+	}
+}
+
+// Line describes a copy on one line: whose, which volume, where, how large.
+func Line(c Copy) string {
+	size := cli.FormatBytes(c.SizeBytes) + " declared"
+	if c.UsedBytes != nil {
+		size = cli.FormatBytes(*c.UsedBytes)
+	}
+	return fmt.Sprintf("%s: volume %s, %s on %s (%s)", c.What(), c.Volume, c.Path, c.Node, size)
+}
+
+// pruner deletes the agreed copies under the cluster lock.
+type pruner struct {
+	o      *Options
+	cl     *kube.Clients
+	rec    cluster.Record
+	copies []Copy
+	// kept are the copies this run did not delete after all, with why.
+	kept map[string]string
+}
+
+func (p *pruner) done(ctx context.Context) (bool, error) {
+	for _, c := range p.copies {
+		if _, kept := p.kept[c.Volume]; kept {
+			continue
+		}
+		if _, err := p.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, c.Volume, metav1.GetOptions{}); err == nil {
+			return false, nil
+		} else if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (p *pruner) deleteAll(ctx context.Context) error {
+	for _, agreed := range p.copies {
+		c, found, err := One(ctx, p.cl, p.rec, p.o.now(), agreed.Volume)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			continue // deleted meanwhile
+		case c.Kind == KindCopy && agreed.Kind != KindCopy:
+			// Listed as an orphan, its service or claim came back: the checks apply again.
+			fallthrough
+		case !c.Deletable(p.o.Waivers):
+			p.keep(c)
+			continue
+		}
+		if err := p.delete(ctx, c); err != nil {
+			return err
+		}
+		p.o.Printer.Success("Deleted the local copy of " + c.What() + " (volume " + c.Volume + ", " + c.Path + " on " + c.Node + ")")
+	}
+	return nil
+}
+
+// keep records why a copy agreed to is kept after all.
+func (p *pruner) keep(c Copy) {
+	var why []string
+	for _, h := range c.Holds {
+		if !p.o.Waivers.waives(h) {
+			why = append(why, h.Reason)
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "its service or claim is back")
+	}
+	p.kept[c.Volume] = strings.Join(why, "; ")
+	p.o.Printer.Warn("Kept the local copy of " + c.What() + ": " + p.kept[c.Volume])
+}
+
+// delete marks the copy's deletion as started, deletes its directory on its node, then its
+// PersistentVolume: an interrupted delete leaves the mark, and the next prune finishes it.
+func (p *pruner) delete(ctx context.Context, c Copy) error {
+	if err := removable(c); err != nil {
+		return err
+	}
+	pvs := p.cl.Kube.CoreV1().PersistentVolumes()
+	pv, err := pvs.Get(ctx, c.Volume, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read volume %s: %w", c.Volume, err)
+	}
+	if err := p.onServer(ctx, c.Node); err != nil {
+		return err
+	}
+	host := p.o.Server
+	if host == "" {
+		host = p.rec.Server
+	}
+	if host == "" {
+		return errors.New("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a cluster saved by kip install")
+	}
+	if pv.Annotations[StartedAnnotation] == "" {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{StartedAnnotation: p.o.now().UTC().Format(time.RFC3339)}}})
+		if _, err := pvs.Patch(ctx, c.Volume, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+			return fmt.Errorf("mark volume %s as being deleted: %w", c.Volume, err)
+		}
+	}
+	if err := p.o.Remove(ctx, host, c.Path); err != nil {
+		return fmt.Errorf("delete %s on %s: %w; the copy is marked as being deleted, and the next 'kip cluster storage prune' finishes it", c.Path, c.Node, err)
+	}
+	uid := pv.UID
+	if err := pvs.Delete(ctx, c.Volume, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete volume %s (its directory is gone): %w", c.Volume, err)
+	}
+	return nil
+}
+
+// onServer refuses a copy on a node that is not a server: kip reaches only the server over SSH.
+func (p *pruner) onServer(ctx context.Context, node string) error {
+	n, err := p.cl.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s, which holds the copy: %w", node, err)
+	}
+	if cluster.NodeRole(n) != cluster.RoleServer {
+		return fmt.Errorf("the copy is on node %s, which is not the server: kip reaches only the server over SSH; delete it there by hand", node)
+	}
+	return nil
+}
+
+func countText(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

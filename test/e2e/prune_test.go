@@ -1,0 +1,206 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/clock"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/status"
+	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/internal/storage/prune"
+	"kipper.run/kip/test/e2e"
+)
+
+// pruneArgs runs kip cluster storage prune with the lab host's SSH key.
+func (l *moveLab) pruneArgs(extra ...string) []string {
+	return append([]string{"--ssh-key", l.h.KeyPath, "cluster", "storage", "prune"}, extra...)
+}
+
+// keptCopy is the local directory of service ref's kept copy, and its volume.
+func (l *moveLab) keptCopy(ctx context.Context, t *testing.T, ref service.Ref) (dir, volume string) {
+	t.Helper()
+	pvs, err := l.c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if pv.Annotations[move.MovedToAnnotation] != "" && pv.Spec.ClaimRef != nil &&
+			pv.Spec.ClaimRef.Namespace == ref.Namespace() && pv.Spec.ClaimRef.Name == "data-"+ref.Name+"-0" && pv.Spec.HostPath != nil {
+			return pv.Spec.HostPath.Path, pv.Name
+		}
+	}
+	t.Fatalf("no kept copy of %s", ref)
+	return "", ""
+}
+
+// checkPruned checks that the copy's directory is gone from the host and its volume from the
+// cluster.
+func (l *moveLab) checkPruned(ctx context.Context, t *testing.T, dir, volume string) {
+	t.Helper()
+	if _, err := os.Stat(l.h.Path(dir)); !os.IsNotExist(err) {
+		t.Errorf("the pruned copy's directory %s: %v", dir, err)
+	}
+	if _, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pruned copy's volume %s: %v", volume, err)
+	}
+}
+
+func (l *moveLab) checkKept(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(l.h.Path(dir)); err != nil {
+		t.Errorf("a kept copy's directory %s: %v", dir, err)
+	}
+}
+
+// servicePod is the service's Ready pod, once it runs with restarts restarts.
+func (l *moveLab) servicePod(ctx context.Context, t *testing.T, ref service.Ref, restarts int32) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	if err := kube.Poll(ctx, 3*time.Minute, "pod "+ref.Name+"-0 Ready", func(ctx context.Context) (bool, string, error) {
+		p, err := l.c.Kube.CoreV1().Pods(ref.Namespace()).Get(ctx, ref.Name+"-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		_, ready := prune.ReadySince(p)
+		if !ready || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != restarts {
+			return false, fmt.Sprintf("not Ready after %d restarts", restarts), nil
+		}
+		pod = p
+		return true, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// pruned is TestMoveToLonghorn's last part: the copies its moves kept, pruned with the real kip
+// over SSH. Each copy is held back by the condition the spec gives (the hour Ready, the day on a
+// cluster without backups), the hour starts again after a container crash, --now and
+// --delete-unproven each waive only their condition, and an orphan copy goes without checks.
+// kip's clock is moved forward (KIP_FAULT_NOW) rather than waited for.
+func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
+	db := service.Ref{Project: "shop", Environment: "staging", Name: "db"}
+	uploads := service.Ref{Project: "shop", Environment: "staging", Name: "uploads"}
+	k0 := service.Ref{Project: "shop", Environment: "staging", Name: "k0"}
+	dbDir, dbVolume := l.keptCopy(ctx, t, db)
+	upDir, upVolume := l.keptCopy(ctx, t, uploads)
+	k0Dir, k0Volume := l.keptCopy(ctx, t, k0)
+
+	// Now: every copy is held back, by the hour and by the day.
+	r := l.kip(t, nil, l.pruneArgs()...)
+	if r.ExitCode != 0 {
+		t.Fatalf("prune: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	for _, s := range []string{"No local copy to delete", "Kept:", "db in shop-staging: volume " + dbVolume, "of 1 h",
+		"this cluster has no backups: waiting a day after the move, until"} {
+		if !strings.Contains(r.Stderr, s) {
+			t.Errorf("prune's output lacks %q", s)
+		}
+	}
+	l.checkKept(t, dbDir)
+
+	// kip status shows the same, with the space each copy uses.
+	r = l.kip(t, nil, "--ssh-key", l.h.KeyPath, "status", "-o", "json")
+	if r.ExitCode != 0 {
+		t.Fatalf("kip status: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	var rep status.Report
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("kip status -o json: %v\n%s", err, r.Stdout)
+	}
+	var found *prune.Copy
+	for i := range rep.KeptCopies {
+		if rep.KeptCopies[i].Volume == dbVolume {
+			found = &rep.KeptCopies[i]
+		}
+	}
+	if found == nil || found.UsedBytes == nil || *found.UsedBytes < 20000*256 || rep.KeptCopiesBytes < *found.UsedBytes || len(found.Holds) != 2 {
+		t.Errorf("kip status's kept copy of db: %+v (total %d)", found, rep.KeptCopiesBytes)
+	}
+
+	// A crash restarts the hour: the container of db's pod is killed and restarted; at a time an
+	// hour after the pod first became Ready, the copy is held back by the restart.
+	pod := l.servicePod(ctx, t, db, 0)
+	first, _ := prune.ReadySince(pod)
+	// Condition times have whole seconds: the restart must fall in a later second.
+	for time.Since(first) < 2*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	kill := sshx.Command(e2e.StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
+	if out, err := l.h.Run(ctx, kill); err != nil {
+		t.Fatalf("kill db's container: %v\n%s", err, out)
+	}
+	restarted, _ := prune.ReadySince(l.servicePod(ctx, t, db, 1))
+	if !restarted.After(first) {
+		t.Fatalf("db's pod Ready since %s after its restart, first since %s", restarted, first)
+	}
+	at := func(tm time.Time) []string {
+		return []string{clock.Env + "=" + tm.Add(time.Second).UTC().Format(time.RFC3339)}
+	}
+	r = l.kip(t, at(first.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || !strings.Contains(r.Stderr, "pod db-0 has been Ready for 59 min of 1 h") {
+		t.Errorf("prune an hour after the first Ready, after a restart: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, dbDir)
+	// An hour after the restart, --now deletes it: the day's wait waived, the hour passed.
+	r = l.kip(t, at(restarted.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Deleted the local copy of db in shop-staging") {
+		t.Errorf("prune --now an hour after the restart: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkPruned(ctx, t, dbDir, dbVolume)
+
+	// A stopped service keeps its copy: --delete-unproven waives the hour, not the day; with --now
+	// too the copy goes.
+	if r := l.kip(t, nil, "service", "stop", "uploads", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+		t.Fatalf("kip service stop uploads: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	r = l.kip(t, nil, l.pruneArgs("uploads", "--project", "shop", "--delete-unproven")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || !strings.Contains(r.Stderr, "waiting a day after the move") ||
+		strings.Contains(r.Stderr, "no pod of service uploads") {
+		t.Errorf("prune uploads --delete-unproven: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, upDir)
+	r = l.kip(t, nil, l.pruneArgs("uploads", "--project", "shop", "--now")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "no pod of service uploads runs on Longhorn volume") {
+		t.Errorf("prune uploads --now, the service stopped: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, upDir)
+	r = l.kip(t, nil, l.pruneArgs("uploads", "--project", "shop", "--now", "--delete-unproven")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Deleted the local copy of uploads in shop-staging") {
+		t.Errorf("prune uploads --now --delete-unproven: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkPruned(ctx, t, upDir, upVolume)
+
+	// An orphan: service k0 and its data claim deleted; its copy goes without checks.
+	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+		t.Fatalf("kip service delete k0: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if err := l.c.Kube.CoreV1().PersistentVolumeClaims(k0.Namespace()).Delete(ctx, "data-k0-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, 3*time.Minute, "claim data-k0-0 to go", func(ctx context.Context) (bool, string, error) {
+		_, err := l.c.Kube.CoreV1().PersistentVolumeClaims(k0.Namespace()).Get(ctx, "data-k0-0", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r = l.kip(t, nil, l.pruneArgs()...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "To delete without checks, their service and data claim both gone:") ||
+		!strings.Contains(r.Stderr, "Deleted the local copy of claim shop-staging/data-k0-0") {
+		t.Errorf("prune with an orphan copy: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkPruned(ctx, t, k0Dir, k0Volume)
+}
