@@ -95,7 +95,7 @@ deleting. 'kip status' shows each kept copy and why it is kept. See docs/prune.m
 			if err != nil {
 				return err
 			}
-			o.Kube, o.Printer, o.Prompter, o.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
+			o.Kube, o.Printer, o.Prompter = f.Kube, f.Printer(), f.Prompter()
 			o.Holder, o.KipVersion = f.CommandLine(), buildinfo.Version
 			o.Server = server
 			o.Remove = func(ctx context.Context, host, dir string) error { return removeDir(ctx, dial, host, dir) }

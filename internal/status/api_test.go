@@ -475,12 +475,7 @@ func (f *fixture) longhorn(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh", Namespace: LonghornNamespace}}
-	v.Spec = longhornv1beta2.VolumeSpec{
-		Size: 10 * gib, NumberOfReplicas: 1, AccessMode: "rwo", DataEngine: "v1", DataLocality: "disabled",
-		BackupBlockSize: 2 << 20, BackupCompressionMethod: "lz4", ReplicaAutoBalance: "ignored", SnapshotDataIntegrity: "ignored",
-		ReplicaSoftAntiAffinity: "ignored", ReplicaZoneSoftAntiAffinity: "ignored", ReplicaDiskSoftAntiAffinity: "ignored",
-		OfflineRebuilding: "ignored", FreezeFilesystemForSnapshot: "ignored", RestoreVolumeRecurringJob: "ignored", UnmapMarkSnapChainRemoved: "ignored",
-	}
+	v.Spec = testenv.LonghornVolumeSpec(10*gib, 1)
 	v, err = lh.Volumes(LonghornNamespace).Create(ctx, v, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cli"
@@ -114,7 +113,6 @@ type Report struct {
 type Stranded struct {
 	Service service.Ref `json:"service"`
 	Claim   string      `json:"claim"`
-	Volume  string      `json:"volume,omitempty"`
 	Reason  string      `json:"reason"`
 }
 
@@ -254,6 +252,8 @@ type view struct {
 	rec      cluster.Record
 	recorded bool
 	nodes    []corev1.Node
+	// pvs are the cluster's PersistentVolumes, listed once for storage and the kept copies.
+	pvs []corev1.PersistentVolume
 	// used is the space each local volume's directory uses, by PersistentVolume, where the host
 	// checks measured it.
 	used map[string]*int64
@@ -334,7 +334,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 // keptCopies lists the local copies moves kept, with the space each uses where the host checks
 // measured it.
 func keptCopies(ctx context.Context, v *view, r *Report, now time.Time) error {
-	copies, err := prune.Read(ctx, v.c, v.rec, now)
+	copies, err := prune.FromVolumes(ctx, v.c, v.rec, now, v.pvs)
 	if err != nil {
 		return fmt.Errorf("the local copies kept after moves: %w", err)
 	}
@@ -349,31 +349,40 @@ func keptCopies(ctx context.Context, v *view, r *Report, now time.Time) error {
 	return nil
 }
 
-// stranded lists the services whose data claim is lost or bound to a volume that is gone.
+// stranded lists the services whose data claim is lost or bound to a volume that is gone: one
+// list of the claims, and the services only when a claim is stranded.
 func stranded(ctx context.Context, v *view, r *Report) error {
+	claims, err := v.c.Kube.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list persistent volume claims: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, pv := range v.pvs {
+		exists[pv.Name] = true
+	}
+	lost := map[string]string{} // namespace/claim → why
+	for _, c := range claims.Items {
+		switch {
+		case c.Status.Phase == corev1.ClaimLost:
+			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s is Lost: volume %s is gone", c.Name, cli.OrDash(c.Spec.VolumeName))
+		case c.Spec.VolumeName != "" && c.Status.Phase == corev1.ClaimBound && !exists[c.Spec.VolumeName]:
+			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s names volume %s, which does not exist", c.Name, c.Spec.VolumeName)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
 	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
 	if err != nil {
 		return err
 	}
 	for _, svc := range svcs {
-		claim, err := v.c.Kube.CoreV1().PersistentVolumeClaims(svc.Namespace()).Get(ctx, svc.DataClaim(), metav1.GetOptions{})
-		if err != nil {
-			continue // none yet, or unreadable: nothing to say it lost
-		}
-		st := Stranded{Service: svc.Ref, Claim: svc.DataClaim(), Volume: claim.Spec.VolumeName}
-		switch {
-		case claim.Status.Phase == corev1.ClaimLost:
-			st.Reason = fmt.Sprintf("its claim %s is Lost: volume %s is gone", st.Claim, cli.OrDash(st.Volume))
-		case claim.Spec.VolumeName != "":
-			if _, err := v.c.Kube.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				continue
-			}
-			st.Reason = fmt.Sprintf("its claim %s names volume %s, which does not exist", st.Claim, st.Volume)
-		default:
+		why, ok := lost[svc.Namespace()+"/"+svc.DataClaim()]
+		if !ok {
 			continue
 		}
-		r.Stranded = append(r.Stranded, st)
-		r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", svc.Ref, st.Reason))
+		r.Stranded = append(r.Stranded, Stranded{Service: svc.Ref, Claim: svc.DataClaim(), Reason: why})
+		r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", svc.Ref, why))
 	}
 	return nil
 }
@@ -488,6 +497,7 @@ func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
 	}
 	// Local volumes, by their node affinity.
 	localByPath := map[string]*corev1.PersistentVolume{}
+	v.pvs = pvs.Items
 	for i := range pvs.Items {
 		pv := &pvs.Items[i]
 		path, node := kipstorage.LocalPath(pv)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 )
 
@@ -48,4 +49,15 @@ func InstallVeleroCRDs(ctx context.Context, client apiextensionsclientset.Interf
 		return err
 	}
 	return installCRDs(ctx, client, crds)
+}
+
+// LonghornVolumeSpec is a Volume spec that Longhorn's CRD schema admits (it requires a value for
+// each of its enums): size bytes, replicas copies, everything else as Longhorn defaults it.
+func LonghornVolumeSpec(size int64, replicas int) longhornv1beta2.VolumeSpec {
+	return longhornv1beta2.VolumeSpec{
+		Size: size, NumberOfReplicas: replicas, AccessMode: "rwo", DataEngine: "v1", DataLocality: "disabled",
+		BackupBlockSize: 2 << 20, BackupCompressionMethod: "lz4", ReplicaAutoBalance: "ignored", SnapshotDataIntegrity: "ignored",
+		ReplicaSoftAntiAffinity: "ignored", ReplicaZoneSoftAntiAffinity: "ignored", ReplicaDiskSoftAntiAffinity: "ignored",
+		OfflineRebuilding: "ignored", FreezeFilesystemForSnapshot: "ignored", RestoreVolumeRecurringJob: "ignored", UnmapMarkSnapChainRemoved: "ignored",
+	}
 }

@@ -133,13 +133,33 @@ func (c *Copy) What() string {
 
 // Read lists every kept copy of the cluster with its holds at now, sorted by service.
 func Read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time) ([]Copy, error) {
+	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list persistent volumes: %w", err)
+	}
+	return FromVolumes(ctx, cl, rec, now, pvs.Items)
+}
+
+// FromVolumes is Read for the PersistentVolumes pvs, listed by the caller: it reads nothing more
+// when none of them is a kept copy.
+func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, pvs []corev1.PersistentVolume) ([]Copy, error) {
+	var kept []corev1.PersistentVolume
+	for _, pv := range pvs {
+		// One being deleted has lost its directory already (prune deletes the directory first).
+		if pv.Annotations[move.MovedToAnnotation] != "" && pv.DeletionTimestamp == nil {
+			kept = append(kept, pv)
+		}
+	}
+	if len(kept) == 0 {
+		return []Copy{}, nil
+	}
 	s, err := read(ctx, cl, rec, now)
 	if err != nil {
 		return nil, err
 	}
-	var out []Copy
-	for i := range s.pvs {
-		if c, ok := s.copy(ctx, &s.pvs[i]); ok {
+	out := []Copy{}
+	for i := range kept {
+		if c, ok := s.copy(ctx, &kept[i]); ok {
 			out = append(out, c)
 		}
 	}
@@ -166,7 +186,6 @@ type state struct {
 	cl         *kube.Clients
 	rec        cluster.Record
 	now        time.Time
-	pvs        []corev1.PersistentVolume
 	services   []*service.Service
 	unfinished map[string]bool
 	backups    *backup.Snapshot
@@ -175,11 +194,7 @@ type state struct {
 
 func read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time) (*state, error) {
 	s := &state{cl: cl, rec: rec, now: now, unfinished: map[string]bool{}}
-	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list persistent volumes: %w", err)
-	}
-	s.pvs = pvs.Items
+	var err error
 	if s.services, err = service.List(ctx, cl.Dynamic, cl.Kube); err != nil {
 		return nil, err
 	}

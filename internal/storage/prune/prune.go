@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -28,7 +27,6 @@ type Options struct {
 	Kube     func() (*kube.Clients, error)
 	Printer  *cli.Printer
 	Prompter *cli.Prompter
-	Out      io.Writer
 	// Holder names this kip run in the cluster lock.
 	Holder     string
 	KipVersion string
@@ -217,9 +215,11 @@ func (p *pruner) done(ctx context.Context) (bool, error) {
 		if _, kept := p.kept[c.Volume]; kept {
 			continue
 		}
-		if _, err := p.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, c.Volume, metav1.GetOptions{}); err == nil {
+		// A volume being deleted counts as gone: its directory is, and Kubernetes lifts its
+		// protection finalizer on its own.
+		if pv, err := p.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, c.Volume, metav1.GetOptions{}); err == nil && pv.DeletionTimestamp == nil {
 			return false, nil
-		} else if !apierrors.IsNotFound(err) {
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return false, err
 		}
 	}

@@ -180,7 +180,7 @@ func (f *fixture) longhornVolume(t *testing.T, ref service.Ref, replicas, health
 	}
 	api := f.cl.Longhorn.LonghornV1beta2()
 	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: newVolume(ref), Namespace: storage.LonghornNamespace},
-		Spec: longhornv1beta2.VolumeSpec{NumberOfReplicas: replicas, Size: 1 << 30}}
+		Spec: testenv.LonghornVolumeSpec(1<<30, replicas)}
 	if _, err := api.Volumes(storage.LonghornNamespace).Create(ctx, v, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func (f *fixture) longhornVolume(t *testing.T, ref service.Ref, replicas, health
 	for i := range replicas {
 		r := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-r-%d", v.Name, i), Namespace: storage.LonghornNamespace,
 			Labels: map[string]string{"longhornvolume": v.Name}}}
-		r.Spec.VolumeName, r.Spec.NodeID, r.Spec.Active = v.Name, server, true
+		r.Spec.VolumeName, r.Spec.NodeID, r.Spec.Active, r.Spec.DataEngine = v.Name, server, true, "v1"
 		if i < healthy {
 			r.Spec.HealthyAt, r.Spec.LastHealthyAt = "2026-12-01T10:00:00Z", "2026-12-01T10:00:00Z"
 		}
