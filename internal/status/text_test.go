@@ -1,0 +1,45 @@
+package status
+
+import (
+	"strings"
+	"testing"
+
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/storage/prune"
+)
+
+// TestKeptCopiesText: each kept copy with its size, the total, and why it is kept; an orphan and
+// a copy free to go with the command that deletes them; a stranded service.
+func TestKeptCopiesText(t *testing.T) {
+	used := int64(3 << 30)
+	r := &Report{
+		KeptCopies: []prune.Copy{
+			{Volume: "pvc-1", Node: "srv", Path: "/var/lib/rancher/k3s/storage/pvc-1_shop-staging_data-db-0", Kind: prune.KindCopy,
+				Service: &service.Ref{Project: "shop", Environment: "staging", Name: "db"}, UsedBytes: &used,
+				Holds: []prune.Hold{{Condition: prune.CondReady, Reason: "pod db-0 has been Ready for 23 min of 1 h"},
+					{Condition: prune.CondBackup, Reason: "waiting for a completed backup made after the move ('kip backup create'), or until 2026-12-02 14:03"}}},
+			{Volume: "pvc-2", Node: "srv", Path: "/p2", Kind: prune.KindOrphan, Namespace: "shop-staging", Claim: "data-old-0", SizeBytes: 1 << 30},
+			{Volume: "pvc-3", Node: "srv", Path: "/p3", Kind: prune.KindCopy, Service: &service.Ref{Project: "shop", Environment: "prod", Name: "cache"}, SizeBytes: 1 << 30},
+		},
+		KeptCopiesBytes: used,
+		Stranded:        []Stranded{{Service: service.Ref{Project: "shop", Environment: "prod", Name: "queue"}, Claim: "data-queue-0", Reason: "its claim data-queue-0 is Lost: volume pvc-9 is gone"}},
+	}
+	var b strings.Builder
+	r.writeKeptCopies(&b)
+	want := `
+Local copies kept after moves to Longhorn (3, 3.0 GiB)
+  ! db in shop-staging: volume pvc-1, /var/lib/rancher/k3s/storage/pvc-1_shop-staging_data-db-0 on srv (3.0 GiB)
+    kept: pod db-0 has been Ready for 23 min of 1 h
+    kept: waiting for a completed backup made after the move ('kip backup create'), or until 2026-12-02 14:03
+  ✔ claim shop-staging/data-old-0: volume pvc-2, /p2 on srv (1.0 GiB declared)
+    its service and data claim are both gone: 'kip cluster storage prune' deletes it
+  ✔ cache in shop-prod: volume pvc-3, /p3 on srv (1.0 GiB declared)
+    no longer needed: 'kip cluster storage prune' deletes it
+
+Services stranded by a missing volume
+  ✗ queue in shop-prod: its claim data-queue-0 is Lost: volume pvc-9 is gone
+`
+	if b.String() != want {
+		t.Errorf("kept copies:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
