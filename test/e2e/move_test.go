@@ -11,6 +11,7 @@ import (
 	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,7 +177,15 @@ func (l *moveLab) tamperCopy(ctx context.Context, t *testing.T, ref service.Ref)
 	if out, err := exec.Command("mount", "-o", "loop", standin.Image(l.h, pvc.Spec.VolumeName), dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount the move's Longhorn volume: %v\n%s", err, out)
 	}
+	// The file alone differs: the root keeps its times.
+	var root unix.Stat_t
+	if err := unix.Stat(dir, &root); err != nil {
+		t.Fatal(err)
+	}
 	werr := os.WriteFile(filepath.Join(dir, "tampered"), []byte("not the original's\n"), 0o644)
+	if werr == nil {
+		werr = unix.UtimesNano(dir, []unix.Timespec{root.Atim, root.Mtim})
+	}
 	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
 		t.Fatalf("umount: %v\n%s", err, out)
 	}

@@ -18,6 +18,7 @@ import (
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/status"
+	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/test/e2e"
@@ -35,13 +36,18 @@ func (l *moveLab) keptCopy(ctx context.Context, t *testing.T, ref service.Ref) (
 	if err != nil {
 		t.Fatal(err)
 	}
+	var moved []string
 	for _, pv := range pvs.Items {
-		if pv.Annotations[move.MovedToAnnotation] != "" && pv.Spec.ClaimRef != nil &&
-			pv.Spec.ClaimRef.Namespace == ref.Namespace() && pv.Spec.ClaimRef.Name == "data-"+ref.Name+"-0" && pv.Spec.HostPath != nil {
-			return pv.Spec.HostPath.Path, pv.Name
+		if pv.Annotations[move.MovedToAnnotation] == "" {
+			continue
+		}
+		dir, _ := storage.LocalPath(&pv)
+		moved = append(moved, fmt.Sprintf("%s (claim %v, directory %q, annotations %v)", pv.Name, pv.Spec.ClaimRef, dir, pv.Annotations))
+		if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ref.Namespace() && pv.Spec.ClaimRef.Name == "data-"+ref.Name+"-0" && dir != "" {
+			return dir, pv.Name
 		}
 	}
-	t.Fatalf("no kept copy of %s", ref)
+	t.Fatalf("no kept copy of %s; the volumes that moved:\n%s", ref, strings.Join(moved, "\n"))
 	return "", ""
 }
 
@@ -175,12 +181,12 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 	r = l.kip(t, nil, l.pruneArgs("uploads", "--project", "shop", "--delete-unproven")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || !strings.Contains(r.Stderr, "waiting a day after the move") ||
-		strings.Contains(r.Stderr, "no pod of service uploads") {
+		strings.Contains(r.Stderr, "no pod of service uploads in shop-staging") {
 		t.Errorf("prune uploads --delete-unproven: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkKept(t, upDir)
 	r = l.kip(t, nil, l.pruneArgs("uploads", "--project", "shop", "--now")...)
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "no pod of service uploads runs on Longhorn volume") {
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "no pod of service uploads in shop-staging runs on Longhorn volume") {
 		t.Errorf("prune uploads --now, the service stopped: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkKept(t, upDir)
