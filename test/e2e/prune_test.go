@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/kube"
@@ -22,6 +23,7 @@ import (
 	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/longhorn-standin/standin"
 )
 
 // pruneArgs runs kip cluster storage prune with the lab host's SSH key.
@@ -148,11 +150,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	for time.Since(first) < 2*time.Second {
 		time.Sleep(100 * time.Millisecond)
 	}
-	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	kill := sshx.Command(e2e.StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
-	if out, err := l.h.Run(ctx, kill); err != nil {
-		t.Fatalf("kill db's container: %v\n%s", err, out)
-	}
+	l.crash(ctx, t, pod)
 	restarted, _ := prune.ReadySince(l.servicePod(ctx, t, db, 1))
 	if !restarted.After(first) {
 		t.Fatalf("db's pod Ready since %s after its restart, first since %s", restarted, first)
@@ -167,12 +165,51 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 		t.Errorf("prune an hour after the first Ready, after a restart: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkKept(t, dbDir)
-	// An hour after the restart, --now deletes it: the day's wait waived, the hour passed.
-	r = l.kip(t, at(restarted.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
+	// An hour after the restart the copy may go, and is listed to be deleted; kip pauses after the
+	// listing and the prompt, the container crashes again, and the delete, reading everything
+	// again, keeps the copy.
+	p, paused := l.s.Paused(t, l.home, at(restarted.Add(prune.ReadyFor)), "before:delete", l.args(l.pruneArgs("db", "--project", "shop", "--now"))...)
+	pod = l.servicePod(ctx, t, db, 1)
+	for time.Since(restarted) < 2*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.crash(ctx, t, pod)
+	again, _ := prune.ReadySince(l.servicePod(ctx, t, db, 2))
+	if err := os.Remove(paused); err != nil {
+		t.Fatal(err)
+	}
+	r = p.Wait(t, 10*time.Minute)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "To delete, every condition met:") ||
+		!strings.Contains(r.Stderr, "kept 1 copy whose conditions changed since the listing: db in shop-staging: pod db-0 has been Ready for ") ||
+		strings.Contains(r.Stderr, "Deleted the local copy") {
+		t.Errorf("prune with a crash between the listing and the delete: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, dbDir)
+	// An hour after the last restart, --now deletes it: the day's wait waived, the hour passed.
+	r = l.kip(t, at(again.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Deleted the local copy of db in shop-staging") {
 		t.Errorf("prune --now an hour after the restart: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkPruned(ctx, t, dbDir, dbVolume)
+
+	// A change of the copy count under way holds a copy back, whatever is waived: the Longhorn
+	// volume of service changed asks for a second copy that does not exist yet.
+	changed := service.Ref{Project: "shop", Environment: "staging", Name: "changed"}
+	_, changedVolume := l.keptCopy(ctx, t, changed)
+	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, changedVolume, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lhName := pv.Annotations[move.MovedToAnnotation]
+	if _, err := l.c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Patch(ctx, lhName, types.MergePatchType,
+		[]byte(`{"spec":{"numberOfReplicas":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = l.kip(t, at(time.Now().Add(48*time.Hour)), l.pruneArgs("changed", "--project", "shop", "--now", "--delete-unproven")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
+		!strings.Contains(r.Stderr, "Longhorn is changing the copies of volume "+lhName+": 1 of 2 healthy, 1 in all") {
+		t.Errorf("prune changed during a copy count change: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
 
 	// A stopped service keeps its copy: --delete-unproven waives the hour, not the day; with --now
 	// too the copy goes.
@@ -215,4 +252,15 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 		t.Errorf("prune with an orphan copy: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkPruned(ctx, t, k0Dir, k0Volume)
+}
+
+// crash kills the container of pod with SIGKILL through containerd, as a crash would; the
+// kubelet restarts it.
+func (l *moveLab) crash(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	kill := sshx.Command(e2e.StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
+	if out, err := l.h.Run(ctx, kill); err != nil {
+		t.Fatalf("kill the container of %s: %v\n%s", pod.Name, err, out)
+	}
 }
