@@ -9,6 +9,7 @@ import (
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
 )
 
@@ -128,7 +129,7 @@ func Check(in Input) Verdict {
 		reasons = append(reasons, r)
 	}
 	if b.Status.Errors > 0 {
-		reasons = append(reasons, plural(b.Status.Errors, "error")+" (kip backup describe "+b.Name+" lists the volumes)")
+		reasons = append(reasons, cli.Count(b.Status.Errors, "error", "errors")+" (kip backup describe "+b.Name+" lists the volumes)")
 	}
 	if exp := b.Status.Expiration; exp == nil || !exp.After(in.Now) {
 		if exp == nil {
@@ -167,7 +168,7 @@ func volumeGaps(in Input) []string {
 	}
 	var reasons []string
 	if !ok && b.Status.Warnings > 0 {
-		reasons = append(reasons, fmt.Sprintf("it was not made by kip backup create, so kip cannot tell which volumes it should hold, and Velero reported %s (a skipped volume is only a warning)", plural(b.Status.Warnings, "warning")))
+		reasons = append(reasons, fmt.Sprintf("it was not made by kip backup create, so kip cannot tell which volumes it should hold, and Velero reported %s (a skipped volume is only a warning)", cli.Count(b.Status.Warnings, "warning", "warnings")))
 	}
 	want := append(slices.Clone(recorded), in.Need...)
 	seen := map[string]bool{}
@@ -258,11 +259,4 @@ func orNew(phase string) string {
 		return "New"
 	}
 	return phase
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -105,14 +105,14 @@ func (e *env) create(ctx context.Context, o *CreateOptions) (*velerov1.Backup, e
 		return nil, veleroErr("create backup", err)
 	}
 	e.o.Printer.Success(fmt.Sprintf("Started backup %s of %s (%s, kept %s)", created.Name, joinAnd(scope.Namespaces),
-		plural(len(c.Claims), "volume"), keptFor(ttl)))
+		cli.Count(len(c.Claims), "volume", "volumes"), keptFor(ttl)))
 	return created, nil
 }
 
 // keptFor says how long a backup is kept: in days when it is whole days.
 func keptFor(ttl time.Duration) string {
 	if ttl%(24*time.Hour) == 0 {
-		return plural(int(ttl/(24*time.Hour)), "day")
+		return cli.Count(int(ttl/(24*time.Hour)), "day", "days")
 	}
 	return ttl.String()
 }

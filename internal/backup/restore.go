@@ -243,13 +243,13 @@ func (e *env) restore(ctx context.Context, b *velerov1.Backup, namespaces []stri
 	}
 	if cur.Status.Phase != velerov1.RestorePhaseCompleted {
 		err := fmt.Errorf("restore %s of backup %s ended %s with %s and %s%s", cur.Name, b.Name, cur.Status.Phase,
-			plural(cur.Status.Errors, "error"), plural(cur.Status.Warnings, "warning"), failure(cur))
+			cli.Count(cur.Status.Errors, "error", "errors"), cli.Count(cur.Status.Warnings, "warning", "warnings"), failure(cur))
 		p.StepFailed("Restore "+cur.Name, err)
 		return cur, err
 	}
 	msg := fmt.Sprintf("Restored %s from backup %s", joinAnd(into), b.Name)
 	if cur.Status.Warnings > 0 {
-		msg += " (" + plural(cur.Status.Warnings, "warning") + ")"
+		msg += " (" + cli.Count(cur.Status.Warnings, "warning", "warnings") + ")"
 	}
 	p.StepDone(msg, time.Since(start))
 	return cur, nil

@@ -44,6 +44,14 @@ func OrDash(s string) string {
 	return s
 }
 
+// Count is n with the word it counts: "1 copy", "3 copies".
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 // OrNone is s, or "none" when it is empty.
 func OrNone(s string) string {
 	if s == "" {

@@ -692,11 +692,7 @@ func reportText(r *mover.Report) string {
 		if n := r.DifferenceCount - int64(len(r.Differences)); n > 0 {
 			diffs = append(diffs, fmt.Sprintf("and %d more", n))
 		}
-		noun := "differences"
-		if r.DifferenceCount == 1 {
-			noun = "difference"
-		}
-		parts = append(parts, fmt.Sprintf("%d %s: %s", r.DifferenceCount, noun, strings.Join(diffs, "; ")))
+		parts = append(parts, cli.Count(int(r.DifferenceCount), "difference", "differences")+": "+strings.Join(diffs, "; "))
 	}
 	return strings.Join(parts, ": ")
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/backup"
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
@@ -253,7 +254,7 @@ func (s *state) copy(ctx context.Context, pv *corev1.PersistentVolume) (Copy, bo
 		return c, true
 	case claim.Spec.VolumeName != to:
 		c.hold(CondReplaced, fmt.Sprintf("service %s's claim %s names volume %s, not Longhorn volume %s the move verified: this copy may hold the only original data",
-			svc.Ref, c.Claim, orNone(claim.Spec.VolumeName), to), nil)
+			svc.Ref, c.Claim, cli.OrNone(claim.Spec.VolumeName), to), nil)
 		return c, true
 	}
 	if svc.Move != "" || s.unfinished[move.WorkflowPrefix+svc.Namespace()+"-"+svc.Name] {
@@ -419,11 +420,4 @@ func minutes(d time.Duration) string {
 		return fmt.Sprintf("%d h", d/time.Hour)
 	}
 	return fmt.Sprintf("%d min", int(d/time.Minute))
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }

@@ -97,7 +97,7 @@ func Run(ctx context.Context, o *Options) error {
 		o.Printer.StepAlready("No local copy to delete")
 		return nil
 	}
-	ok, err := o.Prompter.Confirm(fmt.Sprintf("Delete %s? This cannot be undone.", countText(len(del), "local copy", "local copies")))
+	ok, err := o.Prompter.Confirm(fmt.Sprintf("Delete %s? This cannot be undone.", cli.Count(len(del), "local copy", "local copies")))
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func Run(ctx context.Context, o *Options) error {
 	p := &pruner{o: o, cl: cl, rec: rec, copies: del, kept: map[string]string{}}
 	r := &workflow.Runner{Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}), Holder: kube.HolderText(o.Holder),
 		KipVersion: o.KipVersion, Report: o.Printer}
-	steps := []workflow.Step{{Name: "delete", Title: "Delete " + countText(len(del), "local copy", "local copies"),
+	steps := []workflow.Step{{Name: "delete", Title: "Delete " + cli.Count(len(del), "local copy", "local copies"),
 		Done: "Went through the copies", Already: "No local copy left to delete", Check: p.done, Apply: p.deleteAll}}
 	if err := r.Run(ctx, &workflow.Workflow{Name: "cluster-storage-prune", Steps: steps}); err != nil {
 		return err
@@ -120,7 +120,7 @@ func Run(ctx context.Context, o *Options) error {
 			}
 		}
 		return fmt.Errorf("kept %s whose conditions changed since the listing: %s; 'kip status' shows when they will hold",
-			countText(len(why), "copy", "copies"), strings.Join(why, "; "))
+			cli.Count(len(why), "copy", "copies"), strings.Join(why, "; "))
 	}
 	return nil
 }
@@ -234,10 +234,9 @@ func (p *pruner) deleteAll(ctx context.Context) error {
 			return err
 		case !found:
 			continue // deleted meanwhile
-		case c.Kind == KindCopy && agreed.Kind != KindCopy:
-			// Listed as an orphan, its service or claim came back: the checks apply again.
-			fallthrough
-		case !c.Deletable(p.o.Waivers):
+		// Listed as an orphan or an interrupted deletion, a copy that is now neither (its service
+		// or claim came back) is kept too: its checks were never shown.
+		case !c.Deletable(p.o.Waivers) || (c.Kind == KindCopy && agreed.Kind != KindCopy):
 			p.keep(c)
 			continue
 		}
@@ -311,11 +310,4 @@ func (p *pruner) onServer(ctx context.Context, node string) error {
 		return fmt.Errorf("the copy is on node %s, which is not the server: kip reaches only the server over SSH; delete it there by hand", node)
 	}
 	return nil
-}
-
-func countText(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
