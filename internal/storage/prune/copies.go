@@ -168,18 +168,21 @@ func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now 
 	return out, nil
 }
 
-// One reads the kept copy of volume again, from scratch: false when it is gone.
+// One reads the kept copy of volume again, from scratch, and judges it alone: false when it is
+// gone or no longer a kept copy.
 func One(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, volume string) (Copy, bool, error) {
-	copies, err := Read(ctx, cl, rec, now)
+	pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Copy{}, false, nil
+	}
 	if err != nil {
+		return Copy{}, false, fmt.Errorf("read volume %s: %w", volume, err)
+	}
+	copies, err := FromVolumes(ctx, cl, rec, now, []corev1.PersistentVolume{*pv})
+	if err != nil || len(copies) == 0 {
 		return Copy{}, false, err
 	}
-	for _, c := range copies {
-		if c.Volume == volume {
-			return c, true, nil
-		}
-	}
-	return Copy{}, false, nil
+	return copies[0], true, nil
 }
 
 // state is what the conditions are decided from, read once.
