@@ -26,6 +26,7 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
@@ -657,4 +658,49 @@ func BenchmarkStatus(b *testing.B) {
 		n, _ := l.take()
 		b.ReportMetric(float64(n)/float64(b.N), "requests/op")
 	})
+}
+
+// TestStrandedService: a service whose data claim names a volume that does not exist is listed
+// as stranded, with a warning; its claim is read from one list of the cluster's claims.
+func TestStrandedService(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ref := service.Ref{Project: "strand", Environment: "prod", Name: "queue"}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace(), Labels: map[string]string{service.ProjectLabel: ref.Project}}}
+	if _, err := f.c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests of this environment expect no stranded service.
+	t.Cleanup(func() {
+		_ = f.c.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	svc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()}, "spec": map[string]any{"type": "redis", "storage": "1Gi"}}}
+	if _, err := f.c.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-queue-0", Namespace: ref.Namespace()}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: new(string), VolumeName: "pv-gone",
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	created, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Create(ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bound to a volume that is gone, as after someone deleted the PersistentVolume; the PV
+	// controller may turn it Lost meanwhile, which is stranded too.
+	created.Status.Phase = corev1.ClaimBound
+	if _, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Collect(ctx, f.options(&bytes.Buffer{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(r.Stranded, func(s Stranded) bool { return s.Service == ref })
+	if i < 0 || r.Stranded[i].Claim != "data-queue-0" || !strings.Contains(r.Stranded[i].Reason, "pv-gone") {
+		t.Fatalf("stranded services: %+v", r.Stranded)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "service queue in strand-prod is stranded") }) {
+		t.Errorf("warnings %q", r.Warnings)
+	}
 }
