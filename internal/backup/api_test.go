@@ -378,6 +378,10 @@ func testDrill(t *testing.T, f *fixture) {
 	}
 
 	f.record(t, "small", cluster.BackupsExternal)
+	want := "no backup holds " + ns + ": back it up with 'kip backup create --namespace " + ns + " --wait' first"
+	if err := backup.Drill(ctx, &backup.DrillOptions{Options: f.options(), Namespace: ns}); err == nil || err.Error() != want {
+		t.Errorf("drill without a backup = %v, want %q", err, want)
+	}
 	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
 		t.Fatal(err)
 	}

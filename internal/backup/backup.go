@@ -147,7 +147,7 @@ func (s *Snapshot) Find(name string) (*velerov1.Backup, error) {
 
 // Latest is the newest completed backup that holds every namespace of namespaces and the claims
 // need; without one, the error says why the newest backup holding them is not one, or that none
-// holds them.
+// holds them (the caller names the command that makes one).
 func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup, error) {
 	if len(namespaces) == 0 {
 		return nil, errors.New("no namespace to find a backup of")
@@ -169,7 +169,7 @@ func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup,
 	case newestCompleted != nil:
 		return newestCompleted, nil
 	case newest == nil:
-		return nil, fmt.Errorf("no backup holds %s: run 'kip backup create --namespace %s --wait' first", joinAnd(namespaces), namespaces[0])
+		return nil, fmt.Errorf("no backup holds %s", joinAnd(namespaces))
 	}
 	return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), s.Verdict(newest, need...).Err(newest.Name))
 }

@@ -65,7 +65,7 @@ func Drill(ctx context.Context, o *DrillOptions) error {
 	}
 	b, err := s.Latest([]string{o.Namespace})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: back it up with 'kip backup create --namespace %s --wait' first", err, o.Namespace)
 	}
 	copyNS := drillCopyName(o.Namespace)
 	if err := e.clearCopy(ctx, o.Namespace, copyNS); err != nil {

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cluster"
@@ -44,6 +45,7 @@ type moveLab struct {
 	s          *e2e.Suite
 	h          *lab.Host
 	c          *kube.Clients
+	cfg        *rest.Config
 	kubeconfig string
 	home       string
 }
@@ -60,7 +62,7 @@ func setUpMoveLab(ctx context.Context, t *testing.T) *moveLab {
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, _, c := s.Clients(ctx, t, h, h.Name)
+	kubeconfig, cfg, c := s.Clients(ctx, t, h, h.Name)
 	importMoverImage(ctx, t, h)
 	standin.LogOnFailure(t, h)
 	if err := standin.Install(ctx, h, c); err != nil {
@@ -112,7 +114,7 @@ func setUpMoveLab(ctx context.Context, t *testing.T) *moveLab {
 		Interval: 500 * time.Millisecond, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	return &moveLab{s: s, h: h, c: c, kubeconfig: kubeconfig, home: s.Home(t)}
+	return &moveLab{s: s, h: h, c: c, cfg: cfg, kubeconfig: kubeconfig, home: s.Home(t)}
 }
 
 // busyboxImage is the lab's busybox, which the services of the test run.
@@ -138,9 +140,15 @@ func (l *moveLab) project(ctx context.Context, t *testing.T, name, env string) {
 // directory from outside with fill, and returns the directory as this machine sees it.
 func (l *moveLab) service(ctx context.Context, t *testing.T, ref service.Ref, storage string, fill func(dir string)) string {
 	t.Helper()
+	return l.serviceOfType(ctx, t, ref, "postgres", storage, fill)
+}
+
+// serviceOfType is service for a service of type typ.
+func (l *moveLab) serviceOfType(ctx context.Context, t *testing.T, ref service.Ref, typ, storage string, fill func(dir string)) string {
+	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
 		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()},
-		"spec": map[string]any{"type": "postgres", "storage": storage,
+		"spec": map[string]any{"type": typ, "storage": storage,
 			"resources": map[string]any{"cpuRequest": "50m", "memoryRequest": "32Mi"}}}}
 	if _, err := l.c.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -362,7 +370,7 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // rollback refused after the commit; a service whose files outgrow the planned volume (its
 // inodes run out), grown once; a kept copy changed while kip was away, copied again; and a
 // comparison that fails, leaving the service stopped on its local data until it is rolled back;
-// then the local copies the moves kept, pruned.
+// then the local copies the moves kept, pruned, last on a cluster with backups.
 func TestMoveToLonghorn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
@@ -512,4 +520,5 @@ func TestMoveToLonghorn(t *testing.T) {
 	}
 
 	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
+	t.Run("a local copy pruned after a backup", func(t *testing.T) { l.prunedAfterBackup(ctx, t) })
 }

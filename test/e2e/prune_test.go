@@ -5,16 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kipper.run/kip/internal/clock"
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
@@ -23,7 +27,10 @@ import (
 	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/longhorn-standin/standin"
+	"kipper.run/kip/test/testenv"
+	velerotest "kipper.run/kip/test/velero"
 )
 
 // pruneArgs runs kip cluster storage prune with the lab host's SSH key.
@@ -155,10 +162,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	if !restarted.After(first) {
 		t.Fatalf("db's pod Ready since %s after its restart, first since %s", restarted, first)
 	}
-	at := func(tm time.Time) []string {
-		return []string{clock.Env + "=" + tm.Add(time.Second).UTC().Format(time.RFC3339)}
-	}
-	r = l.kip(t, at(first.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
+	r = l.kip(t, clockAt(first.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
 	// Ready for an hour less the restart's few seconds.
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || !strings.Contains(r.Stderr, "pod db-0 has been Ready for 5") ||
 		!strings.Contains(r.Stderr, " min of 1 h") {
@@ -168,7 +172,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	// An hour after the restart the copy may go, and is listed to be deleted; kip pauses after the
 	// listing and the prompt, the container crashes again, and the delete, reading everything
 	// again, keeps the copy.
-	p, paused := l.s.Paused(t, l.home, at(restarted.Add(prune.ReadyFor)), "before:delete", l.args(l.pruneArgs("db", "--project", "shop", "--now"))...)
+	p, paused := l.s.Paused(t, l.home, clockAt(restarted.Add(prune.ReadyFor)), "before:delete", l.args(l.pruneArgs("db", "--project", "shop", "--now"))...)
 	pod = l.servicePod(ctx, t, db, 1)
 	for time.Since(restarted) < 2*time.Second {
 		time.Sleep(100 * time.Millisecond)
@@ -186,7 +190,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 	l.checkKept(t, dbDir)
 	// An hour after the last restart, --now deletes it: the day's wait waived, the hour passed.
-	r = l.kip(t, at(again.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
+	r = l.kip(t, clockAt(again.Add(prune.ReadyFor)), l.pruneArgs("db", "--project", "shop", "--now")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Deleted the local copy of db in shop-staging") {
 		t.Errorf("prune --now an hour after the restart: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
@@ -205,7 +209,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 		[]byte(`{"spec":{"numberOfReplicas":2}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r = l.kip(t, at(time.Now().Add(48*time.Hour)), l.pruneArgs("changed", "--project", "shop", "--now", "--delete-unproven")...)
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("changed", "--project", "shop", "--now", "--delete-unproven")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
 		!strings.Contains(r.Stderr, "Longhorn is changing the copies of volume "+lhName+": 1 of 2 healthy, 1 in all") {
 		t.Errorf("prune changed during a copy count change: exit %d\n%s", r.ExitCode, r.Stderr)
@@ -233,25 +237,71 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 	l.checkPruned(ctx, t, upDir, upVolume)
 
+	// A service that replaced its volume keeps the copy, whatever is waived: k1's data claim is
+	// deleted and the service started again on a new, empty volume.
+	k1 := service.Ref{Project: "shop", Environment: "staging", Name: "k1"}
+	k1Dir, _ := l.keptCopy(ctx, t, k1)
+	l.deleteClaim(ctx, t, k1.Namespace(), "data-k1-0")
+	if r := l.kip(t, nil, "service", "start", "k1", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+		t.Fatalf("kip service start k1: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, k1, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("k1", "--project", "shop", "--now", "--delete-unproven")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
+		!strings.Contains(r.Stderr, "service k1 in shop-staging's claim data-k1-0 names volume ") ||
+		!strings.Contains(r.Stderr, "this copy may hold the only original data") {
+		t.Errorf("prune k1 after its volume was replaced: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, k1Dir)
+
+	// A move not finished keeps the copy, whatever is waived, and kip names the command that
+	// finishes it, which does: the move of service pending is killed after its commit.
+	pending := service.Ref{Project: "shop", Environment: "staging", Name: "pending"}
+	l.killedBefore(ctx, t, pending, "start")
+	pendingDir, _ := l.keptCopy(ctx, t, pending)
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("pending", "--project", "shop", "--now", "--delete-unproven")...)
+	finish := regexp.MustCompile(`its move to Longhorn is not finished: '(kip [^']+)' finishes it`).FindStringSubmatch(r.Stderr)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || finish == nil {
+		t.Fatalf("prune pending, its move unfinished: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, pendingDir)
+	if r := l.kip(t, nil, strings.Fields(finish[1])[1:]...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Service pending in shop-staging now keeps its data on Longhorn") {
+		t.Errorf("%s, as prune printed it: exit %d\n%s", finish[1], r.ExitCode, r.Stderr)
+	}
+
 	// An orphan: service k0 and its data claim deleted; its copy goes without checks.
 	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
 		t.Fatalf("kip service delete k0: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	if err := l.c.Kube.CoreV1().PersistentVolumeClaims(k0.Namespace()).Delete(ctx, "data-k0-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	if err := kube.Poll(ctx, 3*time.Minute, "claim data-k0-0 to go", func(ctx context.Context) (bool, string, error) {
-		_, err := l.c.Kube.CoreV1().PersistentVolumeClaims(k0.Namespace()).Get(ctx, "data-k0-0", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l.deleteClaim(ctx, t, k0.Namespace(), "data-k0-0")
 	r = l.kip(t, nil, l.pruneArgs()...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "To delete without checks, their service and data claim both gone:") ||
 		!strings.Contains(r.Stderr, "Deleted the local copy of claim shop-staging/data-k0-0") {
 		t.Errorf("prune with an orphan copy: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkPruned(ctx, t, k0Dir, k0Volume)
+}
+
+// deleteClaim deletes claim ns/name and waits until it is gone.
+func (l *moveLab) deleteClaim(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	claims := l.c.Kube.CoreV1().PersistentVolumeClaims(ns)
+	if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, 3*time.Minute, "claim "+ns+"/"+name+" to go", func(ctx context.Context) (bool, string, error) {
+		_, err := claims.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clockAt is the environment that sets kip's clock a second after tm.
+func clockAt(tm time.Time) []string {
+	return []string{clock.Env + "=" + tm.Add(time.Second).UTC().Format(time.RFC3339)}
 }
 
 // crash kills the container of pod with SIGKILL through containerd, as a crash would; the
@@ -263,4 +313,148 @@ func (l *moveLab) crash(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	if out, err := l.h.Run(ctx, kill); err != nil {
 		t.Fatalf("kill the container of %s: %v\n%s", pod.Name, err, out)
 	}
+}
+
+// prunedAfterBackup is TestMoveToLonghorn's last part, on a cluster with backups (Velero as its
+// chart runs it, with file-system backups through its node agent, into gofakes3 on the lab's
+// gateway): the move refuses to start without a backup of the project; the backup it then
+// relies on, made before the move, does not count for the prune; one made after it does, unless
+// it has expired or is being deleted; a Postgres service with consistent backups waits the day
+// whatever the backups.
+func (l *moveLab) prunedAfterBackup(ctx context.Context, t *testing.T) {
+	if err := e2e.ImportVeleroImages(ctx, l.h); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.InstallVeleroCRDs(ctx, l.c.APIExt); err != nil {
+		t.Fatal(err)
+	}
+	v := velerotest.StartInCluster(t, l.cfg, lab.Gateway)
+	if _, err := cluster.UpdateRecord(ctx, l.c.Dynamic, func(rec *cluster.Record, _ bool) error {
+		rec.Backups, rec.BackupLocation = cluster.BackupsExternal, &cluster.BackupLocation{Bucket: v.Bucket, Endpoint: v.S3URL}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cache := service.Ref{Project: "books", Environment: "prod", Name: "cache"}
+	ledger := service.Ref{Project: "books", Environment: "prod", Name: "ledger"}
+	l.project(ctx, t, "books", "prod")
+	l.serviceOfType(ctx, t, cache, "redis", "1Gi", smallTree(t, 100))
+	l.service(ctx, t, ledger, "1Gi", smallTree(t, 100))
+	moveCache := []string{"service", "storage", "longhorn", "cache", "--project", "books", "--environment", "prod"}
+	if r := l.kip(t, nil, moveCache...); r.ExitCode != 1 || !strings.Contains(r.Stderr, "a move needs a completed backup of project books") ||
+		!strings.Contains(r.Stderr, "back it up with 'kip backup create --project books --wait'") || strings.Count(r.Stderr, "kip backup create") != 1 {
+		t.Fatalf("the move without a backup: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	before := l.backup(t, "books")
+	for _, ref := range []service.Ref{cache, ledger} {
+		r := l.kip(t, nil, "service", "storage", "longhorn", ref.Name, "--project", ref.Project, "--environment", ref.Environment)
+		if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Latest completed backup of project books: "+before) {
+			t.Fatalf("the move of %s after backup %s: exit %d\n%s", ref, before, r.ExitCode, r.Stderr)
+		}
+	}
+	cacheDir, cacheVolume := l.keptCopy(ctx, t, cache)
+	ledgerDir, _ := l.keptCopy(ctx, t, ledger)
+	readySince := func(ref service.Ref) time.Time {
+		since, _ := prune.ReadySince(l.servicePod(ctx, t, ref, 0))
+		return since
+	}
+	// An hour after both pods became Ready, only the backup holds their copies.
+	at := clockAt(later(readySince(cache), readySince(ledger)).Add(prune.ReadyFor))
+	waiting := "waiting for a completed backup made after the move ('kip backup create'), or until "
+	pruneBooks := func(why string, want ...string) {
+		t.Helper()
+		r := l.kip(t, at, l.pruneArgs()...)
+		if r.ExitCode != 0 {
+			t.Fatalf("prune, %s: exit %d\n%s", why, r.ExitCode, r.Stderr)
+		}
+		for _, s := range want {
+			if !strings.Contains(r.Stderr, s) {
+				t.Errorf("prune, %s: the output lacks %q\n%s", why, s, r.Stderr)
+			}
+		}
+	}
+	dumpWait := "ledger in books-prod: volume "
+	pruneBooks("with backup "+before+" made before the move", "cache in books-prod: volume "+cacheVolume, waiting, dumpWait,
+		"a postgres service with consistent backups waits a day after the move")
+	l.checkKept(t, cacheDir)
+
+	after := l.backup(t, "books")
+	// Velero's server stops, so that the backup stays as the test changes it.
+	l.stopVelero(ctx, t)
+	backups := l.c.Dynamic.Resource(velerotest.BackupResource).Namespace(velerotest.Namespace)
+	b, err := kube.GetAs[velerov1.Backup](ctx, l.c.Dynamic, velerotest.BackupResource, velerotest.Namespace, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Status.Expiration == nil {
+		t.Fatalf("backup %s has no expiry", after)
+	}
+	setExpiration := func(tm time.Time) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"expiration":%q}}`, tm.UTC().Format(time.RFC3339))
+		if _, err := backups.Patch(ctx, after, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setExpiration(time.Now().Add(-time.Minute))
+	pruneBooks("with backup "+after+" expired", waiting)
+	l.checkKept(t, cacheDir)
+	setExpiration(b.Status.Expiration.Time)
+
+	dbrs := l.c.Dynamic.Resource(velerov1.SchemeGroupVersion.WithResource("deletebackuprequests")).Namespace(velerotest.Namespace)
+	dbr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "velero.io/v1", "kind": "DeleteBackupRequest",
+		"metadata": map[string]any{"name": after + "-delete", "labels": map[string]any{velerov1.BackupNameLabel: after, velerov1.BackupUIDLabel: string(b.UID)}},
+		"spec":     map[string]any{"backupName": after}}}
+	if _, err := dbrs.Create(ctx, dbr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pruneBooks("with backup "+after+" being deleted", waiting)
+	l.checkKept(t, cacheDir)
+	if err := dbrs.Delete(ctx, after+"-delete", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	pruneBooks("with backup "+after+" made after the move", "Deleted the local copy of cache in books-prod", dumpWait,
+		"a postgres service with consistent backups waits a day after the move")
+	l.checkPruned(ctx, t, cacheDir, cacheVolume)
+	l.checkKept(t, ledgerDir)
+}
+
+// backup runs kip backup create for project and returns the completed backup's name.
+func (l *moveLab) backup(t *testing.T, project string) string {
+	t.Helper()
+	r := l.kip(t, nil, "backup", "create", "--project", project, "--wait")
+	name := regexp.MustCompile(`Started backup (\S+)`).FindStringSubmatch(r.Stderr)
+	if r.ExitCode != 0 || name == nil {
+		t.Fatalf("kip backup create --project %s --wait: exit %d\n%s", project, r.ExitCode, r.Stderr)
+	}
+	return name[1]
+}
+
+// stopVelero scales Velero's server to no pod and waits until its pod is gone.
+func (l *moveLab) stopVelero(ctx context.Context, t *testing.T) {
+	t.Helper()
+	deployments := l.c.Kube.AppsV1().Deployments(velerotest.Namespace)
+	d, err := deployments.Patch(ctx, velerotest.Deployment, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := metav1.FormatLabelSelector(d.Spec.Selector)
+	if err := kube.Poll(ctx, 3*time.Minute, "Velero's server to stop", func(ctx context.Context) (bool, string, error) {
+		pods, err := l.c.Kube.CoreV1().Pods(velerotest.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, "", err
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items)), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

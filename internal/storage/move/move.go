@@ -482,8 +482,8 @@ func (m *mv) annotateNewClaim(ctx context.Context, key, value string) error {
 }
 
 // grow grows the new volume once: the new size is recorded first, Longhorn's room and the quota
-// are checked again (counting the dump volume at the new size), then the claim grows and kip
-// waits until the volume has that size.
+// are checked again (counting the dump volume at the new size), the volume is detached, then the
+// claim grows and kip waits until the volume has that size.
 func (m *mv) grow(ctx context.Context) error {
 	c, err := m.newClaim(ctx)
 	if err != nil || c == nil {
@@ -501,8 +501,11 @@ func (m *mv) grow(ctx context.Context) error {
 	if err := m.checkGrowRoom(ctx, grown); err != nil {
 		return err
 	}
-	// The copy pod that ran out of room lets go of the volume first.
-	if err := m.deletePod(ctx, copyPodName(m.in.Service)); err != nil {
+	// The copy pod that ran out of room lets go of the volume and Longhorn detaches it first: the
+	// volume grows offline, and its file system at the next mount. A pod gone from the API may
+	// still have the volume mounted, and a copy pod started on that mount would copy into the
+	// file system at its old size.
+	if err := m.detach(ctx); err != nil {
 		return err
 	}
 	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, resource.NewQuantity(grown, resource.BinarySI).String())

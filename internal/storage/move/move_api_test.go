@@ -158,8 +158,8 @@ func TestMoveRefusesBeforeChangingAnything(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := run(noBackups, true); err == nil || !strings.Contains(err.Error(), "a move needs a completed backup of project nb") ||
-		!strings.Contains(err.Error(), "back it up with 'kip backup create --project nb --wait'") {
-		t.Errorf("backups without a completed one: %v", err)
+		!strings.Contains(err.Error(), "back it up with 'kip backup create --project nb --wait'") || strings.Count(err.Error(), "kip backup create") != 1 {
+		t.Errorf("backups without a completed one: %v; want the one command for the project", err)
 	}
 
 	// A cluster still on local storage.
