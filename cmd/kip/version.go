@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -51,9 +50,7 @@ func newVersionCmd(f *cli.Factory, runF func(*VersionOutput) error) *cobra.Comma
 func printVersion(f *cli.Factory, v *VersionOutput) error {
 	w := f.IO.Out
 	if f.Global.Output == cli.OutputJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return cli.WriteJSON(w, v)
 	}
 	fmt.Fprintf(w, "kip %s (commit %s)\n", v.Kip.Version, v.Kip.Commit)
 	fmt.Fprintln(w, "Pinned by this kip:")

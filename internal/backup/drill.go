@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 )
@@ -86,7 +87,7 @@ func Drill(ctx context.Context, o *DrillOptions) error {
 	rep.Removed = true
 	e.o.Printer.Success("Removed the drill's copy " + copyNS)
 	if o.JSON {
-		if err := writeJSON(o.Out, rep); err != nil {
+		if err := cli.WriteJSON(o.Out, rep); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -107,7 +106,7 @@ func List(ctx context.Context, o *ListOptions) error {
 		out = append(out, s.summary(b))
 	}
 	if o.JSON {
-		return writeJSON(o.Out, out)
+		return cli.WriteJSON(o.Out, out)
 	}
 	rows := make([][]string, 0, len(out))
 	for _, b := range out {
@@ -136,7 +135,7 @@ func Describe(ctx context.Context, o *DescribeOptions) error {
 		return err
 	}
 	if o.JSON {
-		return writeJSON(o.Out, d)
+		return cli.WriteJSON(o.Out, d)
 	}
 	writeDescription(o.Out, d)
 	return nil
@@ -248,12 +247,6 @@ func verdictWord(v Verdict) string {
 		return "not yet"
 	}
 	return "no"
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func timeOf(t *metav1.Time) *time.Time {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -19,6 +20,13 @@ func WriteList(w io.Writer, title, glyph string, items []string) {
 	for _, s := range items {
 		fmt.Fprintf(w, "  %s %s\n", glyph, s)
 	}
+}
+
+// WriteJSON writes v as -o json output: indented two spaces, with a final newline.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // WriteTable writes a report's titled table: "\nTitle", then header and rows in aligned columns,

@@ -1,6 +1,10 @@
 package cluster
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Node roles: the server runs the control plane, a worker only workloads.
 const (
@@ -25,4 +29,73 @@ func RoleOrder(role string) int {
 		return 0
 	}
 	return 1
+}
+
+// OutOfServiceTaint is the taint kip node fence puts on a fenced node.
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+// Node states, as kip shows them.
+const (
+	NodeReady        = "Ready"
+	NodeNotReady     = "NotReady"
+	NodeUnknown      = "Unknown"
+	NodeOutOfService = "OutOfService"
+)
+
+// NodeInfo is what kip shows of a Kubernetes node (kip status, kip node list).
+type NodeInfo struct {
+	Name string `json:"name"`
+	// Role is server (the control plane) or worker.
+	Role string `json:"role"`
+	// Status is Ready, NotReady, Unknown or OutOfService (fenced: tainted
+	// node.kubernetes.io/out-of-service; a fenced node never counts as Ready).
+	Status string `json:"status"`
+	// Unschedulable is a cordoned node.
+	Unschedulable bool   `json:"unschedulable,omitempty"`
+	K3sVersion    string `json:"k3sVersion"`
+	InternalIP    string `json:"internalIP,omitempty"`
+	ExternalIP    string `json:"externalIP,omitempty"`
+}
+
+// Info is what kip shows of n.
+func Info(n *corev1.Node) NodeInfo {
+	return NodeInfo{
+		Name:          n.Name,
+		Role:          NodeRole(n),
+		Status:        NodeStatus(n),
+		Unschedulable: n.Spec.Unschedulable,
+		K3sVersion:    n.Status.NodeInfo.KubeletVersion,
+		InternalIP:    NodeAddress(n, corev1.NodeInternalIP),
+		ExternalIP:    NodeAddress(n, corev1.NodeExternalIP),
+	}
+}
+
+// NodeStatus is n's state: OutOfService while fenced, else its Ready condition.
+func NodeStatus(n *corev1.Node) string {
+	if slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == OutOfServiceTaint }) {
+		return NodeOutOfService
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		switch c.Status {
+		case corev1.ConditionTrue:
+			return NodeReady
+		case corev1.ConditionFalse:
+			return NodeNotReady
+		}
+		return NodeUnknown
+	}
+	return NodeUnknown
+}
+
+// NodeAddress is n's first address of type typ, "" when it has none.
+func NodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == typ {
+			return a.Address
+		}
+	}
+	return ""
 }

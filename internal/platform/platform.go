@@ -2,7 +2,6 @@ package platform
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -345,9 +344,7 @@ func ShowProfile(ctx context.Context, o *Options) error {
 		ServerMemoryMiB: node.Status.Capacity.Memory().Value() >> 20, ServerCPUs: node.Status.Capacity.Cpu().Value()}
 	w := o.Out
 	if o.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return cli.WriteJSON(w, v)
 	}
 	fmt.Fprintf(w, "Profile:     %s\n", p.Name)
 	fmt.Fprintf(w, "Storage:     %s\n", v.Storage)

@@ -5,7 +5,6 @@ package platform
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -187,9 +186,7 @@ func Versions(ctx context.Context, o *VersionsOptions) error {
 		return err
 	}
 	if o.JSON {
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return cli.WriteJSON(o.Out, r)
 	}
 	return r.WriteText(o.Out)
 }

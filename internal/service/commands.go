@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -349,9 +348,7 @@ func ShowInfo(ctx context.Context, o *ServiceOptions) error {
 		info.Volumes = append(info.Volumes, v)
 	}
 	if o.JSON {
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(info)
+		return cli.WriteJSON(o.Out, info)
 	}
 	return writeInfo(o.Out, info)
 }

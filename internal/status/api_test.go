@@ -63,7 +63,7 @@ func newFixture(tb testing.TB) *fixture {
 	ctx := context.Background()
 
 	env.AddNode(tb, srvNode, testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
-	env.AddNode(tb, fencedNode, testenv.NodeOptions{Taints: []corev1.Taint{{Key: OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
+	env.AddNode(tb, fencedNode, testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
 	for _, name := range []string{srvNode, fencedNode} {
 		f.setKubeletVersion(tb, name, pinned)
 	}
@@ -228,13 +228,13 @@ func TestAPI(t *testing.T) {
 			t.Errorf("cluster %+v", c)
 		}
 		srv := findNode(t, r, srvNode)
-		if srv.Role != cluster.RoleServer || srv.Status != NodeReady || srv.K3sVersion != f.pinned {
+		if srv.Role != cluster.RoleServer || srv.Status != cluster.NodeReady || srv.K3sVersion != f.pinned {
 			t.Errorf("server %+v", srv)
 		}
-		if n := findNode(t, r, fencedNode); n.Role != cluster.RoleWorker || n.Status != NodeOutOfService {
+		if n := findNode(t, r, fencedNode); n.Role != cluster.RoleWorker || n.Status != cluster.NodeOutOfService {
 			t.Errorf("fenced worker %+v", n)
 		}
-		if n := findNode(t, r, deadNode); n.Status != NodeNotReady || n.InternalIP != "192.0.2.12" {
+		if n := findNode(t, r, deadNode); n.Status != cluster.NodeNotReady || n.InternalIP != "192.0.2.12" {
 			t.Errorf("dead worker %+v", n)
 		}
 		if r.Nodes[0].Role != cluster.RoleServer {

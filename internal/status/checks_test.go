@@ -282,7 +282,7 @@ func TestK3sVersions(t *testing.T) {
 }
 
 func TestCheckNode(t *testing.T) {
-	fence := corev1.Taint{Key: OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+	fence := corev1.Taint{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 	pressured := node("w2", "v", false, corev1.ConditionTrue)
 	pressured.Status.Conditions = append(pressured.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionTrue})
 	cordoned := node("w3", "v", false, corev1.ConditionTrue)
@@ -294,16 +294,16 @@ func TestCheckNode(t *testing.T) {
 		detail string
 		fix    string
 	}{
-		{node("srv", "v", true, corev1.ConditionTrue), StatusOK, NodeReady, "Ready", ""},
-		{node("srv", "v", true, corev1.ConditionFalse), StatusFail, NodeNotReady, "NotReady (KubeletNotReady: PLEG is not healthy)", "systemctl status k3s"},
-		{node("w1", "v", false, corev1.ConditionUnknown), StatusFail, NodeUnknown, "Unknown", "kip node fence w1"},
-		{node("w1", "v", false, ""), StatusFail, NodeUnknown, "has not reported Ready", "kip node add 198.51.100.7"},
-		{node("w1", "v", false, corev1.ConditionTrue, fence), StatusWarn, NodeOutOfService, "fenced", "kip node remove w1 --force"},
-		{pressured, StatusWarn, NodeReady, "DiskPressure", "free disk space"},
-		{cordoned, StatusOK, NodeReady, "cordoned", ""},
+		{node("srv", "v", true, corev1.ConditionTrue), StatusOK, cluster.NodeReady, "Ready", ""},
+		{node("srv", "v", true, corev1.ConditionFalse), StatusFail, cluster.NodeNotReady, "NotReady (KubeletNotReady: PLEG is not healthy)", "systemctl status k3s"},
+		{node("w1", "v", false, corev1.ConditionUnknown), StatusFail, cluster.NodeUnknown, "Unknown", "kip node fence w1"},
+		{node("w1", "v", false, ""), StatusFail, cluster.NodeUnknown, "has not reported Ready", "kip node add 198.51.100.7"},
+		{node("w1", "v", false, corev1.ConditionTrue, fence), StatusWarn, cluster.NodeOutOfService, "fenced", "kip node remove w1 --force"},
+		{pressured, StatusWarn, cluster.NodeReady, "DiskPressure", "free disk space"},
+		{cordoned, StatusOK, cluster.NodeReady, "cordoned", ""},
 	}
 	for _, tt := range tests {
-		if got := nodeStatus(&tt.n); got != tt.status {
+		if got := cluster.NodeStatus(&tt.n); got != tt.status {
 			t.Errorf("%s: status %s, want %s", tt.n.Name, got, tt.status)
 		}
 		c := checkNode(&tt.n, "198.51.100.7")

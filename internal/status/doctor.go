@@ -93,7 +93,7 @@ func Doctor(ctx context.Context, o *Options) error {
 	d := Diagnose(ctx, o)
 	var err error
 	if o.JSON {
-		err = writeJSON(o.Out, d)
+		err = cli.WriteJSON(o.Out, d)
 	} else {
 		err = d.WriteText(o.Out)
 	}
@@ -287,14 +287,14 @@ func (d *doctor) nodeChecks(v *view) []Check {
 func checkNode(n *corev1.Node, addr string) Check {
 	c := Check{Name: "node", Node: n.Name, Status: StatusOK}
 	role := cluster.NodeRole(n)
-	st := nodeStatus(n)
+	st := cluster.NodeStatus(n)
 	switch st {
-	case NodeOutOfService:
+	case cluster.NodeOutOfService:
 		c.Status = StatusWarn
-		c.Detail = "OutOfService: fenced (tainted " + OutOfServiceTaint + "); it never counts as Ready"
+		c.Detail = "OutOfService: fenced (tainted " + cluster.OutOfServiceTaint + "); it never counts as Ready"
 		c.Fix = fmt.Sprintf("bring it back with 'kip node add %s', or give it up with 'kip node remove %s --force'", orName(addr, n.Name), n.Name)
 		return c
-	case NodeNotReady, NodeUnknown:
+	case cluster.NodeNotReady, cluster.NodeUnknown:
 		c.Status = StatusFail
 		c.Detail = st + readyReason(n)
 		if role == cluster.RoleServer {
@@ -360,10 +360,10 @@ func (v *view) sshAddr(o *Options, n *corev1.Node) string {
 			return a
 		}
 	}
-	if a := nodeAddress(n, corev1.NodeExternalIP); a != "" {
+	if a := cluster.NodeAddress(n, corev1.NodeExternalIP); a != "" {
 		return a
 	}
-	return nodeAddress(n, corev1.NodeInternalIP)
+	return cluster.NodeAddress(n, corev1.NodeInternalIP)
 }
 
 // rerunInstall is the command that moves the server's k3s onto the release this kip pins today:

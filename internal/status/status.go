@@ -8,7 +8,6 @@ package status
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,23 +70,12 @@ func hostKeyFix(forget string) string {
 		" ; kip then trusts the new key when it next connects, and says so"
 }
 
-// OutOfServiceTaint is the taint kip node fence puts on a fenced node.
-const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
-
 // LonghornLowBytes: status warns when a node's roomiest eligible Longhorn disk has less than this
 // available for scheduling.
 const LonghornLowBytes = 5 << 30
 
 // MaxVolumes is how many of a node's largest volumes Status lists.
 const MaxVolumes = 5
-
-// Node states.
-const (
-	NodeReady        = "Ready"
-	NodeNotReady     = "NotReady"
-	NodeUnknown      = "Unknown"
-	NodeOutOfService = "OutOfService"
-)
 
 // Report is the documented shape of 'kip status -o json' (docs/status.md).
 type Report struct {
@@ -130,19 +118,9 @@ type ClusterInfo struct {
 	KipVersion string `json:"kipVersion,omitempty"`
 }
 
-// Node is one Kubernetes node.
+// Node is one Kubernetes node, with its storage.
 type Node struct {
-	Name string `json:"name"`
-	// Role is server (the control plane) or worker.
-	Role string `json:"role"`
-	// Status is Ready, NotReady, Unknown or OutOfService (fenced: tainted
-	// node.kubernetes.io/out-of-service; a fenced node never counts as Ready).
-	Status string `json:"status"`
-	// Unschedulable is a cordoned node.
-	Unschedulable bool   `json:"unschedulable,omitempty"`
-	K3sVersion    string `json:"k3sVersion"`
-	InternalIP    string `json:"internalIP,omitempty"`
-	ExternalIP    string `json:"externalIP,omitempty"`
+	cluster.NodeInfo
 	// Storage is the node's disks and largest volumes; nil when nothing is known.
 	Storage *NodeStorage `json:"storage,omitempty"`
 }
@@ -235,15 +213,9 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	if o.JSON {
-		return writeJSON(o.Out, r)
+		return cli.WriteJSON(o.Out, r)
 	}
 	return r.WriteText(o.Out)
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // view is what the API showed, read once for Status and Doctor.
@@ -299,9 +271,9 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	r.Cluster = clusterInfo(v)
 	for i := range v.nodes {
-		n := nodeInfo(&v.nodes[i])
+		n := Node{NodeInfo: cluster.Info(&v.nodes[i])}
 		r.Nodes = append(r.Nodes, n)
-		if n.Status != NodeReady {
+		if n.Status != cluster.NodeReady {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s is %s", n.Name, n.Status))
 		}
 	}
@@ -399,50 +371,6 @@ func clusterInfo(v *view) ClusterInfo {
 }
 
 // nodeStatus is Ready, NotReady, Unknown or OutOfService.
-func nodeStatus(n *corev1.Node) string {
-	if hasTaint(n, OutOfServiceTaint) {
-		return NodeOutOfService
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type != corev1.NodeReady {
-			continue
-		}
-		switch c.Status {
-		case corev1.ConditionTrue:
-			return NodeReady
-		case corev1.ConditionFalse:
-			return NodeNotReady
-		}
-		return NodeUnknown
-	}
-	return NodeUnknown
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
-}
-
-func nodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == typ {
-			return a.Address
-		}
-	}
-	return ""
-}
-
-func nodeInfo(n *corev1.Node) Node {
-	return Node{
-		Name:          n.Name,
-		Role:          cluster.NodeRole(n),
-		Status:        nodeStatus(n),
-		Unschedulable: n.Spec.Unschedulable,
-		K3sVersion:    n.Status.NodeInfo.KubeletVersion,
-		InternalIP:    nodeAddress(n, corev1.NodeInternalIP),
-		ExternalIP:    nodeAddress(n, corev1.NodeExternalIP),
-	}
-}
-
 func operation(p workflow.Progress) Operation {
 	op := Operation{
 		Workflow: p.Workflow, Kind: KindOperation, Status: string(p.Status), Step: p.Step, Error: p.Error,

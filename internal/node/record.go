@@ -1,0 +1,92 @@
+// Package node is kip's worker nodes: the record of the workers kip joined and how the nodes reach
+// each other, and kip node list.
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+
+	"kipper.run/kip/internal/kube"
+)
+
+// The network modes of a cluster's nodes, decided on its first join and kept.
+const (
+	// ModePrivate: the nodes reach each other over a private IPv4 network they share.
+	ModePrivate = "private"
+	// ModePublic: the nodes reach each other over their public addresses.
+	ModePublic = "public"
+)
+
+// Path is how the server and a node reach each other.
+type Path struct {
+	Mode string `json:"mode"`
+	// Network is the private network both addresses are on, zero in public mode.
+	Network netip.Prefix `json:"network,omitzero"`
+	// Server and Node are the addresses each uses to reach the other.
+	Server netip.Addr `json:"server"`
+	Node   netip.Addr `json:"node"`
+}
+
+func (p Path) String() string {
+	if p.Mode == ModePublic {
+		return fmt.Sprintf("public addresses (server %s, node %s)", p.Server, p.Node)
+	}
+	return fmt.Sprintf("private network %s (server %s, node %s)", p.Network, p.Server, p.Node)
+}
+
+// Whether a node may hold copies of volumes (kip node add's disk check, kip node storage --copies).
+const (
+	CopiesEligible   = "eligible"    // the disk passed the check
+	CopiesOverridden = "overridden"  // the disk was slow and --ignore-slow-disk accepted it
+	CopiesRefused    = "refused"     // the disk failed the check
+	CopiesUnchecked  = "not checked" // joined with --no-copies, or the check has not run
+)
+
+// Worker states in the record.
+const (
+	WorkerJoining  = "joining"
+	WorkerReady    = "ready"
+	WorkerRemoving = "removing"
+)
+
+// Worker is what kip recorded about a worker it joined.
+type Worker struct {
+	// Host is the address kip reaches the worker at over SSH, as the operator named it; SSHPort
+	// and SSHUser how it logs in.
+	Host    string `json:"host"`
+	SSHPort int    `json:"sshPort"`
+	SSHUser string `json:"sshUser"`
+	// Path is how the worker and the server reach each other.
+	Path Path `json:"path"`
+	// FirewallManaged is true when kip manages the worker's host firewall.
+	FirewallManaged bool `json:"firewallManaged"`
+	// Copies is whether it may hold copies of volumes (Copies*), with CopiesWhy saying why not.
+	Copies    string `json:"copies"`
+	CopiesWhy string `json:"copiesWhy,omitempty"`
+	// State is joining, ready or removing.
+	State    string    `json:"state"`
+	JoinedAt time.Time `json:"joinedAt,omitzero"`
+}
+
+// Nodes is the record kipper.run/nodes on kipper-records (format 1): the cluster's network mode
+// and the workers kip joined, by node name.
+type Nodes struct {
+	// Mode is ModePrivate or ModePublic, "" before the first join.
+	Mode    string            `json:"mode,omitempty"`
+	Workers map[string]Worker `json:"workers,omitempty"`
+}
+
+const (
+	recordName    = "nodes"
+	recordVersion = 1
+)
+
+// ReadNodes reads the record; a cluster no worker joined yet has an empty one.
+func ReadNodes(ctx context.Context, dyn dynamic.Interface) (Nodes, error) {
+	rec, _, err := kube.ReadRecord[Nodes](ctx, dyn, kube.ClusterRecords(), recordName, recordVersion)
+	return rec, err
+}
