@@ -670,26 +670,46 @@ func TestStrandedService(t *testing.T) {
 	if _, err := f.c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Other tests of this environment expect no stranded service.
+	// Other tests of this environment expect no stranded service: the cleanup waits until the
+	// namespace controller has removed the namespace and what it held.
 	t.Cleanup(func() {
-		_ = f.c.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+		ctx := context.Background()
+		if err := f.c.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := kube.Poll(ctx, time.Minute, "namespace "+ns.Name+" gone", func(ctx context.Context) (bool, string, error) {
+			_, err := f.c.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, "", nil
+			}
+			return false, "terminating", err
+		}); err != nil {
+			t.Error(err)
+		}
 	})
 	svc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
 		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()}, "spec": map[string]any{"type": "redis", "storage": "1Gi"}}}
 	if _, err := f.c.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-queue-0", Namespace: ref.Namespace()}, Spec: corev1.PersistentVolumeClaimSpec{
+	// A claim the PV controller bound (its annotation) to a volume that is gone, as after someone
+	// deleted the PersistentVolume: the controller turns it Lost, and the test waits for that
+	// rather than racing it.
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-queue-0", Namespace: ref.Namespace(),
+		Annotations: map[string]string{"pv.kubernetes.io/bind-completed": "yes"}}, Spec: corev1.PersistentVolumeClaimSpec{
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: new(string), VolumeName: "pv-gone",
 		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-	created, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Create(ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Bound to a volume that is gone, as after someone deleted the PersistentVolume; the PV
-	// controller may turn it Lost meanwhile, which is stranded too.
-	created.Status.Phase = corev1.ClaimBound
-	if _, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if err := kube.Poll(ctx, time.Minute, "claim data-queue-0 Lost", func(ctx context.Context) (bool, string, error) {
+		c, err := f.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-queue-0", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return c.Status.Phase == corev1.ClaimLost, string(c.Status.Phase), nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := Collect(ctx, f.options(&bytes.Buffer{}))

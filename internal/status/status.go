@@ -328,19 +328,7 @@ func stranded(ctx context.Context, v *view, r *Report) error {
 	if err != nil {
 		return fmt.Errorf("list persistent volume claims: %w", err)
 	}
-	exists := map[string]bool{}
-	for _, pv := range v.pvs {
-		exists[pv.Name] = true
-	}
-	lost := map[string]string{} // namespace/claim → why
-	for _, c := range claims.Items {
-		switch {
-		case c.Status.Phase == corev1.ClaimLost:
-			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s is Lost: volume %s is gone", c.Name, cli.OrDash(c.Spec.VolumeName))
-		case c.Spec.VolumeName != "" && c.Status.Phase == corev1.ClaimBound && !exists[c.Spec.VolumeName]:
-			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s names volume %s, which does not exist", c.Name, c.Spec.VolumeName)
-		}
-	}
+	lost := lostClaims(claims.Items, v.pvs)
 	if len(lost) == 0 {
 		return nil
 	}
@@ -357,6 +345,25 @@ func stranded(ctx context.Context, v *view, r *Report) error {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", svc.Ref, why))
 	}
 	return nil
+}
+
+// lostClaims are the claims that are Lost or bound to a volume not among pvs, by
+// namespace/name, with why.
+func lostClaims(claims []corev1.PersistentVolumeClaim, pvs []corev1.PersistentVolume) map[string]string {
+	exists := map[string]bool{}
+	for _, pv := range pvs {
+		exists[pv.Name] = true
+	}
+	lost := map[string]string{}
+	for _, c := range claims {
+		switch {
+		case c.Status.Phase == corev1.ClaimLost:
+			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s is Lost: volume %s is gone", c.Name, cli.OrDash(c.Spec.VolumeName))
+		case c.Spec.VolumeName != "" && c.Status.Phase == corev1.ClaimBound && !exists[c.Spec.VolumeName]:
+			lost[c.Namespace+"/"+c.Name] = fmt.Sprintf("its claim %s names volume %s, which does not exist", c.Name, c.Spec.VolumeName)
+		}
+	}
+	return lost
 }
 
 func clusterInfo(v *view) ClusterInfo {

@@ -1,8 +1,12 @@
 package status
 
 import (
+	"maps"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/prune"
@@ -41,5 +45,26 @@ Services stranded by a missing volume
 `
 	if b.String() != want {
 		t.Errorf("kept copies:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func TestLostClaims(t *testing.T) {
+	claim := func(name, volume string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "shop-prod", Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{VolumeName: volume}, Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
+	}
+	pvs := []corev1.PersistentVolume{{ObjectMeta: metav1.ObjectMeta{Name: "pv-here"}}}
+	got := lostClaims([]corev1.PersistentVolumeClaim{
+		claim("ok", "pv-here", corev1.ClaimBound),
+		claim("gone", "pv-gone", corev1.ClaimBound),
+		claim("lost", "pv-lost", corev1.ClaimLost),
+		claim("waiting", "", corev1.ClaimPending),
+	}, pvs)
+	want := map[string]string{
+		"shop-prod/gone": "its claim gone names volume pv-gone, which does not exist",
+		"shop-prod/lost": "its claim lost is Lost: volume pv-lost is gone",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("lostClaims = %v, want %v", got, want)
 	}
 }
