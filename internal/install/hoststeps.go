@@ -54,7 +54,7 @@ func (s *seen) forget() { *s = seen{} }
 // installedVersion is the k3s release at k3s.BinaryPath ("" when none).
 func (in *installer) installedVersion(ctx context.Context) (string, error) {
 	if !in.seen.versionRead {
-		v, err := in.binaryVersion(ctx, k3s.BinaryPath)
+		v, err := k3s.RemoteVersion(ctx, in.c, k3s.BinaryPath)
 		if err != nil {
 			return "", err
 		}
@@ -85,25 +85,6 @@ func (in *installer) sumsNow(ctx context.Context) (map[string]string, error) {
 		in.seen.sums = sums
 	}
 	return in.seen.sums, nil
-}
-
-// parseK3sVersion reads the release from `k3s --version` ("k3s version v1.37.2+k3s1 (…)"), ""
-// when the output is not that.
-func parseK3sVersion(out string) string {
-	if f := strings.Fields(out); len(f) >= 3 && f[0] == "k3s" && f[1] == "version" {
-		return f[2]
-	}
-	return ""
-}
-
-// binaryVersion is the k3s release the binary at path reports, "" when there is none there or it
-// does not answer like k3s.
-func (in *installer) binaryVersion(ctx context.Context, path string) (string, error) {
-	res, err := in.c.Run(ctx, "if [ -x "+sshx.Quote(path)+" ]; then "+sshx.Command(path, "--version")+"; fi")
-	if err != nil || res.ExitStatus != 0 {
-		return "", err
-	}
-	return parseK3sVersion(string(res.Stdout)), nil
 }
 
 // unitState is what systemd says of k3s's unit.
@@ -302,20 +283,8 @@ func (in *installer) k3sSteps() []workflow.Step {
 				sums, err := in.sumsNow(ctx)
 				return sums[k3s.BinaryPath] == in.bundle.SHA256, err
 			},
-			Plan: func(context.Context) ([]string, error) {
-				if in.o.AirgapBundle != "" {
-					return []string{"upload " + k3s.BinaryPath + " from " + in.o.AirgapBundle + ", verified against the bundle's checksum file"}, nil
-				}
-				return []string{"download k3s " + in.move.To + " and its release checksum file on the host, verify, install at " + k3s.BinaryPath}, nil
-			},
-			Apply: func(ctx context.Context) error {
-				if in.bundle == nil {
-					return in.downloadK3s(ctx)
-				}
-				return in.installBinary(ctx, func(ctx context.Context, tmp string) error {
-					return in.c.Upload(ctx, tmp, in.bundle.Data, 0o755, "")
-				})
-			},
+			Plan:  func(context.Context) ([]string, error) { return []string{in.binary.Plan(in.o.AirgapBundle)}, nil },
+			Apply: func(ctx context.Context) error { return in.binary.Install(ctx) },
 		},
 		{
 			Name: "k3s-config", Title: "Write k3s's configuration",
@@ -413,25 +382,6 @@ func (in *installer) startTitle() string {
 		return "Restart k3s on kip's configuration"
 	}
 	return "Start k3s"
-}
-
-// installBinary puts a verified k3s binary in place: fetch writes it to a temporary path next to
-// k3s.BinaryPath, kip checks that it is the release this install moves to, and only then
-// renames it into place, so a wrong binary never replaces the running one.
-func (in *installer) installBinary(ctx context.Context, fetch func(ctx context.Context, tmp string) error) error {
-	tmp := k3s.BinaryPath + ".kip-new"
-	if err := fetch(ctx, tmp); err != nil {
-		return err
-	}
-	got, err := in.binaryVersion(ctx, tmp)
-	if err != nil {
-		return err
-	}
-	if got != in.move.To {
-		_ = in.run(ctx, "remove the rejected binary", sshx.Command("rm", "-f", tmp))
-		return fmt.Errorf("the k3s binary reports version %q, but this install needs %s: use the airgap bundle of k3s %s", got, in.move.To, in.move.To)
-	}
-	return in.run(ctx, "install k3s", sshx.Command("mv", "-f", tmp, k3s.BinaryPath))
 }
 
 // filesInPlace reports whether each file is on the host with the content kip would write.
@@ -616,44 +566,4 @@ func waitReady(ctx context.Context, c *kube.Clients, apiHost string, timeout tim
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// downloadK3s has the host download the release's checksum file and binary: kip reads the
-// checksum the release lists for the binary (and refuses one that differs from a pinned
-// checksum), and the host verifies the binary against it before it is installed.
-func (in *installer) downloadK3s(ctx context.Context) error {
-	rel, err := k3s.ReleaseFor(in.move.To, in.facts.Arch)
-	if err != nil {
-		return err
-	}
-	out, err := in.c.Output(ctx, sshx.Command("curl", "-fsSL", "--retry", "3", rel.ChecksumsURL))
-	if err != nil {
-		return fmt.Errorf("download %s on the host: %w (the host needs curl and access to github.com; or pass --airgap-bundle)", rel.ChecksumsURL, err)
-	}
-	want, err := k3s.ChecksumFor(out, rel.Binary)
-	if err != nil {
-		return fmt.Errorf("%s: %w", rel.ChecksumsURL, err)
-	}
-	if err := in.checkPinnedSum(want); err != nil {
-		return err
-	}
-	return in.installBinary(ctx, func(ctx context.Context, tmp string) error {
-		verify := fmt.Sprintf("printf '%%s  %%s\\n' %s %s | sha256sum -c --status", sshx.Quote(want), sshx.Quote(tmp))
-		cmd := sshx.Command("curl", "-fsSL", "--retry", "3", "-o", tmp, rel.BinaryURL) + " && " + verify +
-			" || { rc=$?; " + sshx.Command("rm", "-f", tmp) + "; exit $rc; }"
-		return in.run(ctx, "download k3s "+in.move.To+" and verify it against the release's checksum", cmd)
-	})
-}
-
-// checkPinnedSum refuses a k3s binary whose checksum differs from the one versions.yaml pins,
-// when it pins one.
-func (in *installer) checkPinnedSum(sum string) error {
-	pin, err := in.pinned.Component("k3s")
-	if err != nil {
-		return err
-	}
-	if pin.SHA256 != "" && pin.Version == in.move.To && !strings.EqualFold(pin.SHA256, sum) {
-		return fmt.Errorf("the k3s %s binary has SHA-256 %s, but this kip pins %s: refusing it", in.move.To, sum, pin.SHA256)
-	}
-	return nil
 }

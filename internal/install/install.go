@@ -179,6 +179,7 @@ type installer struct {
 	network  string
 	move     k3s.Move
 	bundle   *k3s.Binary // the k3s binary from --airgap-bundle, verified
+	binary   k3s.BinaryInstall
 	nodeIP   string
 	fw       bool // kip manages the host firewall
 
@@ -393,7 +394,13 @@ func (in *installer) decide(ctx context.Context) error {
 		if in.bundle, err = k3s.LoadBundle(in.o.AirgapBundle, in.facts.Arch); err != nil {
 			return err
 		}
-		if err := in.checkPinnedSum(in.bundle.SHA256); err != nil {
+	}
+	in.binary = k3s.BinaryInstall{C: in.c, Version: in.move.To, Arch: in.facts.Arch, Bundle: in.bundle}
+	if k3sPin.SHA256 != "" && k3sPin.Version == in.move.To {
+		in.binary.Pinned = k3sPin.SHA256
+	}
+	if in.bundle != nil {
+		if err := in.binary.CheckPinned(in.bundle.SHA256); err != nil {
 			return err
 		}
 	}

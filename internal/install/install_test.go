@@ -117,19 +117,6 @@ func TestSafeFileName(t *testing.T) {
 	}
 }
 
-func TestParseK3sVersion(t *testing.T) {
-	for out, want := range map[string]string{
-		"k3s version v1.37.2+k3s1 (abc123)\ngo version go1.26.8\n": "v1.37.2+k3s1",
-		"":                               "",
-		"bash: k3s: command not found\n": "",
-		"k3s version\n":                  "",
-	} {
-		if got := parseK3sVersion(out); got != want {
-			t.Errorf("parseK3sVersion(%q) = %q, want %q", out, got, want)
-		}
-	}
-}
-
 // TestRestartedSince: whether k3s restarted since kip looked is decided by systemd's invocation
 // ID. Before, kip compared the unit's ActiveEnterTimestamp (the host's clock) with its own start
 // (the operator's clock): a host 10 minutes ahead counted a k3s that had not restarted as

@@ -13,6 +13,7 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -545,7 +546,7 @@ func parseProbe(out string) (*probe, error) {
 		return nil, fmt.Errorf("firewall: %w", err)
 	}
 	p.state = hostState{
-		k3sVersion: parseK3sVersion(sections["k3s-version"]),
+		k3sVersion: k3s.ParseVersion(sections["k3s-version"]),
 		serverData: strings.TrimSpace(sections["server-data"]) == "yes",
 		unit:       parseUnit(sections["k3s-unit"]),
 		firewall:   p.firewall,
