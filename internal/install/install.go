@@ -381,7 +381,7 @@ func (in *installer) decide(ctx context.Context) error {
 	if in.move, err = k3s.PlanMove(in.state.k3sVersion, k3sPin.Version); err != nil {
 		return err
 	}
-	if in.nodeIP, err = nodeIP(in.facts, in.address); err != nil {
+	if in.nodeIP, err = in.facts.NodeIP(in.address); err != nil {
 		return err
 	}
 	if _, err := components.ConsoleURL(in.address); err != nil {
@@ -487,27 +487,6 @@ func (in *installer) keepRecorded() error {
 		ProfileReason: "recorded on the cluster", StorageReason: "recorded on the cluster; kip install never switches it"}
 	in.network = rec.Network
 	return nil
-}
-
-// nodeIP picks the address k3s registers the server with: --host when it is one of the host's
-// IPv4 addresses, else the source address of the default route, as k3s would.
-func nodeIP(f *sshx.Facts, want string) (string, error) {
-	for _, a := range f.Addrs {
-		if a.CIDR.Addr().Is4() && a.CIDR.Addr().String() == want {
-			return want, nil
-		}
-	}
-	for _, r := range f.Routes {
-		if r.IsDefault() && r.Src.IsValid() && r.Src.Is4() {
-			return r.Src.String(), nil
-		}
-	}
-	for _, a := range f.Addrs {
-		if ip := a.CIDR.Addr(); ip.Is4() && ip.IsGlobalUnicast() {
-			return ip.String(), nil
-		}
-	}
-	return "", errors.New("the host has no IPv4 address for k3s")
 }
 
 func (in *installer) confirm() error {

@@ -1,7 +1,6 @@
 package install
 
 import (
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/components"
-	"kipper.run/kip/internal/sshx"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -64,30 +62,6 @@ func TestOptionsValidate(t *testing.T) {
 				t.Fatal("the error shows the secret key")
 			}
 		})
-	}
-}
-
-func TestNodeIP(t *testing.T) {
-	addr := func(s string) sshx.Addr { return sshx.Addr{Iface: "eth0", CIDR: netip.MustParsePrefix(s)} }
-	facts := &sshx.Facts{
-		Addrs: []sshx.Addr{addr("10.77.0.15/24"), addr("198.51.100.15/24")},
-		Routes: []sshx.Route{
-			{Dst: netip.MustParsePrefix("10.77.0.0/24"), Dev: "eth1", Src: netip.MustParseAddr("10.77.0.15")},
-			{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("198.51.100.1"), Dev: "eth0", Src: netip.MustParseAddr("198.51.100.15")},
-		},
-	}
-	for host, want := range map[string]string{
-		"10.77.0.15":      "10.77.0.15",    // one of the host's addresses
-		"198.51.100.15":   "198.51.100.15", // also one
-		"srv.example.com": "198.51.100.15", // a name: the default route's source
-		"203.0.113.10":    "198.51.100.15", // NAT: the address is not on the host
-	} {
-		if got, err := nodeIP(facts, host); err != nil || got != want {
-			t.Errorf("nodeIP(%s) = %s, %v; want %s", host, got, err, want)
-		}
-	}
-	if _, err := nodeIP(&sshx.Facts{}, "h"); err == nil {
-		t.Error("no addresses: want an error")
 	}
 }
 

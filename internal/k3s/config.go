@@ -2,6 +2,7 @@ package k3s
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 
 	"sigs.k8s.io/yaml"
@@ -99,4 +100,48 @@ func (c ServerConfig) Render() ([]byte, error) {
 		return nil, fmt.Errorf("render k3s config: %w", err)
 	}
 	return append([]byte("# Written by kip. kip keeps the previous file at "+ConfigBackupPath+" when it changes this one.\n"), body...), nil
+}
+
+// Paths of a worker's join: the server's join token, which kip copies to the worker's
+// AgentTokenPath (0600) for k3s's token-file setting.
+const (
+	ServerTokenPath = "/var/lib/rancher/k3s/server/node-token"
+	AgentTokenPath  = "/etc/rancher/k3s/agent-token"
+)
+
+// AgentConfig is what kip writes to a worker's /etc/rancher/k3s/config.yaml.
+type AgentConfig struct {
+	// Server is the server's address on the cluster's node network, ServerURL its API.
+	Server         string
+	NodeName       string
+	NodeIP         string
+	NodeExternalIP string
+	// Taints are applied when the node registers: kip's joining taint keeps ordinary workloads
+	// off a node until kip node add checked it.
+	Taints []string
+}
+
+// ServerURL is the server's API as the agent reaches it.
+func (c AgentConfig) ServerURL() string {
+	return "https://" + net.JoinHostPort(c.Server, "6443")
+}
+
+// Render returns the config.yaml file.
+func (c AgentConfig) Render() ([]byte, error) {
+	if c.Server == "" || c.NodeIP == "" || c.NodeName == "" {
+		return nil, fmt.Errorf("k3s agent config: the server's address, the node's name and its IP are all needed")
+	}
+	doc := struct {
+		Server         string   `json:"server"`
+		TokenFile      string   `json:"token-file"`
+		NodeName       string   `json:"node-name"`
+		NodeIP         string   `json:"node-ip"`
+		NodeExternalIP string   `json:"node-external-ip,omitempty"`
+		NodeTaint      []string `json:"node-taint,omitempty"`
+	}{c.ServerURL(), AgentTokenPath, c.NodeName, c.NodeIP, c.NodeExternalIP, c.Taints}
+	body, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("render k3s agent config: %w", err)
+	}
+	return append([]byte("# Written by kip node add.\n"), body...), nil
 }

@@ -67,3 +67,27 @@ func TestAuditPolicyIsMetadataOnly(t *testing.T) {
 		t.Fatalf("policy %+v is not metadata-only", p)
 	}
 }
+
+func TestAgentConfigRender(t *testing.T) {
+	c := AgentConfig{Server: "10.77.0.20", NodeName: "w1", NodeIP: "10.77.0.21", NodeExternalIP: "198.51.100.21",
+		Taints: []string{"kipper.run/joining=true:NoSchedule"}}
+	got, err := c.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `# Written by kip node add.
+node-external-ip: 198.51.100.21
+node-ip: 10.77.0.21
+node-name: w1
+node-taint:
+- kipper.run/joining=true:NoSchedule
+server: https://10.77.0.20:6443
+token-file: /etc/rancher/k3s/agent-token
+`
+	if string(got) != want {
+		t.Errorf("agent config:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := (AgentConfig{Server: "10.77.0.20", NodeName: "w1"}).Render(); err == nil {
+		t.Error("an agent config without a node IP rendered")
+	}
+}

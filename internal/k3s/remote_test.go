@@ -14,3 +14,17 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckPinned(t *testing.T) {
+	b := BinaryInstall{Version: "v1.37.2+k3s1", Pinned: "ABCD"}
+	if err := b.CheckPinned("abcd"); err != nil {
+		t.Errorf("the pinned checksum in another case: %v", err)
+	}
+	want := "the k3s v1.37.2+k3s1 binary has SHA-256 ef01, but this kip pins ABCD: refusing it"
+	if err := b.CheckPinned("ef01"); err == nil || err.Error() != want {
+		t.Errorf("another checksum: %v, want %q", err, want)
+	}
+	if err := (BinaryInstall{Version: "v1.36.1+k3s1"}).CheckPinned("ef01"); err != nil {
+		t.Errorf("no pin: %v", err)
+	}
+}

@@ -349,3 +349,24 @@ func parseModules(s string) (map[string]ModuleState, error) {
 	}
 	return mods, nil
 }
+
+// NodeIP picks the address k3s registers a node with: want (the address kip reached the host
+// at) when it is one of the host's IPv4 addresses, else the source address of the default route, as k3s would.
+func (f *Facts) NodeIP(want string) (string, error) {
+	for _, a := range f.Addrs {
+		if a.CIDR.Addr().Is4() && a.CIDR.Addr().String() == want {
+			return want, nil
+		}
+	}
+	for _, r := range f.Routes {
+		if r.IsDefault() && r.Src.IsValid() && r.Src.Is4() {
+			return r.Src.String(), nil
+		}
+	}
+	for _, a := range f.Addrs {
+		if ip := a.CIDR.Addr(); ip.Is4() && ip.IsGlobalUnicast() {
+			return ip.String(), nil
+		}
+	}
+	return "", errors.New("the host has no IPv4 address for k3s")
+}
