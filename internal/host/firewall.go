@@ -24,8 +24,8 @@ const FirewalldZone = "kipper"
 
 // The k3s pod and service networks (k3s's defaults, which kip keeps).
 var (
-	podNetwork     = netip.MustParsePrefix("10.42.0.0/16")
-	serviceNetwork = netip.MustParsePrefix("10.43.0.0/16")
+	PodNetwork     = netip.MustParsePrefix("10.42.0.0/16")
+	ServiceNetwork = netip.MustParsePrefix("10.43.0.0/16")
 )
 
 // FirewallState is what a host's firewall is: Tool "ufw", "firewalld" or "" (neither
@@ -62,8 +62,8 @@ func ServerRules(sshPort int) []Rule {
 		{Port: 80, Proto: "tcp", Why: "HTTP (Traefik)"},
 		{Port: 443, Proto: "tcp", Why: "HTTPS (Traefik)"},
 		{Port: 6443, Proto: "tcp", Why: "the Kubernetes API"},
-		{Sources: []netip.Prefix{podNetwork}, Why: "the pod network"},
-		{Sources: []netip.Prefix{serviceNetwork}, Why: "the service network"},
+		{Sources: []netip.Prefix{PodNetwork}, Why: "the pod network"},
+		{Sources: []netip.Prefix{ServiceNetwork}, Why: "the service network"},
 	}
 }
 

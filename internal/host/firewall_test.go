@@ -78,7 +78,7 @@ To                         Action      From
 var capturedRules = []Rule{
 	{Port: 22, Proto: "tcp"},
 	{Port: 80, Proto: "tcp"},
-	{Sources: []netip.Prefix{podNetwork}},
+	{Sources: []netip.Prefix{PodNetwork}},
 	{Port: 51820, Proto: "udp", Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}},
 	{Port: 10250, Proto: "tcp", Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}},
 	{Port: 6443, Proto: "tcp"},
@@ -326,7 +326,7 @@ func TestUFWRules(t *testing.T) {
 	}{
 		{Rule{Port: 22, Proto: "tcp"}, []string{"allow 22/tcp"}},
 		{Rule{Port: 51820, Proto: "udp"}, []string{"allow 51820/udp"}},
-		{Rule{Sources: []netip.Prefix{podNetwork, serviceNetwork}}, []string{"allow from 10.42.0.0/16", "allow from 10.43.0.0/16"}},
+		{Rule{Sources: []netip.Prefix{PodNetwork, ServiceNetwork}}, []string{"allow from 10.42.0.0/16", "allow from 10.43.0.0/16"}},
 		{Rule{Port: 10250, Proto: "tcp", Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/32"), netip.MustParsePrefix("10.0.1.7/24")}},
 			[]string{"allow from 10.0.0.2 to any port 10250 proto tcp", "allow from 10.0.1.0/24 to any port 10250 proto tcp"}},
 		{Rule{Port: 9100, Proto: "tcp", Sources: []netip.Prefix{netip.MustParsePrefix("2001:db8::1/128")}}, []string{"allow from 2001:db8::1 to any port 9100 proto tcp"}},
@@ -446,7 +446,7 @@ func TestRenderZone(t *testing.T) {
 	// firewalld's own layout of the same zone reads as the same zone.
 	captured := []Rule{
 		{Port: 22, Proto: "tcp"}, {Port: 80, Proto: "tcp"}, {Port: 443, Proto: "tcp"},
-		{Sources: []netip.Prefix{podNetwork}},
+		{Sources: []netip.Prefix{PodNetwork}},
 		{Port: 51820, Proto: "udp", Sources: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}},
 	}
 	fd, err := parseFirewalld("running", firewalldZone)
@@ -525,7 +525,7 @@ func TestRefuse(t *testing.T) {
 			"firewalld is active on h, where kip manages ufw: two firewalls would filter the same traffic; turn firewalld off (systemctl disable --now firewalld)"}},
 		{name: "ssh elsewhere", family: Debian, rules: ServerRules(2222), err: []string{
 			"open none of the ports sshd listens on (22/tcp) to every source: enabling ufw would lock SSH out"}},
-		{name: "ssh from some sources only", family: Debian, rules: []Rule{{Port: 22, Proto: "tcp", Sources: []netip.Prefix{podNetwork}}}, err: []string{"would lock SSH out"}},
+		{name: "ssh from some sources only", family: Debian, rules: []Rule{{Port: 22, Proto: "tcp", Sources: []netip.Prefix{PodNetwork}}}, err: []string{"would lock SSH out"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rules

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/mail"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +43,7 @@ func (o *Options) Validate() error {
 	if o.Host == "" {
 		return cli.Usagef("--host is required: the server's address, e.g. kip install --host 203.0.113.10")
 	}
-	if err := validHost(o.Host); err != nil {
+	if err := cli.CheckHost("--host", o.Host); err != nil {
 		return err
 	}
 	if o.AdminEmail != "" {
@@ -74,43 +72,6 @@ func (o *Options) Validate() error {
 	if o.AirgapBundle != "" {
 		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
 			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
-		}
-	}
-	return nil
-}
-
-// validHost checks --host: an IPv4 or IPv6 address, a DNS name, or a Host alias of
-// ~/.ssh/config. A port, a user or anything that looks like a flag is a usage error.
-func validHost(h string) error {
-	usage := func(why string) error {
-		return cli.Usagef("--host %q: %s", h, why)
-	}
-	if addr, err := netip.ParseAddr(h); err == nil {
-		if addr.Zone() != "" {
-			return usage("give the address without a zone")
-		}
-		return nil
-	}
-	switch {
-	case strings.HasPrefix(h, "-"):
-		return usage("give the server's address or name, e.g. --host 203.0.113.10")
-	case strings.ContainsAny(h, "@/ "):
-		return usage("give the server's address or name only; set the user with --ssh-user and the port with --ssh-port")
-	}
-	if name, port, err := net.SplitHostPort(h); err == nil {
-		return usage(fmt.Sprintf("give the port with --ssh-port: --host %s --ssh-port %s", name, port))
-	}
-	if strings.Trim(h, "0123456789.") == "" {
-		return usage("not an IPv4 address: each of its four numbers is 0 to 255, e.g. 203.0.113.10")
-	}
-	if len(h) > 253 {
-		return usage("a name is at most 253 characters")
-	}
-	for _, label := range strings.Split(h, ".") {
-		ok := label != "" && len(label) <= 63 && !strings.HasPrefix(label, "-") && !strings.HasSuffix(label, "-") &&
-			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == ""
-		if !ok {
-			return usage("not an IP address or a host name (letters, digits, hyphens and dots)")
 		}
 	}
 	return nil

@@ -40,7 +40,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"octet over 255", Options{Host: "999.1.1.1"}, "not an IPv4 address"},
 		{"256", Options{Host: "256.1.1.1"}, "not an IPv4 address"},
 		{"three numbers", Options{Host: "10.1.1"}, "not an IPv4 address"},
-		{"a flag", Options{Host: "-x"}, "give the server's address or name"},
+		{"a flag", Options{Host: "-x"}, "give the host's address or name"},
 		{"with a port", Options{Host: "198.51.100.11:2222"}, "--host 198.51.100.11 --ssh-port 2222"},
 		{"ipv6 with a port", Options{Host: "[2001:db8::10]:2222"}, "--ssh-port 2222"},
 		{"bad name", Options{Host: "srv..example.com"}, "not an IP address or a host name"},
