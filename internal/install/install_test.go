@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/components"
@@ -153,20 +152,3 @@ func TestBackupAndRestoreFiles(t *testing.T) {
 	}
 }
 
-// TestVerifyJobNames: nodes whose long names share their first 50 characters got the same
-// verification Job (the name was cut at 63 characters), so one node's check passed for both.
-func TestVerifyJobNames(t *testing.T) {
-	long := strings.Repeat("worker-in-the-frankfurt-datacenter-", 2)
-	a, b := verifyJobName("ab12c", long+"a"), verifyJobName("ab12c", long+"b")
-	if a == b {
-		t.Fatalf("two nodes share the verification Job %s", a)
-	}
-	for _, name := range []string{a, b, verifyJobName("ab12c", "srv1"), verifyJobName("ab12c", "node-"+strings.Repeat("x", 60)+"-.y")} {
-		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-			t.Errorf("%s: %v", name, errs)
-		}
-	}
-	if got := verifyJobName("ab12c", "srv1"); !strings.HasPrefix(got, "kip-verify-ab12c-srv1-") {
-		t.Errorf("short name: %s", got)
-	}
-}
