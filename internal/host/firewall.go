@@ -67,8 +67,47 @@ func ServerRules(sshPort int) []Rule {
 	}
 }
 
+// The ports between the nodes of a cluster with workers.
+const (
+	WireGuardPort   = 51820 // udp: the WireGuard pod network
+	KubeletPort     = 10250 // tcp: the kubelet's API, TLS
+	NodeMetricsPort = 9100  // tcp: node metrics for Prometheus, TLS with a token
+)
+
+// PeerRules are what a node opens to the other nodes, at the addresses they use on the nodes'
+// network: 51820/udp and 10250/tcp from every other node, and, on a worker (server valid),
+// 9100/tcp from the server. others includes the server on a worker.
+func PeerRules(others []netip.Addr, server netip.Addr) []Rule {
+	if len(others) == 0 {
+		return nil
+	}
+	var from []netip.Prefix
+	for _, a := range others {
+		from = append(from, netip.PrefixFrom(a, a.BitLen()))
+	}
+	rules := []Rule{
+		{Port: WireGuardPort, Proto: "udp", Sources: from, Why: "WireGuard, from the other nodes"},
+		{Port: KubeletPort, Proto: "tcp", Sources: from, Why: "the kubelet, from the other nodes"},
+	}
+	if server.IsValid() {
+		rules = append(rules, Rule{Port: NodeMetricsPort, Proto: "tcp", Sources: []netip.Prefix{netip.PrefixFrom(server, server.BitLen())}, Why: "node metrics, from the server"})
+	}
+	return rules
+}
+
+// WorkerRules are a worker's own rules, before its peers': SSH is the only port open to every
+// source, and every port from the pod and service networks, which k3s needs trusted (see
+// ServerRules). Everything else inbound is denied, 8888/tcp and NodePorts included.
+func WorkerRules(sshPort int) []Rule {
+	return []Rule{
+		{Port: sshPort, Proto: "tcp", Why: "SSH"},
+		{Sources: []netip.Prefix{PodNetwork}, Why: "the pod network"},
+		{Sources: []netip.Prefix{ServiceNetwork}, Why: "the service network"},
+	}
+}
+
 // String says what the rule opens, as messages and plans show it: "22/tcp", "every port from
-// 10.42.0.0/16", "51820/udp from 10.0.0.2/32".
+// 10.42.0.0/16", "51820/udp from 10.0.0.2/32 and 10.0.0.3/32".
 func (r Rule) String() string {
 	s := "every port"
 	if r.Port != 0 {
@@ -79,7 +118,12 @@ func (r Rule) String() string {
 		for _, p := range r.Sources {
 			from = append(from, p.String())
 		}
-		s += " from " + strings.Join(from, ", ")
+		last := len(from) - 1
+		s += " from " + strings.Join(from[:last], ", ")
+		if last > 0 {
+			s += " and "
+		}
+		s += from[last]
 	}
 	return s
 }

@@ -580,3 +580,22 @@ func TestUfwBlocks(t *testing.T) {
 		}
 	}
 }
+
+func TestPeerAndWorkerRules(t *testing.T) {
+	server, w2 := netip.MustParseAddr("10.77.0.20"), netip.MustParseAddr("10.77.0.22")
+	if got := Describe(PeerRules(nil, server)); got != "" {
+		t.Errorf("no other node: %q", got)
+	}
+	got := Describe(append(WorkerRules(22), PeerRules([]netip.Addr{server, w2}, server)...))
+	want := "22/tcp, every port from 10.42.0.0/16, every port from 10.43.0.0/16, 51820/udp from 10.77.0.20/32 and 10.77.0.22/32, " +
+		"10250/tcp from 10.77.0.20/32 and 10.77.0.22/32, 9100/tcp from 10.77.0.20/32"
+	if got != want {
+		t.Errorf("a worker's rules:\n%s\nwant:\n%s", got, want)
+	}
+	if err := validate(append(WorkerRules(22), PeerRules([]netip.Addr{server}, server)...)); err != nil {
+		t.Error(err)
+	}
+	if got := Describe(PeerRules([]netip.Addr{w2}, netip.Addr{})); got != "51820/udp from 10.77.0.22/32, 10250/tcp from 10.77.0.22/32" {
+		t.Errorf("the server's peer rules: %q", got)
+	}
+}

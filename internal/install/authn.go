@@ -8,10 +8,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// AuthenticationConfigPath is the API server's structured authentication configuration: the
-// operators' login through Dex.
-const AuthenticationConfigPath = "/etc/rancher/k3s/kipper-authentication.yaml"
-
 // DexAudience is the client ID operators' tokens are issued for.
 const DexAudience = "kip"
 

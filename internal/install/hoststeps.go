@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -159,14 +160,7 @@ type hostFile struct {
 
 // k3sFiles are the files of the k3s configuration step.
 func (in *installer) k3sFiles() ([]hostFile, error) {
-	cfg := k3s.ServerConfig{
-		NodeIP:                   in.nodeIP,
-		TLSSANs:                  []string{in.address},
-		FlannelBackend:           in.network,
-		Disable:                  []string{"traefik"},
-		AuthenticationConfigPath: AuthenticationConfigPath,
-	}
-	body, err := cfg.Render()
+	body, err := k3s.KipServer(in.address, in.nodeIP, in.externalIP, in.network).Render()
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +170,7 @@ func (in *installer) k3sFiles() ([]hostFile, error) {
 	}
 	return []hostFile{
 		{k3s.AuditPolicyPath, k3s.AuditPolicy(), 0o600},
-		{AuthenticationConfigPath, authn, 0o600},
+		{k3s.AuthenticationConfigPath, authn, 0o600},
 		{k3s.ConfigPath, body, 0o600},
 	}, nil
 }
@@ -218,7 +212,7 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 		})
 	}
 	if in.fw {
-		rules := host.ServerRules(in.sshPort())
+		rules := in.firewallRules()
 		steps = append(steps, workflow.Step{
 			Name: "host-firewall", Title: "Set up the host firewall (" + in.family.Firewall + ", managed by kip)",
 			Done: "Host firewall set up", Already: "Host firewall already set up",
@@ -249,6 +243,12 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 		}
 	}
 	return steps, nil
+}
+
+// firewallRules are the server's firewall rules: its own, and the peer ports open to the
+// recorded workers.
+func (in *installer) firewallRules() []host.Rule {
+	return append(host.ServerRules(in.sshPort()), host.PeerRules(in.nodes.WorkerAddresses(""), netip.Addr{})...)
 }
 
 // sshPort is the port kip reached the host on, which the firewall keeps open.
@@ -307,7 +307,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				for _, f := range files {
 					dirs = append(dirs, path.Dir(f.path))
 				}
-				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && "+backupFiles(files)); err != nil {
+				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && "+k3s.BackupCommand(filePaths(files)...)); err != nil {
 					return err
 				}
 				for _, f := range files {
@@ -431,7 +431,7 @@ func (in *installer) recoverStart(ctx context.Context, unit string, configChange
 		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u k3s' on the server; kip's configuration is %s, the previous one %s)", cause, k3s.ConfigPath, k3s.ConfigBackupPath)
 	}
 	in.p.Warn("k3s did not come back on the new configuration: restoring the previous files (*" + k3s.BackupSuffix + ") and restarting k3s on them")
-	if err := in.run(ctx, "restore k3s's previous configuration", restoreFiles(files)); err != nil {
+	if err := in.run(ctx, "restore k3s's previous configuration", k3s.RestoreCommand(filePaths(files)...)); err != nil {
 		if errors.Is(err, sshx.ErrUnreachable) {
 			return fmt.Errorf("k3s did not come up on the new configuration (%v), and kip lost the server before it could restore the previous one (%w): "+
 				"when the server answers again, run the same kip install to continue; the previous files are beside the new ones as *%s", cause, err, k3s.BackupSuffix)
@@ -448,24 +448,12 @@ func (in *installer) recoverStart(ctx context.Context, unit string, configChange
 	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u k3s' on the server for why the new one failed", cause)
 }
 
-// backupFiles is a shell command that keeps each file's previous content beside it
-// (k3s.BackupSuffix), and notes a file that did not exist by removing its old backup, so that a
-// restore removes it again.
-func backupFiles(files []hostFile) string {
-	cmd := "for f in"
+func filePaths(files []hostFile) []string {
+	var paths []string
 	for _, f := range files {
-		cmd += " " + sshx.Quote(f.path)
+		paths = append(paths, f.path)
 	}
-	return cmd + `; do if [ -f "$f" ]; then cp -p "$f" "$f` + k3s.BackupSuffix + `"; else rm -f "$f` + k3s.BackupSuffix + `"; fi; done`
-}
-
-// restoreFiles is a shell command that puts back what backupFiles kept.
-func restoreFiles(files []hostFile) string {
-	cmd := "for f in"
-	for _, f := range files {
-		cmd += " " + sshx.Quote(f.path)
-	}
-	return cmd + `; do if [ -f "$f` + k3s.BackupSuffix + `" ]; then cp -p "$f` + k3s.BackupSuffix + `" "$f"; else rm -f "$f"; fi; done`
+	return paths
 }
 
 // kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,

@@ -17,6 +17,7 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/manifests"
 )
@@ -142,7 +143,12 @@ type installer struct {
 	bundle   *k3s.Binary // the k3s binary from --airgap-bundle, verified
 	binary   k3s.BinaryInstall
 	nodeIP   string
-	fw       bool // kip manages the host firewall
+	// externalIP is the server's public address when its node IP is on the nodes' private
+	// network, else "".
+	externalIP string
+	// nodes is what kip recorded of the cluster's workers (empty on a fresh install).
+	nodes node.Nodes
+	fw    bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
 	lock    *kube.Lock    // the cluster lock a re-run holds from its first host step
@@ -345,6 +351,15 @@ func (in *installer) decide(ctx context.Context) error {
 	if in.nodeIP, err = in.facts.NodeIP(in.address); err != nil {
 		return err
 	}
+	if in.clients != nil {
+		if in.nodes, err = node.ReadNodes(ctx, in.clients.Dynamic); err != nil {
+			return err
+		}
+		if in.nodes.Mode == node.ModePrivate && in.nodes.Server.IsValid() && in.nodes.Server.String() != in.nodeIP {
+			// The nodes reach the server over their private network: kip node add moved k3s there.
+			in.nodeIP, in.externalIP = in.nodes.Server.String(), in.nodeIP
+		}
+	}
 	if _, err := components.ConsoleURL(in.address); err != nil {
 		// The console and Dex answer at console.<ipv4>.sslip.io or console.<name>: refused here,
 		// before anything changes, rather than when the components are rendered.
@@ -369,7 +384,7 @@ func (in *installer) decide(ctx context.Context) error {
 	if in.fw && in.state.firewall.Active && !in.state.firewall.Managed {
 		in.fw = false
 		in.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone; it must keep letting in %s",
-			in.state.firewall.Tool, in.o.Host, host.Describe(host.ServerRules(in.sshPort()))))
+			in.state.firewall.Tool, in.o.Host, host.Describe(in.firewallRules())))
 	}
 
 	in.p.Info(fmt.Sprintf("Profile: %s (%s)", in.sizing.Profile.Name, in.sizing.ProfileReason))

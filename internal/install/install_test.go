@@ -2,11 +2,9 @@ package install
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/components"
@@ -117,38 +115,3 @@ func TestRestartedSince(t *testing.T) {
 // kip rewrites (config.yaml, the audit policy, the authentication config) gets its previous
 // content back, and one that did not exist before is removed again. Before, only config.yaml was
 // kept, and a restore left a new authentication config beside the old config.yaml.
-func TestBackupAndRestoreFiles(t *testing.T) {
-	dir := t.TempDir()
-	existing, added := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "kipper-authentication.yaml")
-	if err := os.WriteFile(existing, []byte("old\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// A backup left by an earlier run, of a file that does not exist now, must not come back.
-	if err := os.WriteFile(added+".kipper-bak", []byte("stale\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files := []hostFile{{path: existing}, {path: added}}
-	sh := func(cmd string) {
-		t.Helper()
-		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-	}
-	sh(backupFiles(files))
-	for _, f := range files { // kip writes its files
-		if err := os.WriteFile(f.path, []byte("new\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sh(restoreFiles(files))
-	if b, err := os.ReadFile(existing); err != nil || string(b) != "old\n" {
-		t.Errorf("config.yaml after the restore: %q %v", b, err)
-	}
-	if _, err := os.Stat(added); !os.IsNotExist(err) {
-		t.Errorf("a file that did not exist before the change is still there after the restore: %v", err)
-	}
-	if b, err := os.ReadFile(existing + ".kipper-bak"); err != nil || string(b) != "old\n" {
-		t.Errorf("backup: %q %v", b, err)
-	}
-}
-

@@ -15,6 +15,9 @@ const (
 	KubeconfigPath   = "/etc/rancher/k3s/k3s.yaml"
 	AuditPolicyPath  = "/var/lib/rancher/k3s/server/kipper-audit-policy.yaml"
 	AuditLogPath     = "/var/lib/rancher/k3s/server/logs/audit.log"
+	// AuthenticationConfigPath is the API server's structured authentication configuration: the
+	// operators' login through Dex.
+	AuthenticationConfigPath = "/etc/rancher/k3s/kipper-authentication.yaml"
 )
 
 // BackupSuffix names the copy kip keeps of a file it rewrites on a server, beside it: the
@@ -58,6 +61,20 @@ type ServerConfig struct {
 	// AuthenticationConfigPath, when set, is the API server's structured authentication
 	// configuration (operator login through Dex).
 	AuthenticationConfigPath string
+}
+
+// KipServer is the configuration kip gives a server reached at address (its TLS name), with
+// the pod network's flannel backend: nodeIP is its address on the nodes' network, externalIP
+// its public address when the nodes use a private network ("" otherwise).
+func KipServer(address, nodeIP, externalIP, network string) ServerConfig {
+	return ServerConfig{
+		NodeIP:                   nodeIP,
+		NodeExternalIP:           externalIP,
+		TLSSANs:                  []string{address},
+		FlannelBackend:           network,
+		Disable:                  []string{"traefik"},
+		AuthenticationConfigPath: AuthenticationConfigPath,
+	}
 }
 
 // APIServerArgs returns the kube-apiserver arguments kip installs, in a fixed order.

@@ -118,3 +118,15 @@ func (b BinaryInstall) download(ctx context.Context) error {
 		return nil
 	})
 }
+
+// BackupCommand is a shell command that keeps each file's previous content beside it
+// (BackupSuffix), and notes a file that did not exist by removing its old backup, so that a
+// restore removes it again.
+func BackupCommand(paths ...string) string {
+	return `for f in ` + sshx.QuoteAll(paths) + `; do if [ -f "$f" ]; then cp -p "$f" "$f` + BackupSuffix + `"; else rm -f "$f` + BackupSuffix + `"; fi; done`
+}
+
+// RestoreCommand is a shell command that puts back what BackupCommand kept.
+func RestoreCommand(paths ...string) string {
+	return `for f in ` + sshx.QuoteAll(paths) + `; do if [ -f "$f` + BackupSuffix + `" ]; then cp -p "$f` + BackupSuffix + `" "$f"; else rm -f "$f"; fi; done`
+}

@@ -5,7 +5,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -76,8 +78,23 @@ type Worker struct {
 // and the workers kip joined, by node name.
 type Nodes struct {
 	// Mode is ModePrivate or ModePublic, "" before the first join.
-	Mode    string            `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty"`
+	// Server is the server's address on the nodes' network (its private address in private
+	// mode), which its k3s registers as its node IP; zero before the first join.
+	Server  netip.Addr        `json:"server,omitzero"`
 	Workers map[string]Worker `json:"workers,omitempty"`
+}
+
+// WorkerAddresses are the addresses the recorded workers use on the nodes' network, by node name
+// order, except skip's.
+func (n Nodes) WorkerAddresses(skip string) []netip.Addr {
+	var addrs []netip.Addr
+	for _, name := range slices.Sorted(maps.Keys(n.Workers)) {
+		if name != skip {
+			addrs = append(addrs, n.Workers[name].Path.Node)
+		}
+	}
+	return addrs
 }
 
 const (

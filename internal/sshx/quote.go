@@ -36,3 +36,12 @@ func Command(name string, args ...string) string {
 	}
 	return strings.Join(words, " ")
 }
+
+// QuoteAll returns words as shell words (Quote), separated by spaces.
+func QuoteAll(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = Quote(w)
+	}
+	return strings.Join(q, " ")
+}
