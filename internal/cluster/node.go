@@ -34,6 +34,14 @@ func RoleOrder(role string) int {
 // OutOfServiceTaint is the taint kip node fence puts on a fenced node.
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
+// JoiningTaint (NoSchedule) keeps ordinary workloads off a worker until kip node add has checked
+// it: k3s registers the node with it, and kip lifts it once the checks pass. Longhorn's own pods
+// tolerate it.
+const JoiningTaint = "kipper.run/joining"
+
+// JoiningToleration is the toleration of JoiningTaint.
+var JoiningToleration = corev1.Toleration{Key: JoiningTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+
 // Node states, as kip shows them.
 const (
 	NodeReady        = "Ready"

@@ -88,10 +88,19 @@ func (r *renderer) longhorn() (Component, error) {
 	for _, s := range longhornSettings {
 		defaults[s.chartKey] = s.value
 	}
+	// Longhorn's pods run on a worker kip node add holds off ordinary workloads while it checks
+	// it: the manager and driver deployer by their chart values, the components Longhorn deploys
+	// itself (instance managers, engine images, the CSI plugin) by its taint-toleration setting.
+	// That setting can only change while no volume is attached, so kip sets it at install, in
+	// the chart's defaults, and does not pin it afterwards.
+	defaults["taintToleration"] = cluster.JoiningTaint + ":" + string(corev1.TaintEffectNoSchedule)
+	tolerations := []any{map[string]any{"key": cluster.JoiningTaint, "operator": "Exists", "effect": "NoSchedule"}}
 	// No backup target, ever: backups go through Velero.
 	c, err := r.chartComponent("longhorn", longhornNamespace, map[string]any{
 		"defaultSettings": defaults,
 		"persistence":     map[string]any{"defaultClass": false},
+		"longhornManager": map[string]any{"tolerations": tolerations},
+		"longhornDriver":  map[string]any{"tolerations": tolerations},
 	})
 	if err != nil {
 		return Component{}, err
