@@ -523,35 +523,6 @@ func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*ku
 	if err != nil {
 		return nil, err
 	}
-	return clients, waitReady(ctx, clients, rc.Host, max(time.Until(deadline), time.Second))
+	return clients, kube.WaitReady(ctx, clients, rc.Host, max(time.Until(deadline), time.Second))
 }
 
-// waitReady polls the API server's /readyz until it answers ok.
-func waitReady(ctx context.Context, c *kube.Clients, apiHost string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		reqCtx, reqCancel := context.WithTimeout(ctx, 10*time.Second)
-		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(reqCtx)
-		reqCancel()
-		if err == nil && strings.TrimSpace(string(body)) == "ok" {
-			return nil
-		}
-		if dnsErr := (*net.DNSError)(nil); errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-			// A name that does not exist will not exist in five minutes either.
-			return fmt.Errorf("the API at %s cannot be reached: %w", apiHost, err)
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last == nil {
-				last = ctx.Err()
-			}
-			return fmt.Errorf("the API at %s did not answer ready within %s: %w", apiHost, timeout.Round(time.Second), last)
-		case <-time.After(time.Second):
-		}
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -347,4 +348,35 @@ func nodeNotReady(n *corev1.Node) string {
 // empty.
 func ConditionText(reason, message string) string {
 	return strings.Join(slices.DeleteFunc([]string{reason, message}, func(s string) bool { return s == "" }), ": ")
+}
+
+// WaitReady polls the API server's /readyz until it answers ok, for at most timeout: after k3s
+// started or restarted. apiHost names the API in errors.
+func WaitReady(ctx context.Context, c *Clients, apiHost string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		reqCtx, reqCancel := context.WithTimeout(ctx, 10*time.Second)
+		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(reqCtx)
+		reqCancel()
+		if err == nil && strings.TrimSpace(string(body)) == "ok" {
+			return nil
+		}
+		if dnsErr := (*net.DNSError)(nil); errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			// A name that does not exist will not exist in five minutes either.
+			return fmt.Errorf("the API at %s cannot be reached: %w", apiHost, err)
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("the API at %s did not answer ready within %s: %w", apiHost, timeout.Round(time.Second), last)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -101,6 +101,9 @@ func (c *Client) Port() int { return c.cfg.Port }
 // HostName was applied.
 func (c *Client) Host() string { return c.cfg.Host }
 
+// User is the user kip logs in as.
+func (c *Client) User() string { return c.cfg.User }
+
 // Close closes the connection. Commands still running lose it.
 func (c *Client) Close() error {
 	c.mu <- struct{}{}
