@@ -3,20 +3,77 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/node"
 )
 
-func newNodeCmd(f *cli.Factory, list func(*node.ListOptions) error) *cobra.Command {
+// nodeRunners replace what kip node's subcommands run, for tests; nil fields run the real thing.
+type nodeRunners struct {
+	list func(*node.ListOptions) error
+	add  func(*node.AddOptions) error
+}
+
+func newNodeCmd(f *cli.Factory, run nodeRunners) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "List the cluster's nodes",
+		Short: "Add and list the cluster's nodes",
 		Long: `The cluster's nodes: the server, which runs the control plane and ingress and holds database,
 registry and in-cluster backup volumes, and the workers kip joined. See docs/nodes.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newNodeListCmd(f, list))
+	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list))
+	return cmd
+}
+
+func newNodeAddCmd(f *cli.Factory, runF func(*node.AddOptions) error) *cobra.Command {
+	o := &node.AddOptions{}
+	var firewall bool
+	cmd := &cobra.Command{
+		Use:   "add HOST",
+		Short: "Join a host to the cluster as a worker, or rejoin one",
+		Long: `Join a host to the cluster as a worker over SSH. kip checks the host, prepares its kernel
+modules, Longhorn's packages, host hardening and firewall, joins it as a k3s agent at the
+server's k3s version, and keeps ordinary new workloads off it with a taint while it checks
+cluster DNS, the server's API, the kubelet and Longhorn's storage there. A node already in the
+cluster is cordoned for the checks instead, its running workloads left in place.
+
+The first join decides how the nodes reach each other, for the whole cluster: over a private
+network both hosts share (found in their routing tables, then checked by connecting both ways),
+or over public addresses with --public or when they share none. A private network that carries
+the default route is named with --private-network. Moving the server onto the private network
+restarts k3s on it, after asking (--yes approves). Interrupted, the same command with the same
+options resumes. See docs/nodes.md.`,
+		Example: `  kip node add 203.0.113.11
+  kip node add 10.0.2.11 --private-network 10.0.0.0/16
+  kip node add 198.51.100.7 --public --yes
+  kip node add 203.0.113.11 --airgap-bundle ./k3s-v1.37.2+k3s1`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Host = args[0]
+			if cmd.Flags().Changed("firewall") {
+				o.Firewall = &firewall
+			}
+			server, dial, err := hostDialer(f)
+			if err != nil {
+				return err
+			}
+			o.Kube, o.Server, o.Dial = f.Kube, server, dial
+			o.Printer, o.Prompter, o.CommandLine, o.KipVersion, o.Debugf = f.Printer(), f.Prompter(), f.CommandLine(), buildinfo.Version, f.Debugf
+			if runF != nil {
+				return runF(o)
+			}
+			return node.Add(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.PrivateNetwork, "private-network", "", "the private IPv4 network the nodes share, when it carries the default route (e.g. 10.0.0.0/16)")
+	fs.BoolVar(&o.Public, "public", false, "join over public addresses, even when the hosts share a private network")
+	fs.BoolVar(&firewall, "firewall", false, "manage the new node's host firewall (default: when kip manages the server's); --firewall=false leaves it to you")
+	fs.BoolVar(&o.NoCopies, "no-copies", false, "keep copies of volumes off this worker (skips the disk check)")
+	fs.StringVar(&o.AirgapBundle, "airgap-bundle", "", "directory with the k3s release's binary and sha256sum file, uploaded instead of downloaded")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	return cmd
 }
 

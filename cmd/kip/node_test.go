@@ -23,7 +23,7 @@ func TestNodeListWiring(t *testing.T) {
 				root.RemoveCommand(c)
 			}
 		}
-		root.AddCommand(newNodeCmd(f, func(o *node.ListOptions) error { got = o; return nil }))
+		root.AddCommand(newNodeCmd(f, nodeRunners{list: func(o *node.ListOptions) error { got = o; return nil }}))
 		root.SetArgs(append([]string{"node", "list"}, tt.args...))
 		if err := root.Execute(); err != nil {
 			t.Fatalf("%v: %v", tt.args, err)
@@ -37,5 +37,48 @@ func TestNodeListWiring(t *testing.T) {
 	root.SetArgs([]string{"node", "list", "w1"})
 	if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
 		t.Errorf("kip node list w1 = %v, want a usage error", err)
+	}
+}
+
+// TestNodeAddWiring checks what kip node add hands to internal/node: the host, the flags, and
+// --firewall only when given.
+func TestNodeAddWiring(t *testing.T) {
+	for _, tt := range []struct {
+		args     []string
+		check    func(o *node.AddOptions) bool
+		describe string
+	}{
+		{[]string{"203.0.113.11"}, func(o *node.AddOptions) bool {
+			return o.Host == "203.0.113.11" && o.Firewall == nil && !o.Public && o.PrivateNetwork == "" && !o.NoCopies && !o.DryRun
+		}, "defaults"},
+		{[]string{"w1", "--private-network", "10.0.0.0/16", "--no-copies", "--firewall=false", "--dry-run"}, func(o *node.AddOptions) bool {
+			return o.Host == "w1" && o.PrivateNetwork == "10.0.0.0/16" && o.NoCopies && o.Firewall != nil && !*o.Firewall && o.DryRun
+		}, "flags"},
+		{[]string{"w1", "--public", "--firewall"}, func(o *node.AddOptions) bool {
+			return o.Public && o.Firewall != nil && *o.Firewall
+		}, "--public --firewall"},
+	} {
+		f, _, _ := testFactory(nil)
+		var got *node.AddOptions
+		root := newRootCmd(f)
+		for _, c := range root.Commands() {
+			if c.Name() == "node" {
+				root.RemoveCommand(c)
+			}
+		}
+		root.AddCommand(newNodeCmd(f, nodeRunners{add: func(o *node.AddOptions) error { got = o; return nil }}))
+		root.SetArgs(append([]string{"node", "add"}, tt.args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%s: %v", tt.describe, err)
+		}
+		if got == nil || !tt.check(got) || got.Kube == nil || got.Dial == nil || got.Printer == nil || got.Prompter == nil {
+			t.Errorf("%s: options %+v", tt.describe, got)
+		}
+	}
+	f, _, _ := testFactory(nil)
+	root := newRootCmd(f)
+	root.SetArgs([]string{"node", "add"})
+	if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
+		t.Errorf("kip node add without a host = %v, want a usage error", err)
 	}
 }

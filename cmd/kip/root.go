@@ -52,7 +52,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newServiceCmd(f),
 		newProjectCmd(f),
 		newClusterCmd(f),
-		newNodeCmd(f, nil),
+		newNodeCmd(f, nodeRunners{}),
 	)
 	return cmd
 }

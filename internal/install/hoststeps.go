@@ -177,62 +177,12 @@ func (in *installer) k3sFiles() ([]hostFile, error) {
 
 // hostSteps are the steps on the server's host, up to a running k3s and a saved kubeconfig.
 func (in *installer) hostSteps() ([]workflow.Step, error) {
-	longhorn := in.sizing.Storage == cluster.StorageLonghorn
-	steps := []workflow.Step{in.intentStep()}
-	if longhorn {
-		pkgs := in.family.LonghornPackages
-		steps = append(steps, workflow.Step{
-			Name: "host-packages", Title: "Install Longhorn's host packages (" + strings.Join(pkgs, ", ") + ")",
-			Done: "Installed Longhorn's host packages", Already: "Longhorn's host packages already installed",
-			Check: func(ctx context.Context) (bool, error) {
-				missing, err := in.family.MissingPackages(ctx, in.c, pkgs)
-				return len(missing) == 0, err
-			},
-			Plan: func(ctx context.Context) ([]string, error) {
-				missing, err := in.family.MissingPackages(ctx, in.c, pkgs)
-				return []string{"install " + strings.Join(missing, ", ") + " with " + in.family.Packages}, err
-			},
-			Apply: func(ctx context.Context) error { return in.family.InstallPackages(ctx, in.c, pkgs) },
-		})
-	}
-	mods := host.Modules(longhorn, in.network == cluster.NetworkWireGuard)
-	steps = append(steps, workflow.Step{
-		Name: "host-modules", Title: "Load kernel modules (" + strings.Join(mods, ", ") + ")",
-		Done: "Loaded kernel modules", Already: "Kernel modules already set up",
-		Check: func(ctx context.Context) (bool, error) { return host.ModulesInPlace(ctx, in.c, mods) },
-		Apply: func(ctx context.Context) error { return host.LoadModules(ctx, in.c, in.facts.OS, mods) },
-	})
-	if !in.state.serverData {
-		// Kernel settings are set on a fresh install only: an operator may have tuned them since.
-		steps = append(steps, workflow.Step{
-			Name: "host-sysctls", Title: "Set kernel parameters",
-			Done: "Set kernel parameters", Already: "Kernel parameters already set",
-			Check: func(ctx context.Context) (bool, error) { return host.SysctlsInPlace(ctx, in.c) },
-			Apply: func(ctx context.Context) error { return host.ApplySysctls(ctx, in.c) },
-		})
-	}
+	prep := host.Prep{OS: in.facts.OS, Longhorn: in.sizing.Storage == cluster.StorageLonghorn,
+		WireGuard: in.network == cluster.NetworkWireGuard, Sysctls: !in.state.serverData}
 	if in.fw {
-		rules := in.firewallRules()
-		steps = append(steps, workflow.Step{
-			Name: "host-firewall", Title: "Set up the host firewall (" + in.family.Firewall + ", managed by kip)",
-			Done: "Host firewall set up", Already: "Host firewall already set up",
-			Check: func(ctx context.Context) (bool, error) { return in.family.FirewallInPlace(ctx, in.c, rules) },
-			Plan: func(context.Context) ([]string, error) {
-				var s []string
-				for _, r := range rules {
-					s = append(s, fmt.Sprintf("allow %s (%s)", r, r.Why))
-				}
-				return append(s, "deny other inbound traffic"), nil
-			},
-			Apply: func(ctx context.Context) error { return in.family.ApplyFirewall(ctx, in.c, rules) },
-		})
+		prep.Firewall = in.firewallRules()
 	}
-	steps = append(steps, workflow.Step{
-		Name: "host-hardening", Title: "Apply service hardening",
-		Done: "Applied service hardening", Already: "Service hardening already applied",
-		Check: func(ctx context.Context) (bool, error) { return host.HardeningInPlace(ctx, in.c, longhorn) },
-		Apply: func(ctx context.Context) error { return host.ApplyHardening(ctx, in.c, longhorn) },
-	})
+	steps := append([]workflow.Step{in.intentStep()}, in.family.PrepSteps(in.c, prep)...)
 	steps = append(steps, in.k3sSteps()...)
 	for i := range steps {
 		apply := steps[i].Apply
@@ -525,4 +475,3 @@ func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*ku
 	}
 	return clients, kube.WaitReady(ctx, clients, rc.Host, max(time.Until(deadline), time.Second))
 }
-

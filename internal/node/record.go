@@ -107,3 +107,13 @@ func ReadNodes(ctx context.Context, dyn dynamic.Interface) (Nodes, error) {
 	rec, _, err := kube.ReadRecord[Nodes](ctx, dyn, kube.ClusterRecords(), recordName, recordVersion)
 	return rec, err
 }
+
+// UpdateNodes changes the record under the API's optimistic concurrency.
+func UpdateNodes(ctx context.Context, dyn dynamic.Interface, mutate func(n *Nodes) error) (Nodes, error) {
+	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), recordName, recordVersion, func(n *Nodes, _ bool) error {
+		if n.Workers == nil {
+			n.Workers = map[string]Worker{}
+		}
+		return mutate(n)
+	})
+}

@@ -1,0 +1,528 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+)
+
+// AddOptions is what kip node add was asked to do, and what it takes from the command around it.
+type AddOptions struct {
+	Host string // HOST: the new worker, as kip reaches it over SSH
+	// PrivateNetwork is --private-network ("" for none), Public --public.
+	PrivateNetwork string
+	Public         bool
+	// Firewall is --firewall (true) or --firewall=false; nil manages the new node's firewall when
+	// kip manages the server's.
+	Firewall *bool
+	NoCopies bool // --no-copies
+	// AirgapBundle is a directory with the k3s release's binary and checksum file; "" downloads
+	// them on the host.
+	AirgapBundle string
+	DryRun       bool
+
+	Kube func() (*kube.Clients, error)
+	// Server is the saved cluster's server address; "" uses the cluster record's.
+	Server string
+	// Dial connects to a host over SSH with the cluster's SSH settings.
+	Dial        func(ctx context.Context, host string) (*sshx.Client, error)
+	Printer     *cli.Printer
+	Prompter    *cli.Prompter
+	CommandLine string
+	KipVersion  string
+	Debugf      func(format string, args ...any)
+}
+
+// flags are the options a resumed join must repeat, as its progress record keeps them.
+type flags struct {
+	PrivateNetwork string `json:"privateNetwork,omitempty"`
+	Public         bool   `json:"public,omitempty"`
+	Firewall       *bool  `json:"firewall,omitempty"`
+	NoCopies       bool   `json:"noCopies,omitempty"`
+}
+
+func (o *AddOptions) flags() flags {
+	return flags{PrivateNetwork: o.PrivateNetwork, Public: o.Public, Firewall: o.Firewall, NoCopies: o.NoCopies}
+}
+
+// differences names each option in which g (this run) differs from f (the unfinished join).
+func (f flags) differences(g flags) []string {
+	var d []string
+	word := func(set bool, on string) string {
+		if set {
+			return on
+		}
+		return "without it"
+	}
+	if f.PrivateNetwork != g.PrivateNetwork {
+		d = append(d, fmt.Sprintf("--private-network: started %s, now %s",
+			word(f.PrivateNetwork != "", "with "+f.PrivateNetwork), word(g.PrivateNetwork != "", "with "+g.PrivateNetwork)))
+	}
+	if f.Public != g.Public {
+		d = append(d, fmt.Sprintf("--public: started %s, now %s", word(f.Public, "with it"), word(g.Public, "with it")))
+	}
+	fw := func(b *bool) string {
+		switch {
+		case b == nil:
+			return "without --firewall"
+		case *b:
+			return "with --firewall"
+		}
+		return "with --firewall=false"
+	}
+	if fw(f.Firewall) != fw(g.Firewall) {
+		d = append(d, fmt.Sprintf("--firewall: started %s, now %s", fw(f.Firewall), fw(g.Firewall)))
+	}
+	if f.NoCopies != g.NoCopies {
+		d = append(d, fmt.Sprintf("--no-copies: started %s, now %s", word(f.NoCopies, "with it"), word(g.NoCopies, "with it")))
+	}
+	return d
+}
+
+// Validate checks the options before anything connects anywhere.
+func (o *AddOptions) Validate() error {
+	if err := cli.CheckHost("HOST", o.Host); err != nil {
+		return err
+	}
+	if o.PrivateNetwork != "" {
+		p, err := netip.ParsePrefix(o.PrivateNetwork)
+		if err != nil {
+			return cli.Usagef("--private-network %q: give an IPv4 network in CIDR form, e.g. --private-network 10.0.0.0/16", o.PrivateNetwork)
+		}
+		if err := CheckNetwork(p); err != nil {
+			return &cli.UsageError{Err: err}
+		}
+		if o.Public {
+			return cli.Usagef("--public and --private-network exclude each other: pass one")
+		}
+	}
+	if o.AirgapBundle != "" {
+		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
+			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
+		}
+	}
+	return nil
+}
+
+func (o *AddOptions) want() Want {
+	w := Want{Public: o.Public}
+	if o.PrivateNetwork != "" {
+		w.PrivateNetwork = netip.MustParsePrefix(o.PrivateNetwork) // Validate parsed it
+	}
+	return w
+}
+
+// joinIntent is what a join decided, kept in its progress record: a resumed join repeats the
+// same options and continues with the same decisions.
+type joinIntent struct {
+	Options flags  `json:"options"`
+	Node    string `json:"node"`
+	Path    Path   `json:"path"`
+	// Firewall: kip manages the new node's firewall.
+	Firewall bool `json:"firewall"`
+	// Cordoned: kip cordoned the node for the checks (a rejoin), and uncordons it after.
+	Cordoned bool `json:"cordoned,omitempty"`
+	// Restart: k3s-agent must restart to load the configuration kip wrote.
+	Restart  bool   `json:"restart,omitempty"`
+	VerifyID string `json:"verifyID"`
+}
+
+// joiner is one run of kip node add.
+type joiner struct {
+	o       *AddOptions
+	p       *cli.Printer
+	cl      *kube.Clients
+	rec     cluster.Record
+	nodes   Nodes
+	started time.Time
+
+	server, node *sshx.Client
+	serverFacts  *sshx.Facts
+	nodeFacts    *sshx.Facts
+	family       host.Family
+	// peers are the existing workers kip reaches, by node name.
+	peers map[string]*peer
+
+	version string // the server's k3s release, which the worker joins at
+	binary  k3s.BinaryInstall
+	token   []byte // the server's join token: never printed
+	intent  joinIntent
+	// serverMove: the server's k3s moves onto the private network (the first private join).
+	serverMove   bool
+	serverPublic netip.Addr
+	// fwServer: kip manages the server's firewall.
+	fwServer bool
+	// nodeFirewall is what the new node's firewall is.
+	nodeFirewall host.FirewallState
+	existed      bool // the Node was in the cluster before this run: a rejoin
+}
+
+// peer is an existing worker, reached over SSH.
+type peer struct {
+	name     string
+	worker   Worker
+	c        *sshx.Client
+	family   host.Family
+	firewall host.FirewallState
+}
+
+// workflowName is the join's progress record for host.
+func workflowName(h string) string {
+	return "node-add-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, h)
+}
+
+// Add joins HOST to the cluster as a worker, or resumes or repeats its join.
+func Add(ctx context.Context, o *AddOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		if err := o.Prompter.CanConfirm(); err != nil {
+			return err
+		}
+	}
+	j := &joiner{o: o, p: o.Printer, started: time.Now(), peers: map[string]*peer{}}
+	defer j.close()
+	if err := j.examine(ctx); err != nil {
+		return err
+	}
+	if err := j.decide(ctx); err != nil {
+		return err
+	}
+	if j.serverMove && !o.DryRun {
+		ok, err := o.Prompter.Confirm(fmt.Sprintf("Move the server's k3s onto the private network %s for the nodes? k3s restarts on the server: "+
+			"the Kubernetes API, kip commands, console actions and apps that call the API pause, usually for 10 to 30 seconds and longer on small or busy servers; running containers keep running.",
+			j.intent.Path.Network))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("node add cancelled: nothing was changed")
+		}
+	}
+	r := &workflow.Runner{
+		Dynamic: j.cl.Dynamic, Holder: kube.HolderText(o.CommandLine), KipVersion: o.KipVersion, Report: j.p, DryRun: o.DryRun,
+		// The lease outlasts the server's k3s restart, whose API holds the lock.
+		Lock: workflow.ClusterLock(j.cl.Kube, kube.LockOptions{LeaseDuration: 5 * time.Minute}),
+	}
+	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Host), Intent: &j.intent, Steps: j.steps()}); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		j.summary(ctx)
+	}
+	return nil
+}
+
+func (j *joiner) close() {
+	for _, c := range []*sshx.Client{j.server, j.node} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	for _, p := range j.peers {
+		_ = p.c.Close()
+	}
+}
+
+// examine reads the cluster and reaches every host the join touches, refusing what kip node add
+// refuses before anything changes.
+func (j *joiner) examine(ctx context.Context) error {
+	var err error
+	if j.cl, err = j.o.Kube(); err != nil {
+		return err
+	}
+	if j.rec, err = cluster.ReadInstalled(ctx, j.cl.Dynamic); err != nil {
+		return err
+	}
+	switch {
+	case j.rec.Storage != cluster.StorageLonghorn:
+		return errors.New("this cluster keeps its data on the server's local storage until the cluster grows onto Longhorn, and workers hold Longhorn volumes: " +
+			"run 'kip cluster storage longhorn' first, then kip node add")
+	case j.rec.Network != cluster.NetworkWireGuard:
+		return errors.New("the server's pod network runs VXLAN, and workers join only a WireGuard pod network (traffic between nodes travels inside WireGuard): " +
+			"the server could not load the wireguard module when kip installed it; make its kernel load wireguard (modprobe wireguard), then switch the pod network with a full kip upgrade")
+	}
+	if j.nodes, err = ReadNodes(ctx, j.cl.Dynamic); err != nil {
+		return err
+	}
+	serverHost := j.o.Server
+	if serverHost == "" {
+		serverHost = j.rec.Server
+	}
+	j.p.Info("Connecting to the server " + serverHost + " and to " + j.o.Host)
+	if j.server, err = j.o.Dial(ctx, serverHost); err != nil {
+		return fmt.Errorf("kip node add reaches the server over SSH to copy its join token and update its firewall: %w", err)
+	}
+	if j.node, err = j.o.Dial(ctx, j.o.Host); err != nil {
+		return err
+	}
+	if j.serverFacts, err = j.server.Facts(ctx); err != nil {
+		return err
+	}
+	if j.nodeFacts, err = j.node.Facts(ctx, cluster.RancherDir, cluster.LonghornDir); err != nil {
+		return err
+	}
+	if err := j.preflight(ctx); err != nil {
+		return err
+	}
+	if j.family, err = host.Identify(j.nodeFacts.OS); err != nil {
+		return err
+	}
+	name, err := j.node.Output(ctx, "hostname")
+	if err != nil {
+		return fmt.Errorf("read the host's name: %w", err)
+	}
+	j.intent.Node = strings.TrimSpace(string(name))
+	return j.checkNodes(ctx)
+}
+
+// preflight refuses a host that cannot be a worker: the OS, IPv4, the wireguard module,
+// Longhorn's rules for the OS and its kernel modules, systemd, a k3s server already there.
+func (j *joiner) preflight(ctx context.Context) error {
+	f := j.nodeFacts
+	var failed []string
+	if _, err := host.Identify(f.OS); err != nil {
+		failed = append(failed, err.Error())
+	}
+	if _, err := f.NodeIP(j.node.Host()); err != nil {
+		failed = append(failed, err.Error()+": a worker needs an IPv4 address")
+	}
+	usable := func(m string) bool { s := f.Modules[m]; return s == sshx.ModuleLoaded || s == sshx.ModuleLoadable }
+	if !usable("wireguard") {
+		failed = append(failed, "the wireguard kernel module cannot load, and the pod network between nodes runs inside WireGuard: boot a kernel with the wireguard module (Linux 5.6 or later has it)")
+	}
+	if err := host.CheckLonghorn(f.OS, f.Kernel); err != nil {
+		failed = append(failed, err.Error())
+	}
+	for _, m := range []string{"iscsi_tcp", "nfs"} {
+		if !usable(m) {
+			failed = append(failed, "Longhorn needs the "+m+" kernel module, which cannot load: boot a kernel that has it")
+		}
+	}
+	if f.Init != "systemd" {
+		failed = append(failed, "the host runs "+f.Init+", not systemd, which k3s needs")
+	}
+	res, err := j.node.Run(ctx, "test -d /var/lib/rancher/k3s/server")
+	if err != nil {
+		return err
+	}
+	if res.ExitStatus == 0 {
+		failed = append(failed, "k3s has run as a server on this host (/var/lib/rancher/k3s/server exists): a worker joins from a host that is no cluster's server")
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s cannot join as a worker: %s", j.o.Host, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// checkNodes refuses a cluster with a worker kip did not record, and reaches every recorded
+// worker, whose firewall a join updates.
+func (j *joiner) checkNodes(ctx context.Context) error {
+	list, err := j.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range list.Items {
+		n := &list.Items[i]
+		info := cluster.Info(n)
+		if n.Name == j.intent.Node {
+			j.existed = true
+		}
+		if info.Role == cluster.RoleWorker && n.Name != j.intent.Node {
+			if _, ok := j.nodes.Workers[n.Name]; !ok {
+				return fmt.Errorf("node %s is a worker kip did not record: run kip node add <host> for that worker first to adopt it, then add %s", n.Name, j.o.Host)
+			}
+		}
+		if info.Status == cluster.NodeOutOfService && n.Name != j.intent.Node {
+			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add <its host> first", n.Name)
+		}
+	}
+	for name, w := range j.nodes.Workers {
+		if name == j.intent.Node || w.State == WorkerRemoving {
+			continue
+		}
+		c, err := j.o.Dial(ctx, w.Host)
+		if err != nil {
+			return fmt.Errorf("a join updates every node's firewall, and kip cannot reach worker %s at %s: %w; fix SSH to it, then run the same command again", name, w.Host, err)
+		}
+		p := &peer{name: name, worker: w, c: c}
+		j.peers[name] = p
+		facts, err := c.Facts(ctx)
+		if err != nil {
+			return err
+		}
+		if p.family, err = host.Identify(facts.OS); err != nil {
+			return fmt.Errorf("worker %s: %w", name, err)
+		}
+		if p.firewall, err = host.ReadFirewall(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide settles, before anything changes, the path, the firewalls, the k3s release and the
+// token; a resumed join must repeat the options it started with.
+func (j *joiner) decide(ctx context.Context) error {
+	unfinished, err := workflow.ListUnfinished(ctx, j.cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return err
+	}
+	for _, p := range unfinished {
+		if p.Workflow != workflowName(j.o.Host) {
+			continue
+		}
+		var before joinIntent
+		if err := json.Unmarshal(p.Intent, &before); err != nil {
+			return fmt.Errorf("read the unfinished join's record: %w", err)
+		}
+		if d := before.Options.differences(j.o.flags()); len(d) > 0 {
+			return fmt.Errorf("an unfinished kip node add of %s (%s) started with other options (%s): run it again with the options it started with to resume it",
+				j.o.Host, p.StartedBy, strings.Join(d, "; "))
+		}
+	}
+	j.intent.Options = j.o.flags()
+	j.intent.VerifyID = rand.String(5)
+
+	serverPublic, err := j.serverFacts.NodeIP(j.rec.Server)
+	if err != nil {
+		return err
+	}
+	nodePublic, err := j.nodeFacts.NodeIP(j.node.Host())
+	if err != nil {
+		return err
+	}
+	var recorded *Path
+	if w, ok := j.nodes.Workers[j.intent.Node]; ok {
+		recorded = &w.Path
+	}
+	pub := func(s string) netip.Addr { a, _ := netip.ParseAddr(s); return a }
+	choice, err := Choose(End{Facts: j.serverFacts, Public: pub(serverPublic)}, End{Facts: j.nodeFacts, Public: pub(nodePublic)}, j.o.want(), j.nodes.Mode, recorded)
+	if err != nil {
+		return err
+	}
+	j.intent.Path = choice.Path
+	if choice.Path.Mode == ModePrivate {
+		if err := CheckPath(ctx, j.server, j.node, choice.Path, sshPort(j.node)); err != nil {
+			return err
+		}
+	}
+	if choice.Suggest {
+		return fmt.Errorf("the only private network the hosts share, %s, carries their default route, and the connection checks over it pass: "+
+			"to join over it, run kip node add %s --private-network %s; to join over public addresses, run kip node add %s --public",
+			choice.Path.Network, j.o.Host, choice.Path.Network, j.o.Host)
+	}
+	j.p.Info(fmt.Sprintf("Network: %s (%s)", choice.Path, choice.How))
+	j.serverPublic = pub(serverPublic)
+	j.serverMove = choice.Path.Mode == ModePrivate && !j.nodes.Server.IsValid() && choice.Path.Server.String() != serverPublic
+
+	// Firewalls.
+	fw, err := host.ReadFirewall(ctx, j.server)
+	if err != nil {
+		return err
+	}
+	j.fwServer = fw.Active && fw.Managed
+	if fw.Active && !fw.Managed && fw.Tool == "ufw" {
+		return errors.New("ufw is active on the server and kip does not manage it: a join stops at an unmanaged ufw, even with the ports open; " +
+			"turn it off (ufw disable) and run kip install again so that kip manages it, then kip node add")
+	}
+	for _, p := range j.peers {
+		if p.firewall.Active && !p.firewall.Managed && p.firewall.Tool == "ufw" {
+			return fmt.Errorf("ufw is active on worker %s and kip does not manage it: a join stops at an unmanaged ufw, even with the ports open; turn it off there (ufw disable), then run the same command again", p.name)
+		}
+	}
+	if j.nodeFirewall, err = host.ReadFirewall(ctx, j.node); err != nil {
+		return err
+	}
+	j.intent.Firewall = j.fwServer
+	if j.o.Firewall != nil {
+		j.intent.Firewall = *j.o.Firewall
+	}
+	if j.intent.Firewall && j.nodeFirewall.Active && !j.nodeFirewall.Managed {
+		if j.nodeFirewall.Tool == "ufw" {
+			return fmt.Errorf("ufw is active on %s and kip does not manage it: a join stops at an unmanaged ufw, even with the ports open; turn it off (ufw disable) so that kip manages it, or pass --firewall=false and open the ports yourself", j.o.Host)
+		}
+		j.intent.Firewall = false
+		j.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone", j.nodeFirewall.Tool, j.o.Host))
+	}
+
+	// k3s at the server's release, verified.
+	if j.version, err = k3s.RemoteVersion(ctx, j.server, k3s.BinaryPath); err != nil || j.version == "" {
+		return fmt.Errorf("read the server's k3s release (%s --version on the server): %v", k3s.BinaryPath, err)
+	}
+	j.binary = k3s.BinaryInstall{C: j.node, Version: j.version, Arch: j.nodeFacts.Arch}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return err
+	}
+	if pin, err := pinned.Component("k3s"); err != nil {
+		return err
+	} else if pin.Version == j.version {
+		j.binary.Pinned = pin.SHA256
+	}
+	if j.o.AirgapBundle != "" {
+		if j.binary.Bundle, err = k3s.LoadBundle(j.o.AirgapBundle, j.nodeFacts.Arch); err != nil {
+			return err
+		}
+		if err := j.binary.CheckPinned(j.binary.Bundle.SHA256); err != nil {
+			return err
+		}
+	}
+	j.p.Info("k3s: " + j.version + ", the server's release")
+	if j.token, err = j.server.Output(ctx, sshx.Command("cat", k3s.ServerTokenPath)); err != nil {
+		return fmt.Errorf("read the server's join token (%s): %w", k3s.ServerTokenPath, err)
+	}
+	return nil
+}
+
+func sshPort(c *sshx.Client) int {
+	if p := c.Port(); p != 0 {
+		return p
+	}
+	return 22
+}
+
+// nodeNow is the joining node in the API, nil when it has not registered.
+func (j *joiner) nodeNow(ctx context.Context) (*corev1.Node, error) {
+	n, err := j.cl.Kube.CoreV1().Nodes().Get(ctx, j.intent.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", j.intent.Node, err)
+	}
+	return n, nil
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}

@@ -1,0 +1,574 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	longhorn "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/verify"
+	"kipper.run/kip/internal/workflow"
+)
+
+// Timeouts of a join's waits.
+const (
+	joinTimeout   = 5 * time.Minute // the node registering Ready, the server's API after its restart
+	checkTimeout  = 5 * time.Minute // the verification pod, Longhorn's node
+	longhornSpace = "longhorn-system"
+)
+
+// hostFile is a file kip writes on a host.
+type hostFile struct {
+	path string
+	data []byte
+}
+
+// steps are the join's steps, in order.
+func (j *joiner) steps() []workflow.Step {
+	steps := []workflow.Step{j.recordStep(), j.holdStep()}
+	if j.serverMove {
+		steps = append(steps, j.serverMoveStep())
+	}
+	steps = append(steps, j.peerFirewallSteps()...)
+	prep := host.Prep{OS: j.nodeFacts.OS, Longhorn: true, WireGuard: true, Sysctls: !j.existed}
+	if j.intent.Firewall {
+		prep.Firewall = j.nodeRules()
+	}
+	steps = append(steps, j.family.PrepSteps(j.node, prep)...)
+	steps = append(steps, j.k3sSteps()...)
+	return append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep(), j.readyStep())
+}
+
+// otherAddrs are the addresses on the nodes' network of every node but the new one: the server
+// first.
+func (j *joiner) otherAddrs() []netip.Addr {
+	return append([]netip.Addr{j.intent.Path.Server}, j.nodes.WorkerAddresses(j.intent.Node)...)
+}
+
+// nodeRules are the new worker's firewall rules.
+func (j *joiner) nodeRules() []host.Rule {
+	return append(host.WorkerRules(sshPort(j.node)), host.PeerRules(j.otherAddrs(), j.intent.Path.Server)...)
+}
+
+// serverRules are the server's firewall rules with the new worker among its peers.
+func (j *joiner) serverRules() []host.Rule {
+	workers := append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node)
+	return append(host.ServerRules(sshPort(j.server)), host.PeerRules(workers, netip.Addr{})...)
+}
+
+// peerRules are an existing worker's firewall rules with the new worker among its peers.
+func (j *joiner) peerRules(p *peer) []host.Rule {
+	others := []netip.Addr{j.intent.Path.Server}
+	for _, a := range j.nodes.WorkerAddresses(p.name) {
+		if a != j.intent.Path.Node {
+			others = append(others, a)
+		}
+	}
+	others = append(others, j.intent.Path.Node)
+	return append(host.WorkerRules(sshPort(p.c)), host.PeerRules(others, j.intent.Path.Server)...)
+}
+
+func (j *joiner) recordStep() workflow.Step {
+	return workflow.Step{
+		Name: "record", Title: "Record worker " + j.intent.Node + " as joining",
+		Done: "Recorded worker " + j.intent.Node + " as joining", Already: "Worker " + j.intent.Node + " already recorded as joining",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			w, ok := n.Workers[j.intent.Node]
+			return ok && w.State == WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode, err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
+				if n.Mode == "" {
+					n.Mode, n.Server = j.intent.Path.Mode, j.intent.Path.Server
+				}
+				w := n.Workers[j.intent.Node]
+				w.Host, w.SSHPort, w.SSHUser = j.o.Host, sshPort(j.node), j.node.User()
+				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, WorkerJoining
+				if w.Copies == "" {
+					w.Copies = CopiesUnchecked
+				}
+				n.Workers[j.intent.Node] = w
+				return nil
+			})
+			return err
+		},
+	}
+}
+
+// holdStep keeps ordinary new workloads off a node that is already in the cluster while kip
+// checks it: a rejoin cordons it, leaving its running workloads. A new node registers with the
+// joining taint instead.
+func (j *joiner) holdStep() workflow.Step {
+	return workflow.Step{
+		Name: "hold", Title: "Cordon " + j.intent.Node + " for the checks (its running workloads stay)",
+		Done: "Cordoned " + j.intent.Node, Already: j.intent.Node + " needs no cordon: it is new or already held",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := j.nodeNow(ctx)
+			return err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint)), err
+		},
+		Apply: func(ctx context.Context) error {
+			j.intent.Cordoned = true
+			return j.setUnschedulable(ctx, true)
+		},
+	}
+}
+
+func (j *joiner) setUnschedulable(ctx context.Context, on bool) error {
+	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
+	if _, err := j.cl.Kube.CoreV1().Nodes().Patch(ctx, j.intent.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
+		return fmt.Errorf("cordon %s: %w", j.intent.Node, err)
+	}
+	return nil
+}
+
+// serverMoveStep moves the server's k3s onto the private network on the first private join: its
+// node IP becomes its private address, its public one external. k3s restarts; if its API does
+// not come back, kip restores the previous configuration.
+func (j *joiner) serverMoveStep() workflow.Step {
+	cfg := k3s.KipServer(j.rec.Server, j.intent.Path.Server.String(), j.serverPublic.String(), j.rec.Network)
+	return workflow.Step{
+		Name: "server-network", Title: "Move the server's k3s onto " + j.intent.Path.Network.String() + " (k3s restarts: the API pauses for 10 to 30 seconds)",
+		Done: "The server's k3s runs on " + j.intent.Path.Server.String(), Already: "The server's k3s already runs on " + j.intent.Path.Server.String(),
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := j.serverNode(ctx)
+			return err == nil && slices.Contains(nodeAddrs(n, corev1.NodeInternalIP), j.intent.Path.Server.String()), err
+		},
+		Apply: func(ctx context.Context) error {
+			body, err := cfg.Render()
+			if err != nil {
+				return err
+			}
+			if _, err := j.server.Output(ctx, k3s.BackupCommand(k3s.ConfigPath)); err != nil {
+				return fmt.Errorf("back up k3s's configuration on the server: %w", err)
+			}
+			if err := j.server.Upload(ctx, k3s.ConfigPath, body, 0o600, ""); err != nil {
+				return err
+			}
+			err = j.restartServer(ctx)
+			if err == nil {
+				return nil
+			}
+			j.p.Warn("k3s did not come back on the server's new configuration: restoring the previous one (" + k3s.ConfigBackupPath + ") and restarting k3s on it")
+			if _, rerr := j.server.Output(ctx, k3s.RestoreCommand(k3s.ConfigPath)); rerr != nil {
+				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", err, rerr, k3s.ConfigBackupPath)
+			}
+			if rerr := j.restartServer(ctx); rerr != nil {
+				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", err, rerr)
+			}
+			return fmt.Errorf("k3s did not come up on the server's new configuration (%w): kip restored the previous one and k3s runs on it again; see 'journalctl -u k3s' on the server", err)
+		},
+	}
+}
+
+// restartServer restarts k3s on the server and waits until its API answers and its node shows
+// the address it is configured with.
+func (j *joiner) restartServer(ctx context.Context) error {
+	if _, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit)); err != nil {
+		return fmt.Errorf("restart k3s on the server: %w", err)
+	}
+	return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
+}
+
+func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
+	list, err := j.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range list.Items {
+		if cluster.Info(&list.Items[i]).Role == cluster.RoleServer {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, errors.New("the cluster has no server node")
+}
+
+func nodeAddrs(n *corev1.Node, t corev1.NodeAddressType) []string {
+	var s []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == t {
+			s = append(s, a.Address)
+		}
+	}
+	return s
+}
+
+// peerFirewallSteps open the peer ports to the new worker on every node whose firewall kip
+// manages: the server and the existing workers.
+func (j *joiner) peerFirewallSteps() []workflow.Step {
+	var steps []workflow.Step
+	if j.fwServer {
+		fam, _ := host.Identify(j.serverFacts.OS)
+		steps = append(steps, fam.FirewallStep("server-firewall", "the server", j.server, j.serverRules()))
+	}
+	for _, name := range sortedPeers(j.peers) {
+		if p := j.peers[name]; p.worker.FirewallManaged {
+			steps = append(steps, p.family.FirewallStep("peer-firewall-"+name, name, p.c, j.peerRules(p)))
+		}
+	}
+	return steps
+}
+
+func sortedPeers(peers map[string]*peer) []string {
+	var names []string
+	for n := range peers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// agentFiles are the worker's k3s configuration and join token.
+func (j *joiner) agentFiles() ([]hostFile, error) {
+	cfg := k3s.AgentConfig{Server: j.intent.Path.Server.String(), NodeName: j.intent.Node, NodeIP: j.intent.Path.Node.String(),
+		Taints: []string{cluster.JoiningTaint + "=true:" + string(corev1.TaintEffectNoSchedule)}}
+	if pub, err := j.nodeFacts.NodeIP(j.node.Host()); err == nil && pub != cfg.NodeIP {
+		cfg.NodeExternalIP = pub
+	}
+	body, err := cfg.Render()
+	if err != nil {
+		return nil, err
+	}
+	return []hostFile{{k3s.ConfigPath, body}, {k3s.AgentTokenPath, j.token}}, nil
+}
+
+// filesInPlace reports whether each file is on the node as kip would write it.
+func (j *joiner) filesInPlace(ctx context.Context, files []hostFile) (bool, error) {
+	cmd := "for f in"
+	for _, f := range files {
+		cmd += " " + sshx.Quote(f.path)
+	}
+	out, err := j.node.Output(ctx, cmd+`; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`)
+	if err != nil {
+		return false, fmt.Errorf("read checksums: %w", err)
+	}
+	have := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if sum, p, ok := strings.Cut(line, "  "); ok {
+			have[p] = sum
+		}
+	}
+	for _, f := range files {
+		s := sha256.Sum256(f.data)
+		if have[f.path] != hex.EncodeToString(s[:]) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (j *joiner) k3sSteps() []workflow.Step {
+	files, filesErr := j.agentFiles()
+	unitName, unitFile, unitErr := k3s.Unit("agent")
+	unit := []hostFile{{k3s.UnitPath(unitName), unitFile}}
+	return []workflow.Step{
+		{
+			Name: "k3s-binary", Title: "Install k3s " + j.version,
+			Done: "Installed k3s " + j.version, Already: "k3s " + j.version + " already installed",
+			Check: func(ctx context.Context) (bool, error) {
+				v, err := k3s.RemoteVersion(ctx, j.node, k3s.BinaryPath)
+				if err != nil || v != j.version || j.binary.Bundle == nil {
+					return err == nil && v == j.version, err
+				}
+				return j.filesInPlace(ctx, []hostFile{{k3s.BinaryPath, j.binary.Bundle.Data}})
+			},
+			Plan:  func(context.Context) ([]string, error) { return []string{j.binary.Plan(j.o.AirgapBundle)}, nil },
+			Apply: func(ctx context.Context) error { return j.binary.Install(ctx) },
+		},
+		{
+			Name: "k3s-config", Title: "Write k3s's agent configuration and join token",
+			Done: "Wrote k3s's agent configuration (the previous file kept as " + k3s.ConfigBackupPath + ")", Already: "k3s's agent configuration already as kip writes it",
+			Check: func(ctx context.Context) (bool, error) {
+				if filesErr != nil {
+					return false, filesErr
+				}
+				return j.filesInPlace(ctx, files)
+			},
+			Plan: func(context.Context) ([]string, error) {
+				return []string{"write " + k3s.ConfigPath, "write " + k3s.AgentTokenPath + " (0600)"}, filesErr
+			},
+			Apply: func(ctx context.Context) error {
+				j.intent.Restart = true
+				dirs := []string{"-p", "-m", "0700", path.Dir(k3s.ConfigPath)}
+				if _, err := j.node.Output(ctx, sshx.Command("mkdir", dirs...)+" && "+k3s.BackupCommand(k3s.ConfigPath)); err != nil {
+					return fmt.Errorf("back up k3s's configuration: %w", err)
+				}
+				for _, f := range files {
+					if err := j.node.Upload(ctx, f.path, f.data, 0o600, ""); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		},
+		{
+			Name: "k3s-unit", Title: "Install the k3s-agent service",
+			Done: "Installed the k3s-agent service", Already: "k3s-agent service already installed",
+			Check: func(ctx context.Context) (bool, error) {
+				if unitErr != nil {
+					return false, unitErr
+				}
+				ok, err := j.filesInPlace(ctx, unit)
+				if !ok || err != nil {
+					return false, err
+				}
+				res, err := j.node.Run(ctx, sshx.Command("systemctl", "is-enabled", "--quiet", unitName))
+				return err == nil && res.ExitStatus == 0, err
+			},
+			Apply: func(ctx context.Context) error {
+				if err := j.node.Upload(ctx, unit[0].path, unitFile, 0o644, ""); err != nil {
+					return err
+				}
+				if _, err := j.node.Output(ctx, "systemctl daemon-reload && "+sshx.Command("systemctl", "enable", unitName)); err != nil {
+					return fmt.Errorf("enable %s: %w", unitName, err)
+				}
+				return nil
+			},
+		},
+		{
+			Name: "k3s-start", Title: "Start k3s-agent and wait for node " + j.intent.Node + " to be Ready",
+			Done: "Node " + j.intent.Node + " is Ready", Already: "Node " + j.intent.Node + " already Ready on kip's configuration",
+			Check: func(ctx context.Context) (bool, error) {
+				if j.intent.Restart {
+					return false, nil
+				}
+				ready, _, err := j.nodeReady(ctx)
+				return ready, err
+			},
+			Apply: func(ctx context.Context) error {
+				if _, err := j.node.Output(ctx, sshx.Command("systemctl", "restart", unitName)); err != nil {
+					return fmt.Errorf("start %s: %w (see 'journalctl -u %s' on %s)", unitName, err, unitName, j.o.Host)
+				}
+				err := kube.Poll(ctx, joinTimeout, "node "+j.intent.Node+" Ready", func(ctx context.Context) (bool, string, error) {
+					return j.nodeReady(ctx)
+				})
+				if err != nil {
+					return fmt.Errorf("%w (see 'journalctl -u %s' on %s)", err, unitName, j.o.Host)
+				}
+				j.intent.Restart = false
+				return nil
+			},
+		},
+	}
+}
+
+// nodeReady reports whether the node registered at its address on the nodes' network and is
+// Ready, and how it stands otherwise.
+func (j *joiner) nodeReady(ctx context.Context) (bool, string, error) {
+	n, err := j.nodeNow(ctx)
+	if err != nil || n == nil {
+		return false, "not registered", err
+	}
+	if !slices.Contains(nodeAddrs(n, corev1.NodeInternalIP), j.intent.Path.Node.String()) {
+		return false, "registered with addresses " + strings.Join(nodeAddrs(n, corev1.NodeInternalIP), ", "), nil
+	}
+	status := cluster.NodeStatus(n)
+	return status == cluster.NodeReady, status, nil
+}
+
+// verifyStep checks from the node: cluster DNS, the server's API through its Service, and the
+// kubelet, through which the server reads the check pod's log.
+func (j *joiner) verifyStep() workflow.Step {
+	nodes := []string{j.intent.Node}
+	return workflow.Step{
+		Name: "verify", Title: "Check DNS, the server's API and the kubelet from " + j.intent.Node,
+		Done: "DNS, the server's API and the kubelet work from " + j.intent.Node, Already: j.intent.Node + " already checked",
+		Check: func(ctx context.Context) (bool, error) {
+			return verify.Passed(ctx, j.cl.Kube, j.intent.VerifyID, nodes)
+		},
+		Apply: func(ctx context.Context) error {
+			if err := verify.Run(ctx, j.cl.Kube, j.intent.VerifyID, nodes, checkTimeout); err != nil {
+				return err
+			}
+			_, err := verify.Log(ctx, j.cl.Kube, j.intent.VerifyID, j.intent.Node)
+			if err != nil {
+				return fmt.Errorf("%w: the server cannot reach the kubelet of %s on %d/tcp at %s", err, j.intent.Node, host.KubeletPort, j.intent.Path.Node)
+			}
+			return nil
+		},
+	}
+}
+
+// longhornStep waits until Longhorn's manager reports the node ready and schedulable.
+func (j *joiner) longhornStep() workflow.Step {
+	return workflow.Step{
+		Name: "longhorn", Title: "Check Longhorn's storage on " + j.intent.Node,
+		Done: "Longhorn's storage is ready on " + j.intent.Node, Already: "Longhorn's storage already ready on " + j.intent.Node,
+		Check: func(ctx context.Context) (bool, error) {
+			ok, _, err := j.longhornReady(ctx)
+			return ok, err
+		},
+		Apply: func(ctx context.Context) error {
+			err := kube.Poll(ctx, checkTimeout, "Longhorn's node "+j.intent.Node+" ready and schedulable", j.longhornReady)
+			if err != nil {
+				return fmt.Errorf("%w: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", err, longhornSpace, j.intent.Node)
+			}
+			return nil
+		},
+	}
+}
+
+func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
+	n, err := j.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, j.intent.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, "no Longhorn node yet", nil //nolint:nilerr // Longhorn's manager creates it when it starts there
+	}
+	var not []string
+	for _, t := range []string{longhorn.NodeConditionTypeReady, longhorn.NodeConditionTypeSchedulable} {
+		if !slices.ContainsFunc(n.Status.Conditions, func(c longhorn.Condition) bool { return c.Type == t && c.Status == longhorn.ConditionStatusTrue }) {
+			not = append(not, "not "+strings.ToLower(t))
+		}
+	}
+	return len(not) == 0, strings.Join(not, ", "), nil
+}
+
+// releaseStep lets ordinary workloads onto the node: the joining taint lifted, and the cordon
+// of a rejoin.
+func (j *joiner) releaseStep() workflow.Step {
+	return workflow.Step{
+		Name: "release", Title: "Let ordinary workloads onto " + j.intent.Node,
+		Done: "Ordinary workloads can run on " + j.intent.Node, Already: "Ordinary workloads already run on " + j.intent.Node,
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := j.nodeNow(ctx)
+			return err == nil && n != nil && !hasTaint(n, cluster.JoiningTaint) && !(j.intent.Cordoned && n.Spec.Unschedulable), err
+		},
+		Apply: func(ctx context.Context) error {
+			n, err := j.nodeNow(ctx)
+			if err != nil || n == nil {
+				return cmpErr(err, "node "+j.intent.Node+" is gone")
+			}
+			var taints []corev1.Taint
+			for _, t := range n.Spec.Taints {
+				if t.Key != cluster.JoiningTaint {
+					taints = append(taints, t)
+				}
+			}
+			n.Spec.Taints = taints
+			if j.intent.Cordoned {
+				n.Spec.Unschedulable = false
+			}
+			if _, err := j.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "kip"}); err != nil {
+				return fmt.Errorf("lift the joining taint from %s: %w", j.intent.Node, err)
+			}
+			return nil
+		},
+	}
+}
+
+func cmpErr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+func (j *joiner) readyStep() workflow.Step {
+	why := "the disk check has not run"
+	if j.o.NoCopies {
+		why = "joined with --no-copies"
+	}
+	return workflow.Step{
+		Name: "recorded", Title: "Record worker " + j.intent.Node + " as ready",
+		Done: "Recorded worker " + j.intent.Node + " as ready", Already: "Worker " + j.intent.Node + " already recorded as ready",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			return n.Workers[j.intent.Node].State == WorkerReady, err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
+				w := n.Workers[j.intent.Node]
+				w.State = WorkerReady
+				if w.JoinedAt.IsZero() {
+					w.JoinedAt = time.Now().UTC()
+				}
+				if w.Copies == CopiesUnchecked {
+					w.CopiesWhy = why
+				}
+				n.Workers[j.intent.Node] = w
+				return nil
+			})
+			return err
+		},
+	}
+}
+
+// summary ends the join: what joined how, the firewall rules the operator must add, and the
+// provider's firewall rules.
+func (j *joiner) summary(ctx context.Context) {
+	j.p.Success(fmt.Sprintf("Worker %s joined over %s, k3s %s", j.intent.Node, j.intent.Path, j.version))
+	if !j.intent.Firewall {
+		j.p.Info(fmt.Sprintf("%s's firewall is yours: allow %s only, keep 8888/tcp closed to outside traffic, and limit access to any NodePort services",
+			j.intent.Node, host.Describe(j.nodeRules())))
+	}
+	if !j.fwServer {
+		j.p.Info("The server's firewall is yours: allow " + host.Describe(host.PeerRules(append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node), netip.Addr{})) + " on it")
+	}
+	for _, name := range sortedPeers(j.peers) {
+		if p := j.peers[name]; !p.worker.FirewallManaged {
+			j.p.Info(fmt.Sprintf("Worker %s's firewall is yours: allow %s on it", name, host.Describe(host.PeerRules([]netip.Addr{j.intent.Path.Node}, netip.Addr{}))))
+		}
+	}
+	j.p.Info("Your provider's firewall or security group must allow the same traffic, in both directions between the nodes even when a join passes without it:")
+	j.p.Info(fmt.Sprintf("  %d/udp and %d/tcp between every two nodes", host.WireGuardPort, host.KubeletPort))
+	j.p.Info(fmt.Sprintf("  %d/tcp from the server (%s) to each worker", host.NodeMetricsPort, j.intent.Path.Server))
+	j.p.Info(fmt.Sprintf("  6443/tcp from each worker to the server (%s)", j.intent.Path.Server))
+	if j.intent.Path.Mode == ModePrivate {
+		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
+	}
+	if only, err := copiesOnlyOnWorkers(ctx, j.cl); err != nil {
+		j.p.Warn("cannot list the volume copies on workers: " + err.Error())
+	} else if len(only) > 0 {
+		j.p.Warn("Volumes whose only copies are on a worker, lost with it: " + strings.Join(only, ", "))
+	}
+	j.o.Debugf("%d remote commands to %s, %s in all", j.node.Commands(), j.o.Host, time.Since(j.started).Round(time.Second))
+}
+
+// copiesOnlyOnWorkers names the Longhorn volumes with no replica on the server.
+func copiesOnlyOnWorkers(ctx context.Context, cl *kube.Clients) ([]string, error) {
+	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	servers := map[string]bool{}
+	for i := range nodes.Items {
+		if cluster.Info(&nodes.Items[i]).Role == cluster.RoleServer {
+			servers[nodes.Items[i].Name] = true
+		}
+	}
+	replicas, err := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	onServer, volumes := map[string]bool{}, map[string]bool{}
+	for _, r := range replicas.Items {
+		volumes[r.Spec.VolumeName] = true
+		if servers[r.Spec.NodeID] {
+			onServer[r.Spec.VolumeName] = true
+		}
+	}
+	var only []string
+	for v := range volumes {
+		if !onServer[v] {
+			only = append(only, v)
+		}
+	}
+	slices.Sort(only)
+	return only, nil
+}
