@@ -406,7 +406,7 @@ func (j *joiner) verifyStep() workflow.Step {
 	}
 }
 
-// longhornStep waits until Longhorn's manager reports the node ready and schedulable.
+// longhornStep waits until Longhorn's manager reports the node ready.
 func (j *joiner) longhornStep() workflow.Step {
 	return workflow.Step{
 		Name: "longhorn", Title: "Check Longhorn's storage on " + j.intent.Node,
@@ -416,7 +416,7 @@ func (j *joiner) longhornStep() workflow.Step {
 			return ok, err
 		},
 		Apply: func(ctx context.Context) error {
-			err := kube.Poll(ctx, checkTimeout, "Longhorn's node "+j.intent.Node+" ready and schedulable", j.longhornReady)
+			err := kube.Poll(ctx, checkTimeout, "Longhorn's node "+j.intent.Node+" ready", j.longhornReady)
 			if err != nil {
 				return fmt.Errorf("%w: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", err, longhornSpace, j.intent.Node)
 			}
@@ -430,13 +430,13 @@ func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
 	if err != nil {
 		return false, "no Longhorn node yet", nil //nolint:nilerr // Longhorn's manager creates it when it starts there
 	}
-	var not []string
-	for _, t := range []string{longhorn.NodeConditionTypeReady, longhorn.NodeConditionTypeSchedulable} {
-		if !slices.ContainsFunc(n.Status.Conditions, func(c longhorn.Condition) bool { return c.Type == t && c.Status == longhorn.ConditionStatusTrue }) {
-			not = append(not, "not "+strings.ToLower(t))
+	// Ready, not Schedulable: Longhorn stops scheduling onto a cordoned node, as a rejoin's is.
+	for _, c := range n.Status.Conditions {
+		if c.Type == longhorn.NodeConditionTypeReady {
+			return c.Status == longhorn.ConditionStatusTrue, "Longhorn's node is not ready: " + c.Message, nil
 		}
 	}
-	return len(not) == 0, strings.Join(not, ", "), nil
+	return false, "Longhorn's node reports no readiness yet", nil
 }
 
 // releaseStep lets ordinary workloads onto the node: the joining taint lifted, and the cordon

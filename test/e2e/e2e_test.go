@@ -27,16 +27,19 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 // Hosts 1–3 form the stand-in cluster test's cluster; host 4 is the k3s configuration test's;
 // host 5 (4 GiB) is the nano install's and host 6 (8 GiB, with the kernel modules Longhorn
 // needs and its own 40 GiB disk at /var/lib/longhorn) the Longhorn install's; host 7 runs Velero
-// for the backup test, host 8 the data mover's pods, host 9 the Longhorn stand-in's, and host 10
-// the service moves'.
+// for the backup test, host 8 the data mover's pods, host 9 the Longhorn stand-in's, host 10
+// the service moves', and hosts 11 and 12 the node test's server and worker.
 func TestMain(m *testing.M) {
-	os.Exit(e2e.Main(m, 10, lab.Options{Hosts: []lab.HostOptions{
+	os.Exit(e2e.Main(m, 12, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
 		// The nano host grows onto Longhorn at the end: it can load Longhorn's modules and has
 		// its own disk at /var/lib/longhorn.
 		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 20},
 		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 40},
 		{}, {}, {}, {},
+		// The node test's server and worker: Longhorn hosts that can load wireguard.
+		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 20},
+		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 10},
 	}}))
 }
 

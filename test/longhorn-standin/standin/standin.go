@@ -63,8 +63,20 @@ func Image(h *lab.Host, volume string) string {
 // tools/csi.sh) on h with Longhorn's CRDs (from the longhorn-manager module), starts them under
 // systemd, and creates the StorageClass longhorn and the CSIDriver. It returns once the kubelet
 // on h has registered the driver and the plugin has made Longhorn's Node for h. c is a client of
-// h's cluster; h runs its server and is its only Longhorn node.
+// h's cluster; h runs its server.
 func Install(ctx context.Context, h *lab.Host, c *kube.Clients) error {
+	return install(ctx, h, c, nil)
+}
+
+// InstallNode runs the plugin alone on h, a worker of c's cluster whose server runs Install's
+// sidecars: as Longhorn's node plugin on a worker, it registers the driver with h's kubelet and
+// makes Longhorn's Node for h. kubeconfig reaches the cluster's API from h (a worker has no
+// k3s.yaml); it is written 0600 beside the plugin.
+func InstallNode(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byte) error {
+	return install(ctx, h, c, kubeconfig)
+}
+
+func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byte) error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
@@ -84,8 +96,10 @@ func Install(ctx context.Context, h *lab.Host, c *kube.Clients) error {
 		return err
 	}
 	files := map[string]string{"longhorn-standin": plugin}
-	for _, s := range sidecars {
-		files[s.name] = filepath.Join(csiDir, s.name)
+	if kubeconfig == nil {
+		for _, s := range sidecars {
+			files[s.name] = filepath.Join(csiDir, s.name)
+		}
 	}
 	if err := os.MkdirAll(h.Path(Dir), 0o755); err != nil {
 		return err
@@ -98,19 +112,28 @@ func Install(ctx context.Context, h *lab.Host, c *kube.Clients) error {
 	if err := os.WriteFile(h.Path(filepath.Join(Dir, "crds.yaml")), crds, 0o644); err != nil {
 		return err
 	}
-	units := []string{Unit}
-	if err := writeUnit(h, Unit, pluginUnit(h.Name)); err != nil {
-		return err
-	}
-	for _, s := range sidecars {
-		name := "longhorn-standin-" + s.name + ".service"
-		units = append(units, name)
-		if err := writeUnit(h, name, sidecarUnit(s.name, s.flags)); err != nil {
+	kubeconfigPath := "/etc/rancher/k3s/k3s.yaml"
+	if kubeconfig != nil {
+		kubeconfigPath = Dir + "/kubeconfig"
+		if err := os.WriteFile(h.Path(kubeconfigPath), kubeconfig, 0o600); err != nil {
 			return err
 		}
 	}
-	if err := createObjects(ctx, c); err != nil {
+	units := []string{Unit}
+	if err := writeUnit(h, Unit, pluginUnit(h.Name, kubeconfigPath)); err != nil {
 		return err
+	}
+	if kubeconfig == nil {
+		for _, s := range sidecars {
+			name := "longhorn-standin-" + s.name + ".service"
+			units = append(units, name)
+			if err := writeUnit(h, name, sidecarUnit(s.name, s.flags)); err != nil {
+				return err
+			}
+		}
+		if err := createObjects(ctx, c); err != nil {
+			return err
+		}
 	}
 	if _, err := h.Run(ctx, "systemctl daemon-reload && "+sshx.Command("systemctl", append([]string{"enable", "--now"}, units...)...)); err != nil {
 		return fmt.Errorf("start the Longhorn stand-in on %s: %w\n%s", h.Name, err, Journal(ctx, h))
@@ -136,14 +159,14 @@ func Install(ctx context.Context, h *lab.Host, c *kube.Clients) error {
 	return nil
 }
 
-func pluginUnit(node string) string {
+func pluginUnit(node, kubeconfig string) string {
 	return fmt.Sprintf(`[Unit]
 Description=The lab's Longhorn stand-in: CSI plugin for %[1]s (test only)
 After=k3s.service
 Wants=k3s.service
 
 [Service]
-ExecStart=%[2]s/longhorn-standin -node %[3]s -kubeconfig /etc/rancher/k3s/k3s.yaml -crds %[2]s/crds.yaml
+ExecStart=%[2]s/longhorn-standin -node %[3]s -kubeconfig %[4]s -crds %[2]s/crds.yaml
 # Its volumes' file systems are unmounted and their loop devices detached when it stops.
 ExecStopPost=%[2]s/longhorn-standin cleanup
 Restart=on-failure
@@ -151,7 +174,7 @@ RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
-`, Driver, Dir, node)
+`, Driver, Dir, node, kubeconfig)
 }
 
 func sidecarUnit(name, flags string) string {

@@ -1,0 +1,239 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/longhorn-standin/standin"
+)
+
+// The node test's hosts: a Longhorn server and the worker it joins (indexes in Lab.Hosts).
+const (
+	nodeServerHost = 10 // lab11
+	nodeWorkerHost = 11 // lab12
+)
+
+// TestNodeAdd installs a Longhorn cluster on lab11 and joins lab12 to it as a worker, in private
+// mode found from the hosts' routing tables: a blocked 6443 on the private network stops the
+// join naming the connection and changes nothing; an overlapping --private-network is refused;
+// the join moves the server's k3s onto the private network, opens the peer ports on both
+// kip-managed firewalls (proven by real connections from a node and from a host that is none),
+// holds ordinary pods off the worker until its checks pass, and records it; a join killed before
+// its checks resumes only with the options it started with; run again, it changes nothing.
+func TestNodeAdd(t *testing.T) {
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	srv, w, outsider := s.Lab.Hosts[nodeServerHost], s.Lab.Hosts[nodeWorkerHost], s.Lab.Hosts[0]
+	e2e.LogK3sOnFailure(t, srv)
+	home := s.Home(t)
+	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
+		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
+	c := clientsFor(t, kubeconfig)
+	// The operator's key logs in to every node the way it logs in to the server.
+	authorize(t, srv, w)
+	add := func(extra ...string) []string {
+		return append([]string{"node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"}, extra...)
+	}
+
+	// The server's 6443 blocked on the private network: the join stops before changing anything.
+	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
+	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, add()...)
+	want := fmt.Sprintf("the node cannot connect to the server's API at %s:6443 over private network 10.77.0.0/24", srv.PrivateIP)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "or pass --public") {
+		t.Fatalf("join with 6443 blocked: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
+		t.Errorf("the refused join recorded %+v (%v)", rec, err)
+	}
+	if _, err := w.Run(ctx, "test ! -e /usr/local/bin/k3s"); err != nil {
+		t.Errorf("the refused join installed k3s on the worker: %v", err)
+	}
+	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, add("--private-network", "10.42.7.0/24")...); r.ExitCode != 2 || !strings.Contains(r.Stderr, "overlaps the cluster's pod or Service network") {
+		t.Errorf("an overlapping --private-network: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+
+	// Killed before its checks, the join resumes only with the options it started with.
+	if r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=before:verify"}, add()...); r.Signal == 0 {
+		t.Fatalf("join killed before its checks: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	r = s.Kip(t, home, add("--no-copies")...)
+	if want := "started with other options (--no-copies: started without it, now with it)"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("resume with --no-copies: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cluster.JoiningTaint }) {
+		t.Fatalf("the worker before its checks: %v, taints %v", err, n.Spec.Taints)
+	}
+	// An ordinary pod for the worker waits while the taint holds it off.
+	ordinary := podOn("ordinary", "", "sleep 3600")
+	ordinary.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": w.Name}
+	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, ordinary, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 2*time.Minute, "the ordinary pod unschedulable", func(ctx context.Context) (bool, error) {
+		p, err := c.Kube.CoreV1().Pods("default").Get(ctx, "ordinary", metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Resumed: paused before the Longhorn check, the worker gets Longhorn's node plugin (the
+	// stand-in's), as Longhorn's DaemonSet would put it there.
+	start := time.Now()
+	p, pause := s.Paused(t, home, nil, "before:longhorn", add()...)
+	admin, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.InstallNode(ctx, w, c, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	r = p.Wait(t, 10*time.Minute)
+	if r.ExitCode != 0 {
+		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	t.Logf("join (resumed before its checks) took %s", time.Since(start).Round(time.Second))
+	for _, want := range []string{"Network: private network 10.77.0.0/24", "found in both hosts' routing tables", "Moved", "6443/tcp from each worker to the server"} {
+		if want == "Moved" {
+			want = "The server's k3s runs on " + srv.PrivateIP.String()
+		}
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("the join does not say %q\n%s", want, r.Stderr)
+		}
+	}
+	scheduled := waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 3*time.Minute)
+	t.Logf("measured: the first ordinary pod ran on the worker %s after the resumed kip node add started", time.Since(start).Round(time.Second))
+	if scheduled.Spec.NodeName != w.Name {
+		t.Errorf("the ordinary pod runs on %s", scheduled.Spec.NodeName)
+	}
+
+	rec, err := node.ReadNodes(ctx, c.Dynamic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := rec.Workers[w.Name]
+	if rec.Mode != node.ModePrivate || rec.Server != srv.PrivateIP || wr.State != node.WorkerReady || wr.Path.Node != w.PrivateIP || !wr.FirewallManaged {
+		t.Errorf("nodes record %+v", rec)
+	}
+	server, err := c.Kube.CoreV1().Nodes().Get(ctx, srv.Name, metav1.GetOptions{})
+	if err != nil || nodeAddress(server, corev1.NodeInternalIP) != srv.PrivateIP.String() || nodeAddress(server, corev1.NodeExternalIP) != srv.PublicIP.String() {
+		t.Errorf("the server's node after the move: %v %v", err, server.Status.Addresses)
+	}
+
+	// The firewalls, by real connections: the peer ports open to the nodes only, SSH open to
+	// all, 8888 closed to outside traffic although something listens there.
+	listener := podOn("listener", w.Name, "exec httpd -f -p 8888")
+	listener.Spec.HostNetwork = true
+	listener.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, listener, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(ctx, t, c, "listener", corev1.PodRunning, 2*time.Minute)
+	for _, tc := range []struct {
+		from *lab.Host
+		to   *lab.Host
+		port int
+		want bool
+	}{
+		{w, srv, 10250, true}, {outsider, srv, 10250, false},
+		{srv, w, 10250, true}, {outsider, w, 10250, false},
+		{outsider, w, 22, true},
+		{w, w, 8888, true}, {outsider, w, 8888, false},
+	} {
+		to := tc.to.PrivateIP.String()
+		if tc.from == tc.to {
+			to = "127.0.0.1"
+		}
+		if got := connects(ctx, t, tc.from, to, tc.port); got != tc.want {
+			t.Errorf("%s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
+		}
+	}
+
+	r = s.Kip(t, home, "node", "list", "-o", "json")
+	var listed []node.Listed
+	if err := json.Unmarshal([]byte(r.Stdout), &listed); r.ExitCode != 0 || err != nil || len(listed) != 2 ||
+		listed[1].Name != w.Name || listed[1].Mode != node.ModePrivate || listed[1].State != node.WorkerReady || listed[1].Status != cluster.NodeReady {
+		t.Errorf("kip node list -o json: exit %d, %v\n%s", r.ExitCode, err, r.Stdout)
+	}
+
+	// Run again, the join changes nothing and keeps the workload.
+	r = s.Kip(t, home, add()...)
+	if r.ExitCode != 0 || strings.Contains(r.Stderr, "Installed k3s") || !strings.Contains(r.Stderr, "already Ready") {
+		t.Errorf("join again: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if p, err := c.Kube.CoreV1().Pods("default").Get(ctx, "ordinary", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning || p.UID != scheduled.UID {
+		t.Errorf("the ordinary pod after the rejoin: %v", err)
+	}
+	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+		t.Errorf("the worker after the rejoin is still cordoned: %v", err)
+	}
+	for _, name := range []string{"ordinary", "listener"} {
+		if err := c.Kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	}
+}
+
+// authorize lets from's root key log in to to, as an operator's key logs in to every node.
+func authorize(t *testing.T, from, to *lab.Host) {
+	t.Helper()
+	key, err := os.ReadFile(from.KeyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(to.Path("/root/.ssh/authorized_keys"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(ssh.MarshalAuthorizedKey(signer.PublicKey())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// connects reports whether a TCP connection from the host reaches addr:port within five seconds.
+func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, port int) bool {
+	t.Helper()
+	_, err := from.Run(ctx, sshx.Command("timeout", "5", "bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, addr, fmt.Sprint(port)))
+	return err == nil
+}
