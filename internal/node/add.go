@@ -143,7 +143,10 @@ type joinIntent struct {
 	// Cordoned: kip cordoned the node for the checks (a rejoin), and uncordons it after.
 	Cordoned bool `json:"cordoned,omitempty"`
 	// Restart: k3s-agent must restart to load the configuration kip wrote.
-	Restart  bool   `json:"restart,omitempty"`
+	Restart bool `json:"restart,omitempty"`
+	// Fresh: the node was not in the cluster when the join started, so kip sets the host's
+	// kernel parameters (an operator may have tuned a node's since it joined).
+	Fresh    bool   `json:"fresh,omitempty"`
 	VerifyID string `json:"verifyID"`
 }
 
@@ -174,7 +177,7 @@ type joiner struct {
 	fwServer bool
 	// nodeFirewall is what the new node's firewall is.
 	nodeFirewall host.FirewallState
-	existed      bool // the Node was in the cluster before this run: a rejoin
+	existed      bool // the Node is in the cluster
 }
 
 // peer is an existing worker, reached over SSH.
@@ -397,6 +400,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	j.intent.Options, j.intent.VerifyID, j.intent.Fresh = j.o.flags(), rand.String(5), !j.existed
 	for _, p := range unfinished {
 		if p.Workflow != workflowName(j.o.Host) {
 			continue
@@ -409,9 +413,9 @@ func (j *joiner) decide(ctx context.Context) error {
 			return fmt.Errorf("an unfinished kip node add of %s (%s) started with other options (%s): run it again with the options it started with to resume it",
 				j.o.Host, p.StartedBy, strings.Join(d, "; "))
 		}
+		// The resumed join keeps what it decided when it started; the steps are built from it.
+		j.intent.Fresh, j.intent.Cordoned, j.intent.Restart, j.intent.VerifyID = before.Fresh, before.Cordoned, before.Restart, before.VerifyID
 	}
-	j.intent.Options = j.o.flags()
-	j.intent.VerifyID = rand.String(5)
 
 	serverPublic, err := j.serverFacts.NodeIP(j.rec.Server)
 	if err != nil {

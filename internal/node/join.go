@@ -47,7 +47,7 @@ func (j *joiner) steps() []workflow.Step {
 		steps = append(steps, j.serverMoveStep())
 	}
 	steps = append(steps, j.peerFirewallSteps()...)
-	prep := host.Prep{OS: j.nodeFacts.OS, Longhorn: true, WireGuard: true, Sysctls: !j.existed}
+	prep := host.Prep{OS: j.nodeFacts.OS, Longhorn: true, WireGuard: true, Sysctls: j.intent.Fresh}
 	if j.intent.Firewall {
 		prep.Firewall = j.nodeRules()
 	}
@@ -156,13 +156,21 @@ func (j *joiner) serverMoveStep() workflow.Step {
 			if err != nil {
 				return err
 			}
+			n, err := j.serverNode(ctx)
+			if err != nil {
+				return err
+			}
+			before := nodeAddrs(n, corev1.NodeInternalIP)
+			if len(before) == 0 {
+				return errors.New("the server's node has no InternalIP")
+			}
 			if _, err := j.server.Output(ctx, k3s.BackupCommand(k3s.ConfigPath)); err != nil {
 				return fmt.Errorf("back up k3s's configuration on the server: %w", err)
 			}
 			if err := j.server.Upload(ctx, k3s.ConfigPath, body, 0o600, ""); err != nil {
 				return err
 			}
-			err = j.restartServer(ctx)
+			err = j.restartServer(ctx, j.intent.Path.Server.String())
 			if err == nil {
 				return nil
 			}
@@ -170,7 +178,7 @@ func (j *joiner) serverMoveStep() workflow.Step {
 			if _, rerr := j.server.Output(ctx, k3s.RestoreCommand(k3s.ConfigPath)); rerr != nil {
 				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", err, rerr, k3s.ConfigBackupPath)
 			}
-			if rerr := j.restartServer(ctx); rerr != nil {
+			if rerr := j.restartServer(ctx, before[0]); rerr != nil {
 				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", err, rerr)
 			}
 			return fmt.Errorf("k3s did not come up on the server's new configuration (%w): kip restored the previous one and k3s runs on it again; see 'journalctl -u k3s' on the server", err)
@@ -178,13 +186,23 @@ func (j *joiner) serverMoveStep() workflow.Step {
 	}
 }
 
-// restartServer restarts k3s on the server and waits until its API answers and its node shows
-// the address it is configured with.
-func (j *joiner) restartServer(ctx context.Context) error {
+// restartServer restarts k3s on the server and waits until its API answers and its node is
+// Ready at want, the address it is configured with.
+func (j *joiner) restartServer(ctx context.Context, want string) error {
 	if _, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit)); err != nil {
 		return fmt.Errorf("restart k3s on the server: %w", err)
 	}
-	return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
+	if err := kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout); err != nil {
+		return err
+	}
+	return kube.Poll(ctx, joinTimeout, "the server's node Ready at its configured address", func(ctx context.Context) (bool, string, error) {
+		n, err := j.serverNode(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		ips := nodeAddrs(n, corev1.NodeInternalIP)
+		return slices.Contains(ips, want) && cluster.NodeStatus(n) == cluster.NodeReady, strings.Join(ips, ", ") + " " + cluster.NodeStatus(n), nil
+	})
 }
 
 func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
