@@ -3,8 +3,6 @@ package install
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -79,7 +77,7 @@ func (in *installer) unitNow(ctx context.Context) (unitState, error) {
 // sumsNow returns the SHA-256 of each of k3s's paths (k3sPaths) that exists.
 func (in *installer) sumsNow(ctx context.Context) (map[string]string, error) {
 	if in.seen.sums == nil {
-		sums, err := in.fileSums(ctx, in.k3sPaths...)
+		sums, err := in.c.FileSums(ctx, in.k3sPaths...)
 		if err != nil {
 			return nil, err
 		}
@@ -116,31 +114,6 @@ func parseUnit(out string) unitState {
 	p, _ := sshx.Properties(out)
 	return unitState{state: p["ActiveState"], active: p["ActiveState"] == "active",
 		enabled: p["UnitFileState"] == "enabled", invocation: p["InvocationID"]}
-}
-
-// fileSums returns the SHA-256 of each path that exists on the host, in one round trip.
-func (in *installer) fileSums(ctx context.Context, paths ...string) (map[string]string, error) {
-	cmd := "for f in"
-	for _, p := range paths {
-		cmd += " " + sshx.Quote(p)
-	}
-	cmd += `; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`
-	out, err := in.c.Output(ctx, cmd)
-	if err != nil {
-		return nil, fmt.Errorf("read checksums: %w", err)
-	}
-	sums := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if sum, path, ok := strings.Cut(line, "  "); ok {
-			sums[path] = sum
-		}
-	}
-	return sums, nil
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // run runs cmd on the host and fails, saying what it was doing, when it fails.
@@ -342,7 +315,7 @@ func (in *installer) filesInPlace(ctx context.Context, files []hostFile) (bool, 
 		return false, err
 	}
 	for _, f := range files {
-		if sums[f.path] != sha256Hex(f.data) {
+		if sums[f.path] != sshx.SHA256(f.data) {
 			return false, nil
 		}
 	}

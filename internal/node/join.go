@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -269,23 +267,16 @@ func (j *joiner) agentFiles() ([]hostFile, error) {
 
 // filesInPlace reports whether each file is on the node as kip would write it.
 func (j *joiner) filesInPlace(ctx context.Context, files []hostFile) (bool, error) {
-	cmd := "for f in"
+	var paths []string
 	for _, f := range files {
-		cmd += " " + sshx.Quote(f.path)
+		paths = append(paths, f.path)
 	}
-	out, err := j.node.Output(ctx, cmd+`; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`)
+	have, err := j.node.FileSums(ctx, paths...)
 	if err != nil {
-		return false, fmt.Errorf("read checksums: %w", err)
-	}
-	have := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if sum, p, ok := strings.Cut(line, "  "); ok {
-			have[p] = sum
-		}
+		return false, err
 	}
 	for _, f := range files {
-		s := sha256.Sum256(f.data)
-		if have[f.path] != hex.EncodeToString(s[:]) {
+		if have[f.path] != sshx.SHA256(f.data) {
 			return false, nil
 		}
 	}
