@@ -236,13 +236,37 @@ func Add(ctx context.Context, o *AddOptions) error {
 		// The lease outlasts the server's k3s restart, whose API holds the lock.
 		Lock: workflow.ClusterLock(j.cl.Kube, kube.LockOptions{LeaseDuration: 5 * time.Minute}),
 	}
-	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Host), Intent: &j.intent, Steps: j.steps()}); err != nil {
+	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Host), Intent: &j.intent, Steps: j.measured(j.steps())}); err != nil {
 		return err
 	}
 	if !o.DryRun {
 		j.summary(ctx)
 	}
 	return nil
+}
+
+// measured wraps each step's Apply so that -v says how long it took and how many remote commands
+// it ran on every host.
+func (j *joiner) measured(steps []workflow.Step) []workflow.Step {
+	for i := range steps {
+		apply, name := steps[i].Apply, steps[i].Name
+		steps[i].Apply = func(ctx context.Context) error {
+			before, began := j.commands(), time.Now()
+			err := apply(ctx)
+			j.o.Debugf("step %s: %d remote commands, %s", name, j.commands()-before, time.Since(began).Round(time.Millisecond))
+			return err
+		}
+	}
+	return steps
+}
+
+// commands counts the remote commands run on every host so far.
+func (j *joiner) commands() int64 {
+	n := j.server.Commands() + j.node.Commands()
+	for _, p := range j.peers {
+		n += p.c.Commands()
+	}
+	return n
 }
 
 func (j *joiner) close() {

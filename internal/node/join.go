@@ -546,7 +546,7 @@ func (j *joiner) summary(ctx context.Context) {
 	} else if len(only) > 0 {
 		j.p.Warn("Volumes whose only copies are on a worker, lost with it: " + strings.Join(only, ", "))
 	}
-	j.o.Debugf("%d remote commands to %s, %s in all", j.node.Commands(), j.o.Host, time.Since(j.started).Round(time.Second))
+	j.o.Debugf("%d remote commands on every host, %s in all", j.commands(), time.Since(j.started).Round(time.Second))
 }
 
 // copiesOnlyOnWorkers names the Longhorn volumes with no replica on the server.

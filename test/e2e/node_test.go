@@ -84,9 +84,12 @@ func TestNodeAdd(t *testing.T) {
 	}
 
 	// Killed before its checks, the join resumes only with the options it started with.
-	if r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=before:verify"}, add()...); r.Signal == 0 {
+	start := time.Now()
+	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=before:verify"}, add("-v")...)
+	if r.Signal == 0 {
 		t.Fatalf("join killed before its checks: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
+	logSteps(t, "join up to its checks", r.Stderr)
 	r = s.Kip(t, home, add("--no-copies")...)
 	if want := "started with other options (--no-copies: started without it, now with it)"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("resume with --no-copies: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
@@ -112,8 +115,7 @@ func TestNodeAdd(t *testing.T) {
 
 	// Resumed: paused before the Longhorn check, the worker gets Longhorn's node plugin (the
 	// stand-in's), as Longhorn's DaemonSet would put it there.
-	start := time.Now()
-	p, pause := s.Paused(t, home, nil, "before:longhorn", add()...)
+	p, pause := s.Paused(t, home, nil, "before:longhorn", add("-v")...)
 	admin, err := os.ReadFile(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ func TestNodeAdd(t *testing.T) {
 	if r.ExitCode != 0 {
 		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	t.Logf("join (resumed before its checks) took %s", time.Since(start).Round(time.Second))
+	logSteps(t, "the resumed join", r.Stderr)
 	for _, want := range []string{"Network: private network 10.77.0.0/24", "found in both hosts' routing tables", "Moved", "6443/tcp from each worker to the server"} {
 		if want == "Moved" {
 			want = "The server's k3s runs on " + srv.PrivateIP.String()
@@ -138,7 +140,7 @@ func TestNodeAdd(t *testing.T) {
 		}
 	}
 	scheduled := waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 3*time.Minute)
-	t.Logf("measured: the first ordinary pod ran on the worker %s after the resumed kip node add started", time.Since(start).Round(time.Second))
+	t.Logf("measured: the first ordinary pod ran on the worker %s after kip node add started (the join killed before its checks and resumed, the resumed run paused while the test started Longhorn's stand-in)", time.Since(start).Round(time.Second))
 	if scheduled.Spec.NodeName != w.Name {
 		t.Errorf("the ordinary pod runs on %s", scheduled.Spec.NodeName)
 	}
@@ -236,4 +238,14 @@ func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, po
 	t.Helper()
 	_, err := from.Run(ctx, sshx.Command("timeout", "5", "bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, addr, fmt.Sprint(port)))
 	return err == nil
+}
+
+// logSteps logs what kip node add -v measured of each step: its remote commands and time.
+func logSteps(t *testing.T, what, stderr string) {
+	t.Helper()
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, "remote commands") {
+			t.Logf("measured, %s: %s", what, strings.TrimSpace(line))
+		}
+	}
 }
