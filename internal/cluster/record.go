@@ -105,6 +105,12 @@ func ReadRecord(ctx context.Context, dyn dynamic.Interface) (rec Record, found b
 	return kube.ReadRecord[Record](ctx, dyn, kube.ClusterRecords(), RecordName, recordVersion)
 }
 
+// RecordIn decodes the cluster record from the annotations of kube.ClusterRecords() (see
+// kube.ReadAnnotations).
+func RecordIn(annotations map[string]string) (rec Record, found bool, err error) {
+	return kube.RecordFrom[Record](kube.ClusterRecords(), annotations, RecordName, recordVersion)
+}
+
 // ReadInstalled reads the record of a cluster kip installed, and refuses one it did not install.
 func ReadInstalled(ctx context.Context, dyn dynamic.Interface) (Record, error) {
 	rec, found, err := ReadRecord(ctx, dyn)

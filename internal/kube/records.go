@@ -117,6 +117,20 @@ func ReadRecord[T any](ctx context.Context, dyn dynamic.Interface, ref ObjectRef
 	return rec, err == nil, err
 }
 
+// ReadAnnotations reads the annotations of the object ref names, which hold its records, in one
+// request: for a reader of several records on one object (RecordFrom decodes each). A missing
+// object has none.
+func ReadAnnotations(ctx context.Context, dyn dynamic.Interface, ref ObjectRef) (map[string]string, error) {
+	obj, err := ref.client(dyn).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the records on %s: %w", ref, err)
+	}
+	return obj.GetAnnotations(), nil
+}
+
 // ReadRecords reads every record on the object whose name starts with prefix, keyed by name
 // (without kipper.run/). A missing object holds none.
 func ReadRecords[T any](ctx context.Context, dyn dynamic.Interface, ref ObjectRef, prefix string, version int) (map[string]T, error) {

@@ -108,6 +108,13 @@ func ReadNodes(ctx context.Context, dyn dynamic.Interface) (Nodes, error) {
 	return rec, err
 }
 
+// NodesIn decodes the record from the annotations of kube.ClusterRecords() (see
+// kube.ReadAnnotations).
+func NodesIn(annotations map[string]string) (Nodes, error) {
+	rec, _, err := kube.RecordFrom[Nodes](kube.ClusterRecords(), annotations, recordName, recordVersion)
+	return rec, err
+}
+
 // UpdateNodes changes the record under the API's optimistic concurrency.
 func UpdateNodes(ctx context.Context, dyn dynamic.Interface, mutate func(n *Nodes) error) (Nodes, error) {
 	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), recordName, recordVersion, func(n *Nodes, _ bool) error {

@@ -352,13 +352,16 @@ func readyReason(n *corev1.Node) string {
 }
 
 // sshAddr is where kip reaches node n over SSH: the server at the saved or recorded
-// address when the cluster has one server, any other node at its external address, else its
-// internal one.
+// address when the cluster has one server, a worker kip joined where kip node add reached it,
+// any other node at its external address, else its internal one.
 func (v *view) sshAddr(o *Options, n *corev1.Node) string {
 	if cluster.NodeRole(n) == cluster.RoleServer && len(v.servers()) == 1 {
 		if a := v.serverAddr(o); a != "" {
 			return a
 		}
+	}
+	if w, ok := v.workers.Workers[n.Name]; ok && w.Host != "" {
+		return w.Host // a worker kip joined: where kip node add reached it
 	}
 	if a := cluster.NodeAddress(n, corev1.NodeExternalIP); a != "" {
 		return a

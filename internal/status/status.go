@@ -24,6 +24,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	kipstorage "kipper.run/kip/internal/storage"
@@ -224,6 +225,8 @@ type view struct {
 	rec      cluster.Record
 	recorded bool
 	nodes    []corev1.Node
+	// workers is what kip recorded of the workers it joined (read with the record).
+	workers kipnode.Nodes
 	// pvs are the cluster's PersistentVolumes, listed once for storage and the kept copies.
 	pvs []corev1.PersistentVolume
 	// used is the space each local volume's directory uses, by PersistentVolume, where the host
@@ -231,10 +234,17 @@ type view struct {
 	used map[string]*int64
 }
 
-// readRecord reads the cluster record into v; an error is reported, not fatal.
+// readRecord reads the cluster record and the workers' into v, from one read of the records;
+// an error is reported, not fatal.
 func (v *view) readRecord(ctx context.Context) error {
-	var err error
-	v.rec, v.recorded, err = cluster.ReadRecord(ctx, v.c.Dynamic)
+	ann, err := kube.ReadAnnotations(ctx, v.c.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return err
+	}
+	if v.rec, v.recorded, err = cluster.RecordIn(ann); err != nil {
+		return err
+	}
+	v.workers, err = kipnode.NodesIn(ann)
 	return err
 }
 

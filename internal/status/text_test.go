@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/prune"
 )
@@ -66,5 +67,26 @@ func TestLostClaims(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("lostClaims = %v, want %v", got, want)
+	}
+}
+
+func TestSSHAddr(t *testing.T) {
+	worker := func(name string, addrs ...corev1.NodeAddress) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	v := &view{workers: kipnode.Nodes{Workers: map[string]kipnode.Worker{"w1": {Host: "w1.example.com"}}}}
+	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.77.0.21"}
+	external := corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.22"}
+	for _, tc := range []struct {
+		n    corev1.Node
+		want string
+	}{
+		{worker("w1", internal, external), "w1.example.com"},
+		{worker("w2", internal, external), "198.51.100.22"},
+		{worker("w3", internal), "10.77.0.21"},
+	} {
+		if got := v.sshAddr(&Options{}, &tc.n); got != tc.want {
+			t.Errorf("sshAddr(%s) = %s, want %s", tc.n.Name, got, tc.want)
+		}
 	}
 }
