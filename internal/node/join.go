@@ -147,7 +147,7 @@ func (j *joiner) serverMoveStep() workflow.Step {
 		Done: "The server's k3s runs on " + j.intent.Path.Server.String(), Already: "The server's k3s already runs on " + j.intent.Path.Server.String(),
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := j.serverNode(ctx)
-			return err == nil && slices.Contains(nodeAddrs(n, corev1.NodeInternalIP), j.intent.Path.Server.String()), err
+			return err == nil && slices.Contains(internalIPs(n), j.intent.Path.Server.String()), err
 		},
 		Apply: func(ctx context.Context) error {
 			body, err := cfg.Render()
@@ -158,7 +158,7 @@ func (j *joiner) serverMoveStep() workflow.Step {
 			if err != nil {
 				return err
 			}
-			before := nodeAddrs(n, corev1.NodeInternalIP)
+			before := internalIPs(n)
 			if len(before) == 0 {
 				return errors.New("the server's node has no InternalIP")
 			}
@@ -198,7 +198,7 @@ func (j *joiner) restartServer(ctx context.Context, want string) error {
 		if err != nil {
 			return false, "", err
 		}
-		ips := nodeAddrs(n, corev1.NodeInternalIP)
+		ips := internalIPs(n)
 		return slices.Contains(ips, want) && cluster.NodeStatus(n) == cluster.NodeReady, strings.Join(ips, ", ") + " " + cluster.NodeStatus(n), nil
 	})
 }
@@ -216,10 +216,16 @@ func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
 	return nil, errors.New("the cluster has no server node")
 }
 
-func nodeAddrs(n *corev1.Node, t corev1.NodeAddressType) []string {
+// internalIPs are the addresses a node's k3s runs on: the k3s.io/internal-ip annotation, which
+// k3s writes whenever it starts (the Node's InternalIP follows when k3s's cloud controller next
+// syncs it), else the InternalIP.
+func internalIPs(n *corev1.Node) []string {
+	if a := n.Annotations["k3s.io/internal-ip"]; a != "" {
+		return strings.Split(a, ",")
+	}
 	var s []string
 	for _, a := range n.Status.Addresses {
-		if a.Type == t {
+		if a.Type == corev1.NodeInternalIP {
 			s = append(s, a.Address)
 		}
 	}
@@ -385,8 +391,8 @@ func (j *joiner) nodeReady(ctx context.Context) (bool, string, error) {
 	if err != nil || n == nil {
 		return false, "not registered", err
 	}
-	if !slices.Contains(nodeAddrs(n, corev1.NodeInternalIP), j.intent.Path.Node.String()) {
-		return false, "registered with addresses " + strings.Join(nodeAddrs(n, corev1.NodeInternalIP), ", "), nil
+	if !slices.Contains(internalIPs(n), j.intent.Path.Node.String()) {
+		return false, "registered with addresses " + strings.Join(internalIPs(n), ", "), nil
 	}
 	status := cluster.NodeStatus(n)
 	return status == cluster.NodeReady, status, nil

@@ -53,10 +53,11 @@ func runCloudController(ctx context.Context, admin kubernetes.Interface) {
 	}
 }
 
+// initializeNode sets a Node's addresses from its k3s annotations and lifts the uninitialized
+// taint; on an initialized Node it brings the addresses up to date when the annotations changed
+// (a node restarted with another node-ip), as the cloud node controller's address sync does.
 func initializeNode(ctx context.Context, admin kubernetes.Interface, nd *corev1.Node) error {
-	if !slices.ContainsFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == uninitializedTaint }) {
-		return nil
-	}
+	uninitialized := slices.ContainsFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == uninitializedTaint })
 	internal := nd.Annotations["k3s.io/internal-ip"]
 	if internal == "" {
 		return nil // the node's stand-in has not annotated it yet
@@ -73,6 +74,9 @@ func initializeNode(ctx context.Context, admin kubernetes.Interface, nd *corev1.
 	if h := nd.Annotations["k3s.io/hostname"]; h != "" {
 		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: h})
 	}
+	if !uninitialized && slices.Equal(addrs, nd.Status.Addresses) {
+		return nil
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := admin.CoreV1().Nodes().Get(ctx, nd.Name, metav1.GetOptions{})
 		if err != nil {
@@ -81,6 +85,10 @@ func initializeNode(ctx context.Context, admin kubernetes.Interface, nd *corev1.
 		cur.Status.Addresses = addrs
 		if cur, err = admin.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			return err
+		}
+		if !uninitialized {
+			slog.Info("cloud controller: updated the node's addresses", "node", nd.Name)
+			return nil
 		}
 		cur.Spec.Taints = slices.DeleteFunc(cur.Spec.Taints, func(t corev1.Taint) bool { return t.Key == uninitializedTaint })
 		_, err = admin.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
