@@ -120,12 +120,15 @@ func (j *joiner) holdStep() workflow.Step {
 		Done: "Cordoned " + j.intent.Node, Already: j.intent.Node + " needs no cordon: it is new or already held",
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := j.nodeNow(ctx)
-			return err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint)), err
+			held := err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint))
+			if err == nil && !held {
+				// Decided here, so that the runner records it before the cordon: a join killed
+				// once the node is cordoned still uncordons it.
+				j.intent.Cordoned = true
+			}
+			return held, err
 		},
-		Apply: func(ctx context.Context) error {
-			j.intent.Cordoned = true
-			return j.setUnschedulable(ctx, true)
-		},
+		Apply: func(ctx context.Context) error { return j.setUnschedulable(ctx, true) },
 	}
 }
 
@@ -314,13 +317,18 @@ func (j *joiner) k3sSteps() []workflow.Step {
 				if filesErr != nil {
 					return false, filesErr
 				}
-				return j.filesInPlace(ctx, files)
+				ok, err := j.filesInPlace(ctx, files)
+				if err == nil && !ok {
+					// Decided here, so that the runner records it before the files change: a
+					// join killed once they changed still restarts k3s-agent on them.
+					j.intent.Restart = true
+				}
+				return ok, err
 			},
 			Plan: func(context.Context) ([]string, error) {
 				return []string{"write " + k3s.ConfigPath, "write " + k3s.AgentTokenPath + " (0600)"}, filesErr
 			},
 			Apply: func(ctx context.Context) error {
-				j.intent.Restart = true
 				dirs := []string{"-p", "-m", "0700", path.Dir(k3s.ConfigPath)}
 				if _, err := j.node.Output(ctx, sshx.Command("mkdir", dirs...)+" && "+k3s.BackupCommand(k3s.ConfigPath)); err != nil {
 					return fmt.Errorf("back up k3s's configuration: %w", err)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
@@ -83,64 +86,51 @@ func TestNodeAdd(t *testing.T) {
 		t.Errorf("an overlapping --private-network: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 
-	// Killed before its checks, the join resumes only with the options it started with.
+	// The join killed before and after the change of each step it applies, then run again: a
+	// run after one killed after a step's change finds that step done. Once the worker runs
+	// (after k3s-start), a resume with other options is refused, an ordinary pod waits while the
+	// joining taint holds it off, and the worker gets Longhorn's node plugin (the stand-in's), as
+	// Longhorn's DaemonSet would put it there.
+	var joined time.Duration
+	var last string
+	for _, step := range joinSteps {
+		for _, point := range []string{"before:" + step, "after:" + step} {
+			r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=" + point}, add("-v")...)
+			if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at "+point+" ") {
+				t.Fatalf("join with %s=%s: exit %d (signal %v), want it killed there:\n%s", workflow.FaultEnv, point, r.ExitCode, r.Signal, r.Stderr)
+			}
+			if last != "" && strings.Contains(r.Stderr, "step "+last+":") {
+				t.Fatalf("join with %s=%s applied step %s again, which the run killed after its change had made:\n%s", workflow.FaultEnv, point, last, r.Stderr)
+			}
+			if point == "after:"+step {
+				joined += logStep(t, step, r.Stderr)
+			}
+			if step == "server-network" && point == "after:"+step {
+				if want := "Network: private network 10.77.0.0/24 (server " + srv.PrivateIP.String(); !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "found in both hosts' routing tables") {
+					t.Errorf("the join does not say %q, found in both hosts' routing tables:\n%s", want, r.Stderr)
+				}
+			}
+		}
+		last = step
+		if step == "k3s-start" {
+			heldOff(ctx, t, s, home, c, w, add)
+			admin, err := os.ReadFile(kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := standin.InstallNode(ctx, w, c, admin); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("measured: the join's steps took %s in all, apt's Longhorn packages included", joined.Round(time.Second))
 	start := time.Now()
-	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=before:verify"}, add("-v")...)
-	if r.Signal == 0 {
-		t.Fatalf("join killed before its checks: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	logSteps(t, "join up to its checks", r.Stderr)
-	r = s.Kip(t, home, add("--no-copies")...)
-	if want := "started with other options (--no-copies: started without it, now with it)"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
-		t.Errorf("resume with --no-copies: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
-	}
-	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
-	if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cluster.JoiningTaint }) {
-		t.Fatalf("the worker before its checks: %v, taints %v", err, n.Spec.Taints)
-	}
-	// An ordinary pod for the worker waits while the taint holds it off.
-	ordinary := podOn("ordinary", "", "sleep 3600")
-	ordinary.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": w.Name}
-	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, ordinary, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := poll(ctx, 2*time.Minute, "the ordinary pod unschedulable", func(ctx context.Context) (bool, error) {
-		p, err := c.Kube.CoreV1().Pods("default").Get(ctx, "ordinary", metav1.GetOptions{})
-		return err == nil && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
-		}), err
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	// Resumed: paused before the Longhorn check, the worker gets Longhorn's node plugin (the
-	// stand-in's), as Longhorn's DaemonSet would put it there.
-	p, pause := s.Paused(t, home, nil, "before:longhorn", add("-v")...)
-	admin, err := os.ReadFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := standin.InstallNode(ctx, w, c, admin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(pause); err != nil {
-		t.Fatal(err)
-	}
-	r = p.Wait(t, 10*time.Minute)
-	if r.ExitCode != 0 {
-		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	logSteps(t, "the resumed join", r.Stderr)
-	for _, want := range []string{"Network: private network 10.77.0.0/24", "found in both hosts' routing tables", "Moved", "6443/tcp from each worker to the server"} {
-		if want == "Moved" {
-			want = "The server's k3s runs on " + srv.PrivateIP.String()
-		}
-		if !strings.Contains(r.Stderr, want) {
-			t.Errorf("the join does not say %q\n%s", want, r.Stderr)
-		}
+	r = s.Kip(t, home, add()...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "6443/tcp from each worker to the server") {
+		t.Fatalf("join after every kill: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	scheduled := waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 3*time.Minute)
-	t.Logf("measured: the first ordinary pod ran on the worker %s after kip node add started (the join killed before its checks and resumed, the resumed run paused while the test started Longhorn's stand-in)", time.Since(start).Round(time.Second))
+	t.Logf("measured: the ordinary pod waiting for the worker ran %s after the last kip node add started (a rejoin of a checked worker: connect, check every step, verify)", time.Since(start).Round(time.Second))
 	if scheduled.Spec.NodeName != w.Name {
 		t.Errorf("the ordinary pod runs on %s", scheduled.Spec.NodeName)
 	}
@@ -240,12 +230,51 @@ func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, po
 	return err == nil
 }
 
-// logSteps logs what kip node add -v measured of each step: its remote commands and time.
-func logSteps(t *testing.T, what, stderr string) {
+// joinSteps are the steps a first join applies, in order.
+var joinSteps = []string{"record", "server-network", "server-firewall", "host-packages", "host-modules", "host-sysctls",
+	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "recorded"}
+
+// logStep logs what kip node add -v measured of step (its remote commands and time) and returns
+// the time.
+func logStep(t *testing.T, step, stderr string) time.Duration {
 	t.Helper()
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, "remote commands") {
-			t.Logf("measured, %s: %s", what, strings.TrimSpace(line))
-		}
+	m := regexp.MustCompile(`step ` + regexp.QuoteMeta(step) + `: (\d+) remote commands, (\S+)`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Errorf("kip node add -v does not measure step %s:\n%s", step, stderr)
+		return 0
+	}
+	d, err := time.ParseDuration(m[2])
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("measured: step %s: %s remote commands, %s", step, m[1], m[2])
+	return d
+}
+
+// heldOff checks the worker between its start and its checks: a resume with other options is
+// refused naming them, and an ordinary pod for the worker stays unschedulable under the joining
+// taint.
+func heldOff(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w *lab.Host, add func(...string) []string) {
+	t.Helper()
+	r := s.Kip(t, home, add("--no-copies")...)
+	if want := "started with other options (--no-copies: started without it, now with it)"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("resume with --no-copies: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == cluster.JoiningTaint }) {
+		t.Fatalf("the worker before its checks: %v, taints %v", err, n.Spec.Taints)
+	}
+	ordinary := podOn("ordinary", "", "sleep 3600")
+	ordinary.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": w.Name}
+	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, ordinary, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 2*time.Minute, "the ordinary pod unschedulable", func(ctx context.Context) (bool, error) {
+		p, err := c.Kube.CoreV1().Pods("default").Get(ctx, "ordinary", metav1.GetOptions{})
+		return err == nil && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		}), err
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
