@@ -471,7 +471,15 @@ func (j *joiner) decide(ctx context.Context) error {
 	}
 	j.p.Info(fmt.Sprintf("Network: %s (%s)", choice.Path, choice.How))
 	j.serverPublic = pub(serverPublic)
-	j.serverMove = choice.Path.Mode == ModePrivate && !j.nodes.Server.IsValid() && choice.Path.Server.String() != serverPublic
+	if choice.Path.Mode == ModePrivate {
+		// The server's k3s moves onto the private network unless it already runs there (an
+		// earlier join moved it, or this one before it was interrupted).
+		srv, err := j.serverNode(ctx)
+		if err != nil {
+			return err
+		}
+		j.serverMove = !slices.Contains(internalIPs(srv), choice.Path.Server.String())
+	}
 
 	// Firewalls.
 	fw, err := host.ReadFirewall(ctx, j.server)
@@ -501,6 +509,10 @@ func (j *joiner) decide(ctx context.Context) error {
 		}
 		j.intent.Firewall = false
 		j.p.Warn(fmt.Sprintf("%s is active on %s and not managed by kip: kip leaves it alone", j.nodeFirewall.Tool, j.o.Host))
+	}
+
+	if serverFamily, _ := host.Identify(j.serverFacts.OS); j.fwServer && serverFamily.Firewall == "firewalld" || j.intent.Firewall && j.family.Firewall == "firewalld" {
+		j.p.Warn("On Rocky Linux, AlmaLinux and CentOS Stream, applying kip's firewalld rules restarts k3s there: the join can interrupt the Kubernetes API briefly")
 	}
 
 	// k3s at the server's release, verified.
