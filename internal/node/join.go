@@ -146,11 +146,12 @@ func (j *joiner) setUnschedulable(ctx context.Context, on bool) error {
 func (j *joiner) serverMoveStep() workflow.Step {
 	cfg := k3s.KipServer(j.rec.Server, j.intent.Path.Server.String(), j.serverPublic.String(), j.rec.Network)
 	return workflow.Step{
-		Name: "server-network", Title: "Move the server's k3s onto " + j.intent.Path.Network.String() + " (k3s restarts: the API pauses for 10 to 30 seconds)",
+		Name: "server-network", Title: "Move the server's k3s onto " + j.intent.Path.Network.String() + " (k3s restarts twice: the API pauses for 10 to 30 seconds each time)",
 		Done: "The server's k3s runs on " + j.intent.Path.Server.String(), Already: "The server's k3s already runs on " + j.intent.Path.Server.String(),
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := j.serverNode(ctx)
-			return err == nil && slices.Contains(internalIPs(n), j.intent.Path.Server.String()), err
+			want := j.intent.Path.Server.String()
+			return err == nil && slices.Contains(internalIPs(n), want) && slices.Contains(nodeInternalIPs(n), want), err
 		},
 		Apply: func(ctx context.Context) error {
 			body, err := cfg.Render()
@@ -187,23 +188,44 @@ func (j *joiner) serverMoveStep() workflow.Step {
 	}
 }
 
-// restartServer restarts k3s on the server and waits until its API answers and its node is
-// Ready at want, the address it is configured with.
+// restartServer restarts k3s on the server onto want, the address it is now configured with,
+// and waits until it runs there steadily. k3s publishes the address when it starts, and its cloud
+// controller then moves the Node's InternalIP to it, at which kube-proxy, whose node address
+// changed, exits and takes k3s down once more. So kip waits for the Node's InternalIP and then
+// restarts k3s a second time, on a Node that already shows the address, and waits for its API
+// and the Node Ready again.
 func (j *joiner) restartServer(ctx context.Context, want string) error {
-	if _, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit)); err != nil {
-		return fmt.Errorf("restart k3s on the server: %w", err)
-	}
-	if err := kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout); err != nil {
+	if err := j.restartK3s(ctx); err != nil {
 		return err
 	}
-	return kube.Poll(ctx, joinTimeout, "the server's node Ready at its configured address", func(ctx context.Context) (bool, string, error) {
+	err := kube.Poll(ctx, joinTimeout, "the server's node at "+want, func(ctx context.Context) (bool, string, error) {
 		n, err := j.serverNode(ctx)
 		if err != nil {
 			return false, "", err
 		}
-		ips := internalIPs(n)
-		return slices.Contains(ips, want) && cluster.NodeStatus(n) == cluster.NodeReady, strings.Join(ips, ", ") + " " + cluster.NodeStatus(n), nil
+		ips := nodeInternalIPs(n)
+		return slices.Contains(ips, want), "InternalIP " + strings.Join(ips, ", "), nil
 	})
+	if err != nil {
+		return err
+	}
+	if err := j.restartK3s(ctx); err != nil {
+		return err
+	}
+	return kube.Poll(ctx, joinTimeout, "the server's node Ready", func(ctx context.Context) (bool, string, error) {
+		n, err := j.serverNode(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		return cluster.NodeStatus(n) == cluster.NodeReady, cluster.NodeStatus(n), nil
+	})
+}
+
+func (j *joiner) restartK3s(ctx context.Context) error {
+	if _, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit)); err != nil {
+		return fmt.Errorf("restart k3s on the server: %w", err)
+	}
+	return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
 }
 
 func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
@@ -219,13 +241,7 @@ func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
 	return nil, errors.New("the cluster has no server node")
 }
 
-// internalIPs are the addresses a node's k3s runs on: the k3s.io/internal-ip annotation, which
-// k3s writes whenever it starts (the Node's InternalIP follows when k3s's cloud controller next
-// syncs it), else the InternalIP.
-func internalIPs(n *corev1.Node) []string {
-	if a := n.Annotations["k3s.io/internal-ip"]; a != "" {
-		return strings.Split(a, ",")
-	}
+func nodeInternalIPs(n *corev1.Node) []string {
 	var s []string
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -233,6 +249,16 @@ func internalIPs(n *corev1.Node) []string {
 		}
 	}
 	return s
+}
+
+// internalIPs are the addresses a node's k3s runs on: the k3s.io/internal-ip annotation, which
+// k3s writes whenever it starts (the Node's InternalIP follows when k3s's cloud controller next
+// syncs it), else the InternalIP.
+func internalIPs(n *corev1.Node) []string {
+	if a := n.Annotations["k3s.io/internal-ip"]; a != "" {
+		return strings.Split(a, ",")
+	}
+	return nodeInternalIPs(n)
 }
 
 // peerFirewallSteps open the peer ports to the new worker on every node whose firewall kip
