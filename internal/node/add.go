@@ -142,8 +142,10 @@ type joinIntent struct {
 	Firewall bool `json:"firewall"`
 	// Cordoned: kip cordoned the node for the checks (a rejoin), and uncordons it after.
 	Cordoned bool `json:"cordoned,omitempty"`
-	// Restart: k3s-agent must restart to load the configuration kip wrote.
-	Restart bool `json:"restart,omitempty"`
+	// Restart: k3s-agent must restart to load the configuration kip wrote, in a run other than
+	// AgentRun (systemd's InvocationID when kip wrote it; "" when it did not run).
+	Restart  bool   `json:"restart,omitempty"`
+	AgentRun string `json:"agentRun,omitempty"`
 	// Fresh: the node was not in the cluster when the join started, so kip sets the host's
 	// kernel parameters (an operator may have tuned a node's since it joined).
 	Fresh    bool   `json:"fresh,omitempty"`
@@ -438,7 +440,7 @@ func (j *joiner) decide(ctx context.Context) error {
 				j.o.Host, p.StartedBy, strings.Join(d, "; "))
 		}
 		// The resumed join keeps what it decided when it started; the steps are built from it.
-		j.intent.Fresh, j.intent.Cordoned, j.intent.Restart, j.intent.VerifyID = before.Fresh, before.Cordoned, before.Restart, before.VerifyID
+		j.intent.Fresh, j.intent.Cordoned, j.intent.Restart, j.intent.AgentRun, j.intent.VerifyID = before.Fresh, before.Cordoned, before.Restart, before.AgentRun, before.VerifyID
 	}
 
 	serverPublic, err := j.serverFacts.NodeIP(j.rec.Server)

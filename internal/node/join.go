@@ -346,8 +346,10 @@ func (j *joiner) k3sSteps() []workflow.Step {
 				ok, err := j.filesInPlace(ctx, files)
 				if err == nil && !ok {
 					// Decided here, so that the runner records it before the files change: a
-					// join killed once they changed still restarts k3s-agent on them.
+					// join killed once they changed still restarts k3s-agent on them, and one
+					// killed after that restart finds it done (another systemd invocation).
 					j.intent.Restart = true
+					j.intent.AgentRun, err = j.agentRun(ctx)
 				}
 				return ok, err
 			},
@@ -396,7 +398,10 @@ func (j *joiner) k3sSteps() []workflow.Step {
 			Done: "Node " + j.intent.Node + " is Ready", Already: "Node " + j.intent.Node + " already Ready on kip's configuration",
 			Check: func(ctx context.Context) (bool, error) {
 				if j.intent.Restart {
-					return false, nil
+					run, err := j.agentRun(ctx)
+					if err != nil || run == "" || run == j.intent.AgentRun {
+						return false, err
+					}
 				}
 				ready, _, err := j.nodeReady(ctx)
 				return ready, err
@@ -411,11 +416,20 @@ func (j *joiner) k3sSteps() []workflow.Step {
 				if err != nil {
 					return fmt.Errorf("%w (see 'journalctl -u %s' on %s)", err, unitName, j.o.Host)
 				}
-				j.intent.Restart = false
 				return nil
 			},
 		},
 	}
+}
+
+// agentRun is systemd's InvocationID of k3s-agent's current run on the node, "" when it does not
+// run: the host's own ID, so that no clock is compared with another machine's.
+func (j *joiner) agentRun(ctx context.Context) (string, error) {
+	out, err := j.node.Output(ctx, sshx.Command("systemctl", "show", k3s.AgentUnit, "-p", "InvocationID", "--value"))
+	if err != nil {
+		return "", fmt.Errorf("systemctl show %s: %w", k3s.AgentUnit, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // nodeReady reports whether the node registered at its address on the nodes' network and is
