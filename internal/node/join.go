@@ -198,10 +198,11 @@ func (j *joiner) restartServer(ctx context.Context, want string) error {
 	if err := j.restartK3s(ctx); err != nil {
 		return err
 	}
+	// The API goes away meanwhile when kube-proxy takes k3s down: a failed read is waited out.
 	err := kube.Poll(ctx, joinTimeout, "the server's node at "+want, func(ctx context.Context) (bool, string, error) {
 		n, err := j.serverNode(ctx)
 		if err != nil {
-			return false, "", err
+			return false, err.Error(), nil
 		}
 		ips := nodeInternalIPs(n)
 		return slices.Contains(ips, want), "InternalIP " + strings.Join(ips, ", "), nil
@@ -215,7 +216,7 @@ func (j *joiner) restartServer(ctx context.Context, want string) error {
 	return kube.Poll(ctx, joinTimeout, "the server's node Ready", func(ctx context.Context) (bool, string, error) {
 		n, err := j.serverNode(ctx)
 		if err != nil {
-			return false, "", err
+			return false, err.Error(), nil
 		}
 		return cluster.NodeStatus(n) == cluster.NodeReady, cluster.NodeStatus(n), nil
 	})
