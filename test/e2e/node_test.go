@@ -88,13 +88,24 @@ func TestNodeAdd(t *testing.T) {
 
 	// The join killed before and after the change of each step it applies, then run again: a
 	// run after one killed after a step's change finds that step done. Once the worker runs
-	// (after k3s-start), a resume with other options is refused, an ordinary pod waits while the
-	// joining taint holds it off, and the worker gets Longhorn's node plugin (the stand-in's), as
-	// Longhorn's DaemonSet would put it there.
+	// (after k3s-start), a resume with other options is refused and an ordinary pod waits while
+	// the joining taint holds it off.
 	var joined time.Duration
 	var last string
 	for _, step := range joinSteps {
 		for _, point := range []string{"before:" + step, "after:" + step} {
+			if point == "after:longhorn" {
+				// Longhorn's node plugin starts on the worker (the stand-in's, as Longhorn's
+				// DaemonSet would start it there) between a join killed before its Longhorn
+				// check and the one that waits for it.
+				admin, err := os.ReadFile(kubeconfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := standin.InstallNode(ctx, w, c, admin); err != nil {
+					t.Fatal(err)
+				}
+			}
 			r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=" + point}, add("-v")...)
 			if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at "+point+" ") {
 				t.Fatalf("join with %s=%s: exit %d (signal %v), want it killed there:\n%s", workflow.FaultEnv, point, r.ExitCode, r.Signal, r.Stderr)
@@ -114,13 +125,6 @@ func TestNodeAdd(t *testing.T) {
 		last = step
 		if step == "k3s-start" {
 			heldOff(ctx, t, s, home, c, w, add)
-			admin, err := os.ReadFile(kubeconfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := standin.InstallNode(ctx, w, c, admin); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	t.Logf("measured: the join's steps took %s in all, apt's Longhorn packages included", joined.Round(time.Second))
