@@ -94,10 +94,12 @@ func TestNodeAdd(t *testing.T) {
 	var last string
 	for _, step := range joinSteps {
 		for _, point := range []string{"before:" + step, "after:" + step} {
+			env := []string{workflow.FaultEnv + "=" + point}
+			var r e2e.Result
 			if point == "after:longhorn" {
 				// Longhorn's node plugin starts on the worker (the stand-in's, as Longhorn's
-				// DaemonSet would start it there) between a join killed before its Longhorn
-				// check and the one that waits for it.
+				// DaemonSet would start it there) while this run waits at its Longhorn check.
+				p, pause := s.Paused(t, home, env, "before:longhorn", add("-v")...)
 				admin, err := os.ReadFile(kubeconfig)
 				if err != nil {
 					t.Fatal(err)
@@ -105,8 +107,13 @@ func TestNodeAdd(t *testing.T) {
 				if err := standin.InstallNode(ctx, w, c, admin); err != nil {
 					t.Fatal(err)
 				}
+				if err := os.Remove(pause); err != nil {
+					t.Fatal(err)
+				}
+				r = p.Wait(t, 10*time.Minute)
+			} else {
+				r = s.KipEnv(t, home, env, add("-v")...)
 			}
-			r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=" + point}, add("-v")...)
 			if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at "+point+" ") {
 				t.Fatalf("join with %s=%s: exit %d (signal %v), want it killed there:\n%s", workflow.FaultEnv, point, r.ExitCode, r.Signal, r.Stderr)
 			}
