@@ -119,6 +119,11 @@ func (j *joiner) holdStep() workflow.Step {
 		Name: "hold", Title: "Cordon " + j.intent.Node + " for the checks (its running workloads stay)",
 		Done: "Cordoned " + j.intent.Node, Already: j.intent.Node + " needs no cordon: it is new or already held",
 		Check: func(ctx context.Context) (bool, error) {
+			if j.intent.Fresh {
+				// A node that was not in the cluster when this join started registers with the
+				// joining taint, and its resumed join must not cordon it once the taint is lifted.
+				return true, nil
+			}
 			n, err := j.nodeNow(ctx)
 			held := err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint))
 			if err == nil && !held {
