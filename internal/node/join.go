@@ -520,8 +520,11 @@ func (j *joiner) releaseStep() workflow.Step {
 		},
 		Apply: func(ctx context.Context) error {
 			n, err := j.nodeNow(ctx)
-			if err != nil || n == nil {
-				return cmpErr(err, "node "+j.intent.Node+" is gone")
+			if err != nil {
+				return err
+			}
+			if n == nil {
+				return errors.New("node " + j.intent.Node + " is gone")
 			}
 			var taints []corev1.Taint
 			for _, t := range n.Spec.Taints {
@@ -539,13 +542,6 @@ func (j *joiner) releaseStep() workflow.Step {
 			return nil
 		},
 	}
-}
-
-func cmpErr(err error, msg string) error {
-	if err != nil {
-		return err
-	}
-	return errors.New(msg)
 }
 
 func (j *joiner) readyStep() workflow.Step {
