@@ -10,20 +10,21 @@ import (
 
 // nodeRunners replace what kip node's subcommands run, for tests; nil fields run the real thing.
 type nodeRunners struct {
-	list func(*node.ListOptions) error
-	add  func(*node.AddOptions) error
+	list   func(*node.ListOptions) error
+	add    func(*node.AddOptions) error
+	remove func(*node.RemoveOptions) error
 }
 
 func newNodeCmd(f *cli.Factory, run nodeRunners) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Add and list the cluster's nodes",
+		Short: "Add, list and remove the cluster's nodes",
 		Long: `The cluster's nodes: the server, which runs the control plane and ingress and holds database,
 registry and in-cluster backup volumes, and the workers kip joined. See docs/nodes.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list))
+	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove))
 	return cmd
 }
 
@@ -95,4 +96,42 @@ address kip reaches it at over SSH. A worker kip did not join is listed as not r
 			return node.List(cmd.Context(), o)
 		},
 	}
+}
+
+func newNodeRemoveCmd(f *cli.Factory, runF func(*node.RemoveOptions) error) *cobra.Command {
+	o := &node.RemoveOptions{}
+	cmd := &cobra.Command{
+		Use:   "remove WORKER",
+		Short: "Take a worker out of the cluster",
+		Long: `Take a worker out of the cluster. kip has Longhorn move the volume copies on it to other nodes,
+drains it (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet pods stay; emptyDir
+data is deleted; a pod no controller manages cancels the remove before anything changes), wipes
+k3s, its containers and Longhorn's data from the host, deletes the node, and removes the
+worker's address from every firewall kip manages. For a firewall you manage, it lists the
+rules to remove. The worker must be Ready and answer over SSH.
+
+--force deregisters a worker whose host is powered off or gone for good: nothing is moved or
+drained, its pods are deleted with the node and the copies of volumes on it are lost. A host
+that still answers is removed with --force only while a fence holds its k3s-agent stopped.
+Interrupted, the same command resumes. See docs/nodes.md.`,
+		Example: "  kip node remove lab12\n  kip node remove lab12 --force --yes",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Worker = args[0]
+			server, dial, err := hostDialer(f)
+			if err != nil {
+				return err
+			}
+			o.Kube, o.Server, o.Dial = f.Kube, server, dial
+			o.Printer, o.Prompter, o.CommandLine, o.KipVersion, o.Debugf = f.Printer(), f.Prompter(), f.CommandLine(), buildinfo.Version, f.Debugf
+			if runF != nil {
+				return runF(o)
+			}
+			return node.Remove(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.Force, "force", false, "deregister a worker whose host is powered off or gone, without moving its copies or draining it")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+	return cmd
 }

@@ -82,3 +82,42 @@ func TestNodeAddWiring(t *testing.T) {
 		t.Errorf("kip node add without a host = %v, want a usage error", err)
 	}
 }
+
+// TestNodeRemoveWiring checks what kip node remove hands to internal/node, and that it takes
+// exactly one worker.
+func TestNodeRemoveWiring(t *testing.T) {
+	for _, tt := range []struct {
+		args        []string
+		force, dry  bool
+		description string
+	}{{[]string{"w1"}, false, false, "defaults"}, {[]string{"w1", "--force", "--dry-run"}, true, true, "flags"}} {
+		f, _, _ := testFactory(nil)
+		var got *node.RemoveOptions
+		root := newRootCmd(f)
+		for _, c := range root.Commands() {
+			if c.Name() == "node" {
+				root.RemoveCommand(c)
+			}
+		}
+		root.AddCommand(newNodeCmd(f, nodeRunners{remove: func(o *node.RemoveOptions) error { got = o; return nil }}))
+		root.SetArgs(append([]string{"node", "remove"}, tt.args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%s: %v", tt.description, err)
+		}
+		if got == nil || got.Worker != "w1" || got.Force != tt.force || got.DryRun != tt.dry || got.Kube == nil || got.Dial == nil || got.Prompter == nil {
+			t.Errorf("%s: options %+v", tt.description, got)
+		}
+	}
+	for _, args := range [][]string{{"node", "remove"}, {"node", "remove", "w1", "w2"}} {
+		f, _, _ := testFactory(nil)
+		root := newRootCmd(f)
+		root.SetArgs(args)
+		if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
+			t.Errorf("kip %v = %v, want a usage error", args, err)
+		}
+	}
+	f, _, _ := testFactory(nil)
+	if err := node.Remove(t.Context(), &node.RemoveOptions{Worker: "Not_A_Node", Prompter: f.Prompter()}); !errors.As(err, new(*cli.UsageError)) {
+		t.Errorf("kip node remove Not_A_Node = %v, want a usage error", err)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 )
@@ -171,7 +171,7 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 // firewallRules are the server's firewall rules: its own, and the peer ports open to the
 // recorded workers.
 func (in *installer) firewallRules() []host.Rule {
-	return append(host.ServerRules(in.sshPort()), host.PeerRules(in.nodes.WorkerAddresses(""), netip.Addr{})...)
+	return node.ServerFirewall(in.sshPort(), in.nodes.WorkerAddresses(""))
 }
 
 // sshPort is the port kip reached the host on, which the firewall keeps open.

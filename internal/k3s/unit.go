@@ -1,6 +1,11 @@
 package k3s
 
-import "fmt"
+import (
+	_ "embed"
+	"fmt"
+
+	"kipper.run/kip/internal/sshx"
+)
 
 // Unit names: k3s on the server, k3s-agent on workers, as k3s's installer names them.
 const (
@@ -56,3 +61,29 @@ func Unit(role string) (name string, file []byte, err error) {
 
 // UnitPath is where a unit's file goes.
 func UnitPath(name string) string { return "/etc/systemd/system/" + name + ".service" }
+
+// shims matches the command lines of the shims of k3s's containerd, which name its socket. The
+// bracket keeps it from matching the shell that runs pgrep with it.
+const shims = "[c]ontainerd-shim.* -address /run/k3s/containerd/containerd.sock"
+
+//go:embed wipe.sh
+var wipeScript string
+
+// WipeAgentCommand removes k3s-agent from a worker: the service and every container it ran,
+// their mounts, the network interfaces and iptables rules k3s and flannel made, and k3s's
+// files. keepLonghorn leaves Longhorn's data directory as it is; otherwise it is emptied (the
+// directory stays, as it may be a mount). Run again, it finds nothing to do.
+func WipeAgentCommand(keepLonghorn bool) string {
+	longhorn := "wipe-longhorn"
+	if keepLonghorn {
+		longhorn = "keep-longhorn"
+	}
+	return sshx.Command("sh", "-c", wipeScript, "kip-wipe", BinaryPath, UnitPath(AgentUnit), longhorn, shims)
+}
+
+// AgentGoneCommand exits 0 when nothing of k3s-agent is left on the host: the service not
+// running, no container shim, no k3s data, binary or unit.
+func AgentGoneCommand() string {
+	return "! systemctl is-active --quiet " + AgentUnit + " && ! pgrep -f " + sshx.Quote(shims) +
+		" >/dev/null && " + sshx.Command("test", "!", "-e", "/var/lib/rancher/k3s", "-a", "!", "-e", BinaryPath, "-a", "!", "-e", UnitPath(AgentUnit))
+}

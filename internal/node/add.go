@@ -214,7 +214,7 @@ func Add(ctx context.Context, o *AddOptions) error {
 			return err
 		}
 	}
-	j := &joiner{o: o, p: o.Printer, started: time.Now(), peers: map[string]*peer{}}
+	j := &joiner{o: o, p: o.Printer, started: time.Now()}
 	defer j.close()
 	if err := j.examine(ctx); err != nil {
 		return err
@@ -277,9 +277,7 @@ func (j *joiner) close() {
 			_ = c.Close()
 		}
 	}
-	for _, p := range j.peers {
-		_ = p.c.Close()
-	}
+	closePeers(j.peers)
 }
 
 // examine reads the cluster and reaches every host the join touches, refusing what kip node add
@@ -395,28 +393,44 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add <its host> first", n.Name)
 		}
 	}
-	for name, w := range j.nodes.Workers {
-		if name == j.intent.Node || w.State == WorkerRemoving {
+	j.peers, err = dialPeers(ctx, j.o.Dial, j.nodes, j.intent.Node, "a join")
+	return err
+}
+
+// dialPeers reaches every recorded worker but skip and those being removed, whose firewalls
+// what (the operation, "a join") updates, and reads each one's OS and firewall.
+func dialPeers(ctx context.Context, dial func(context.Context, string) (*sshx.Client, error), nodes Nodes, skip, what string) (map[string]*peer, error) {
+	peers := map[string]*peer{}
+	for name, w := range nodes.Workers {
+		if name == skip || w.State == WorkerRemoving {
 			continue
 		}
-		c, err := j.o.Dial(ctx, w.Host)
+		c, err := dial(ctx, w.Host)
 		if err != nil {
-			return fmt.Errorf("a join updates every node's firewall, and kip cannot reach worker %s at %s: %w; fix SSH to it, then run the same command again", name, w.Host, err)
+			closePeers(peers)
+			return nil, fmt.Errorf("%s updates every node's firewall, and kip cannot reach worker %s at %s: %w; fix SSH to it, then run the same command again", what, name, w.Host, err)
 		}
 		p := &peer{name: name, worker: w, c: c}
-		j.peers[name] = p
+		peers[name] = p
 		facts, err := c.Facts(ctx)
+		if err == nil {
+			p.family, err = host.Identify(facts.OS)
+		}
+		if err == nil {
+			p.firewall, err = host.ReadFirewall(ctx, c)
+		}
 		if err != nil {
-			return err
-		}
-		if p.family, err = host.Identify(facts.OS); err != nil {
-			return fmt.Errorf("worker %s: %w", name, err)
-		}
-		if p.firewall, err = host.ReadFirewall(ctx, c); err != nil {
-			return err
+			closePeers(peers)
+			return nil, fmt.Errorf("worker %s: %w", name, err)
 		}
 	}
-	return nil
+	return peers, nil
+}
+
+func closePeers(peers map[string]*peer) {
+	for _, p := range peers {
+		_ = p.c.Close()
+	}
 }
 
 // decide settles, before anything changes, the path, the firewalls, the k3s release and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -60,27 +61,45 @@ func (j *joiner) otherAddrs() []netip.Addr {
 	return append([]netip.Addr{j.intent.Path.Server}, j.nodes.WorkerAddresses(j.intent.Node)...)
 }
 
+// ServerFirewall are the server's firewall rules with workers, their addresses on the nodes'
+// network, as its peers.
+func ServerFirewall(sshPort int, workers []netip.Addr) []host.Rule {
+	return append(host.ServerRules(sshPort), host.PeerRules(workers, netip.Addr{})...)
+}
+
+// workerFirewall are a worker's firewall rules with others (the server, at server, among them)
+// as its peers.
+func workerFirewall(sshPort int, server netip.Addr, others []netip.Addr) []host.Rule {
+	return append(host.WorkerRules(sshPort), host.PeerRules(others, server)...)
+}
+
+// peerAddrs are the addresses of the nodes a recorded worker's firewall admits: the server
+// first, then every other recorded worker but skip's, then extra.
+func (n Nodes) peerAddrs(worker, skip string, extra ...netip.Addr) []netip.Addr {
+	others := []netip.Addr{n.Server}
+	for _, name := range slices.Sorted(maps.Keys(n.Workers)) {
+		if name != worker && name != skip {
+			others = append(others, n.Workers[name].Path.Node)
+		}
+	}
+	return append(others, extra...)
+}
+
 // nodeRules are the new worker's firewall rules.
 func (j *joiner) nodeRules() []host.Rule {
-	return append(host.WorkerRules(sshPort(j.node)), host.PeerRules(j.otherAddrs(), j.intent.Path.Server)...)
+	return workerFirewall(sshPort(j.node), j.intent.Path.Server, j.otherAddrs())
 }
 
 // serverRules are the server's firewall rules with the new worker among its peers.
 func (j *joiner) serverRules() []host.Rule {
-	workers := append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node)
-	return append(host.ServerRules(sshPort(j.server)), host.PeerRules(workers, netip.Addr{})...)
+	return ServerFirewall(sshPort(j.server), append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node))
 }
 
 // peerRules are an existing worker's firewall rules with the new worker among its peers.
 func (j *joiner) peerRules(p *peer) []host.Rule {
-	others := []netip.Addr{j.intent.Path.Server}
-	for _, a := range j.nodes.WorkerAddresses(p.name) {
-		if a != j.intent.Path.Node {
-			others = append(others, a)
-		}
-	}
-	others = append(others, j.intent.Path.Node)
-	return append(host.WorkerRules(sshPort(p.c)), host.PeerRules(others, j.intent.Path.Server)...)
+	n := j.nodes
+	n.Server = j.intent.Path.Server
+	return workerFirewall(sshPort(p.c), j.intent.Path.Server, n.peerAddrs(p.name, j.intent.Node, j.intent.Path.Node))
 }
 
 func (j *joiner) recordStep() workflow.Step {

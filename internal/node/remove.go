@@ -1,0 +1,559 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kubectl/pkg/drain"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
+)
+
+// Timeouts of a remove's waits.
+const (
+	evictTimeout = 30 * time.Minute // Longhorn rebuilding the worker's copies on other nodes
+	drainTimeout = 10 * time.Minute // the worker's pods evicted and gone
+)
+
+// RemoveOptions is what kip node remove was asked to do, and what it takes from the command
+// around it.
+type RemoveOptions struct {
+	Worker string // WORKER: the node's name
+	// Force deregisters a worker whose host is powered off or gone (or, when it answers, stopped
+	// by a fence) without moving its copies or draining it.
+	Force  bool
+	DryRun bool
+
+	Kube        func() (*kube.Clients, error)
+	Server      string // the saved cluster's server address; "" uses the cluster record's
+	Dial        func(ctx context.Context, host string) (*sshx.Client, error)
+	Printer     *cli.Printer
+	Prompter    *cli.Prompter
+	CommandLine string
+	KipVersion  string
+	Debugf      func(format string, args ...any)
+}
+
+// removeIntent is what a remove decided, kept in its progress record.
+type removeIntent struct {
+	Node  string `json:"node"`
+	Force bool   `json:"force"`
+}
+
+// remover is one run of kip node remove.
+type remover struct {
+	o      *RemoveOptions
+	p      *cli.Printer
+	cl     *kube.Clients
+	nodes  Nodes
+	worker Worker
+	// node is the worker's Node, nil when it is no longer in the API.
+	node *corev1.Node
+	// server and host are the SSH clients; host is nil when a forced remove cannot reach it.
+	server, host *sshx.Client
+	serverFamily host.Family
+	family       host.Family // the worker's, when reached
+	fwServer     bool        // kip manages the server's firewall
+	peers        map[string]*peer
+	intent       removeIntent
+}
+
+func removeWorkflow(name string) string { return "node-remove-" + name }
+
+// Remove takes a worker out of the cluster: its volume copies moved off, drained, wiped, deleted,
+// and its address removed from every kip-managed firewall; or, with Force, deregisters a worker
+// that is gone.
+func Remove(ctx context.Context, o *RemoveOptions) error {
+	if errs := validation.IsDNS1123Subdomain(o.Worker); len(errs) > 0 {
+		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", o.Worker, strings.Join(errs, "; "))
+	}
+	if !o.DryRun {
+		if err := o.Prompter.CanConfirm(); err != nil {
+			return err
+		}
+	}
+	r := &remover{o: o, p: o.Printer, intent: removeIntent{Node: o.Worker, Force: o.Force}}
+	defer r.close()
+	if err := r.examine(ctx); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		ok, err := o.Prompter.Confirm(r.question(ctx))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("node remove cancelled: nothing was changed")
+		}
+	}
+	run := &workflow.Runner{
+		Dynamic: r.cl.Dynamic, Holder: kube.HolderText(o.CommandLine), KipVersion: o.KipVersion, Report: r.p, DryRun: o.DryRun,
+		Lock: workflow.ClusterLock(r.cl.Kube, kube.LockOptions{}),
+	}
+	if err := run.Run(ctx, &workflow.Workflow{Name: removeWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		r.summary()
+	}
+	return nil
+}
+
+func (r *remover) close() {
+	for _, c := range []*sshx.Client{r.server, r.host} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	closePeers(r.peers)
+}
+
+// examine reads the cluster and reaches the hosts the remove touches, refusing what kip node
+// remove refuses before anything changes.
+func (r *remover) examine(ctx context.Context) error {
+	var err error
+	if r.cl, err = r.o.Kube(); err != nil {
+		return err
+	}
+	rec, err := cluster.ReadInstalled(ctx, r.cl.Dynamic)
+	if err != nil {
+		return err
+	}
+	if r.nodes, err = ReadNodes(ctx, r.cl.Dynamic); err != nil {
+		return err
+	}
+	name := r.o.Worker
+	n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("read node %s: %w", name, err)
+	default:
+		r.node = n
+	}
+	w, recorded := r.nodes.Workers[name]
+	switch {
+	case !recorded && r.node != nil && cluster.NodeRole(r.node) == cluster.RoleServer:
+		return fmt.Errorf("%s is the cluster's server: kip node remove removes workers", name)
+	case !recorded && r.node != nil:
+		return fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then remove it", name)
+	case !recorded:
+		return fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
+	}
+	r.worker = w
+	if err := r.checkResume(ctx); err != nil {
+		return err
+	}
+	status := ""
+	if r.node != nil {
+		status = cluster.NodeStatus(r.node)
+	}
+	if status == cluster.NodeOutOfService && !r.o.Force {
+		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
+			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
+	}
+
+	serverHost := r.o.Server
+	if serverHost == "" {
+		serverHost = rec.Server
+	}
+	if r.server, err = r.o.Dial(ctx, serverHost); err != nil {
+		return fmt.Errorf("kip node remove reaches the server over SSH to update its firewall: %w", err)
+	}
+	facts, err := r.server.Facts(ctx)
+	if err != nil {
+		return err
+	}
+	if r.serverFamily, err = host.Identify(facts.OS); err != nil {
+		return err
+	}
+	fw, err := host.ReadFirewall(ctx, r.server)
+	if err != nil {
+		return err
+	}
+	r.fwServer = fw.Active && fw.Managed
+	if err := r.reachWorker(ctx, status); err != nil {
+		return err
+	}
+	if r.node != nil && !r.o.Force {
+		if err := r.checkPods(ctx); err != nil {
+			return err
+		}
+	}
+	r.peers, err = dialPeers(ctx, r.o.Dial, r.nodes, name, "a remove")
+	return err
+}
+
+// checkResume refuses to resume an unfinished remove with the other --force.
+func (r *remover) checkResume(ctx context.Context) error {
+	unfinished, err := workflow.ListUnfinished(ctx, r.cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return err
+	}
+	for _, p := range unfinished {
+		if p.Workflow != removeWorkflow(r.o.Worker) {
+			continue
+		}
+		var before removeIntent
+		if err := json.Unmarshal(p.Intent, &before); err != nil {
+			return fmt.Errorf("read the unfinished remove's record: %w", err)
+		}
+		if before.Force != r.o.Force {
+			was := map[bool]string{true: "with --force", false: "without --force"}
+			return fmt.Errorf("an unfinished kip node remove of %s (%s) started %s: run it again %s to resume it",
+				r.o.Worker, p.StartedBy, was[before.Force], was[before.Force])
+		}
+	}
+	return nil
+}
+
+// reachWorker connects to the worker. Without --force it must answer and be Ready; with
+// --force a host that answers must be held stopped by a fence, and one that does not is left as
+// it is.
+func (r *remover) reachWorker(ctx context.Context, status string) error {
+	name, w := r.o.Worker, r.worker
+	c, err := r.o.Dial(ctx, w.Host)
+	if err != nil {
+		if r.o.Force && status == cluster.NodeReady {
+			return fmt.Errorf("worker %s is Ready, so its host runs, and --force deregisters only a worker whose host is powered off or gone: "+
+				"fix SSH to %s (%v), then run kip node remove %s", name, w.Host, err, name)
+		}
+		if r.o.Force {
+			r.p.Warn(fmt.Sprintf("%s does not answer over SSH at %s: kip deregisters it and leaves the host as it is", name, w.Host))
+			return nil
+		}
+		return fmt.Errorf("a remove moves the worker's copies off, drains it and wipes it over SSH, and kip cannot reach %s at %s: %w; "+
+			"fix SSH to it and run the same command again, or, when the host is powered off or gone for good, run kip node remove %s --force", name, w.Host, err, name)
+	}
+	r.host = c
+	facts, err := c.Facts(ctx)
+	if err != nil {
+		return err
+	}
+	if r.family, err = host.Identify(facts.OS); err != nil {
+		return fmt.Errorf("worker %s: %w", name, err)
+	}
+	if !r.o.Force {
+		if r.node != nil && status != cluster.NodeReady {
+			return fmt.Errorf("worker %s is %s, and a remove moves its copies off and drains it, which needs it Ready: "+
+				"rejoin it with kip node add %s, then remove it; when the host is powered off or gone for good, run kip node remove %s --force", name, status, w.Host, name)
+		}
+		return nil
+	}
+	res, err := c.Run(ctx, sshx.Command("systemctl", "is-active", "--quiet", k3s.AgentUnit))
+	if err != nil {
+		return err
+	}
+	if status != cluster.NodeOutOfService || res.ExitStatus == 0 {
+		return fmt.Errorf("%s still answers over SSH at %s, and --force removes a worker that answers only while a fence holds it stopped: "+
+			"run kip node remove %s without --force, which moves its copies off and drains it first", name, w.Host, name)
+	}
+	return nil
+}
+
+// drainer is the drain kip node remove and reboot run: every pod on the node evicted through the
+// Eviction API (so PodDisruptionBudgets hold), its emptyDir data deleted with it, DaemonSet pods
+// left, finished pods deleted; a pod no controller manages cancels the drain before anything is
+// evicted, since nothing would start it again.
+func (r *remover) drainer(ctx context.Context) *drain.Helper {
+	return &drain.Helper{
+		Ctx: ctx, Client: r.cl.Kube, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true,
+		Timeout: drainTimeout, Out: io.Discard, ErrOut: io.Discard,
+	}
+}
+
+// checkPods refuses a node running pods a drain would delete for good.
+func (r *remover) checkPods(ctx context.Context) error {
+	list, errs := r.drainer(ctx).GetPodsForDeletion(r.o.Worker)
+	if list == nil && len(errs) > 0 {
+		return fmt.Errorf("list the pods on %s: %w", r.o.Worker, errors.Join(errs...))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	var unmanaged []string
+	for _, p := range list.Pods() {
+		if metav1.GetControllerOf(&p) == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			unmanaged = append(unmanaged, p.Namespace+"/"+p.Name)
+		}
+	}
+	return fmt.Errorf("%s runs pods that no controller manages, which a drain would delete for good: %s; "+
+		"delete them, or run them under a Deployment, StatefulSet or Job, then run the same command again", r.o.Worker, strings.Join(unmanaged, ", "))
+}
+
+// question asks before the remove changes anything.
+func (r *remover) question(ctx context.Context) string {
+	name := r.o.Worker
+	if !r.o.Force {
+		return fmt.Sprintf("Remove worker %s (%s)? kip moves its volume copies to other nodes, drains it, wipes k3s and Longhorn's data from the host and deletes the node.", name, r.worker.Host)
+	}
+	q := fmt.Sprintf("Deregister worker %s (%s) without moving its copies or draining it? Its pods are deleted with the node.", name, r.worker.Host)
+	if vols, err := r.volumesOn(ctx); err != nil {
+		q += " (kip cannot list its volume copies: " + err.Error() + ")"
+	} else if len(vols) > 0 {
+		q += " The copies of these volumes on it are lost: " + strings.Join(vols, ", ") + "."
+	}
+	return q
+}
+
+// volumesOn names the volumes with a copy on the worker.
+func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
+	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var vols []string
+	for _, rp := range replicas.Items {
+		if rp.Spec.NodeID == r.o.Worker && !slices.Contains(vols, rp.Spec.VolumeName) {
+			vols = append(vols, rp.Spec.VolumeName)
+		}
+	}
+	slices.Sort(vols)
+	return vols, nil
+}
+
+// steps are the remove's steps, in order.
+func (r *remover) steps() []workflow.Step {
+	steps := []workflow.Step{r.recordStep()}
+	if r.node != nil && !r.o.Force {
+		steps = append(steps, r.copiesStep(), r.drainStep())
+	}
+	if r.host != nil {
+		steps = append(steps, r.wipeStep())
+		if r.worker.FirewallManaged {
+			// Only SSH stays open on a host that is no node.
+			steps = append(steps, r.family.FirewallStep("worker-firewall", r.o.Worker, r.host, host.WorkerRules(sshPort(r.host))))
+		}
+	}
+	steps = append(steps, r.deleteStep())
+	if r.fwServer {
+		steps = append(steps, r.serverFamily.FirewallStep("server-firewall", "the server", r.server,
+			ServerFirewall(sshPort(r.server), r.nodes.WorkerAddresses(r.o.Worker))))
+	}
+	for _, name := range sortedPeers(r.peers) {
+		if p := r.peers[name]; p.worker.FirewallManaged {
+			steps = append(steps, p.family.FirewallStep("peer-firewall-"+name, name, p.c,
+				workerFirewall(sshPort(p.c), r.nodes.Server, r.nodes.peerAddrs(name, r.o.Worker))))
+		}
+	}
+	return append(steps, r.forgetStep())
+}
+
+func (r *remover) recordStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "record", Title: "Record worker " + name + " as being removed",
+		Done: "Recorded worker " + name + " as being removed", Already: "Worker " + name + " already recorded as being removed",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := ReadNodes(ctx, r.cl.Dynamic)
+			return n.Workers[name].State == WorkerRemoving, err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateNodes(ctx, r.cl.Dynamic, func(n *Nodes) error {
+				w, ok := n.Workers[name]
+				if !ok {
+					return fmt.Errorf("worker %s is no longer recorded", name)
+				}
+				w.State = WorkerRemoving
+				n.Workers[name] = w
+				return nil
+			})
+			return err
+		},
+	}
+}
+
+// copiesStep has Longhorn move every copy off the worker: scheduling there turned off and
+// eviction requested on its Longhorn node, after which Longhorn rebuilds each replica on another
+// node and deletes the one on the worker.
+func (r *remover) copiesStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "copies", Title: "Move the volume copies on " + name + " to other nodes",
+		Done: "No volume copies left on " + name, Already: "No volume copies on " + name,
+		Check: func(ctx context.Context) (bool, error) {
+			vols, err := r.volumesOn(ctx)
+			if err != nil || len(vols) > 0 {
+				return false, err
+			}
+			n, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return err == nil && !n.Spec.AllowScheduling && n.Spec.EvictionRequested, err
+		},
+		Apply: func(ctx context.Context) error {
+			patch := []byte(`{"spec":{"allowScheduling":false,"evictionRequested":true}}`)
+			_, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("ask Longhorn to move the copies off %s: %w", name, err)
+			}
+			err = kube.Poll(ctx, evictTimeout, "the volume copies moved off "+name, func(ctx context.Context) (bool, string, error) {
+				vols, err := r.volumesOn(ctx)
+				return err == nil && len(vols) == 0, "copies of " + strings.Join(vols, ", ") + " still there", err
+			})
+			if err != nil {
+				return fmt.Errorf("%w: Longhorn rebuilds each copy on another node that can hold it; see 'kubectl -n %s get replicas.longhorn.io -l longhornnode=%s', "+
+					"and run the same command again to keep waiting", err, longhornSpace, name)
+			}
+			return nil
+		},
+	}
+}
+
+// drainStep cordons the worker and evicts its pods (see drainer).
+func (r *remover) drainStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "drain", Title: "Drain " + name + " (DaemonSet pods stay, emptyDir data is deleted)",
+		Done: "Drained " + name, Already: name + " already drained",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			if err != nil || !n.Spec.Unschedulable {
+				return false, err
+			}
+			list, errs := r.drainer(ctx).GetPodsForDeletion(name)
+			return list != nil && len(errs) == 0 && len(list.Pods()) == 0, nil
+		},
+		Apply: func(ctx context.Context) error {
+			patch := []byte(`{"spec":{"unschedulable":true}}`)
+			if _, err := r.cl.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
+				return fmt.Errorf("cordon %s: %w", name, err)
+			}
+			if err := drain.RunNodeDrain(r.drainer(ctx), name); err != nil {
+				return fmt.Errorf("drain %s: %w; see 'kubectl get pods -A -o wide --field-selector spec.nodeName=%s', then run the same command again", name, err, name)
+			}
+			return nil
+		},
+	}
+}
+
+// wipeStep removes k3s-agent, its containers and data from the host. A forced remove keeps
+// Longhorn's data there, since its copies did not move.
+func (r *remover) wipeStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "wipe", Title: "Wipe k3s from " + name + " (" + r.worker.Host + ")",
+		Done: "Wiped k3s from " + name, Already: "k3s already wiped from " + name,
+		Check: func(ctx context.Context) (bool, error) {
+			res, err := r.host.Run(ctx, k3s.AgentGoneCommand())
+			return err == nil && res.ExitStatus == 0, err
+		},
+		Plan: func(context.Context) ([]string, error) {
+			p := []string{"stop and disable " + k3s.AgentUnit + ", stop its containers", "delete k3s's files, mounts, network interfaces and iptables rules"}
+			if !r.o.Force {
+				p = append(p, "empty "+cluster.LonghornDir)
+			}
+			return p, nil
+		},
+		Apply: func(ctx context.Context) error {
+			if _, err := r.host.Output(ctx, k3s.WipeAgentCommand(r.o.Force)); err != nil {
+				return fmt.Errorf("wipe k3s from %s: %w", name, err)
+			}
+			return nil
+		},
+	}
+}
+
+// deleteStep deletes the worker's Node and its Longhorn node.
+func (r *remover) deleteStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "node", Title: "Delete node " + name + " from the cluster",
+		Done: "Deleted node " + name, Already: "Node " + name + " already deleted",
+		Check: func(ctx context.Context) (bool, error) {
+			_, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return false, ignoreFound(err)
+			}
+			_, err = r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), ignoreFound(err)
+		},
+		Apply: func(ctx context.Context) error {
+			if err := r.cl.Kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete node %s: %w", name, err)
+			}
+			// Longhorn refuses to delete a node it still counts as up: it marks it down once the
+			// Kubernetes node is gone.
+			return kube.Poll(ctx, joinTimeout, "Longhorn's node "+name+" deleted", func(ctx context.Context) (bool, string, error) {
+				err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Delete(ctx, name, metav1.DeleteOptions{})
+				if err == nil || apierrors.IsNotFound(err) {
+					return true, "", nil
+				}
+				return false, err.Error(), nil
+			})
+		},
+	}
+}
+
+func ignoreFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (r *remover) forgetStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "forget", Title: "Remove worker " + name + " from kip's record",
+		Done: "Removed worker " + name + " from kip's record", Already: "Worker " + name + " already gone from kip's record",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := ReadNodes(ctx, r.cl.Dynamic)
+			_, ok := n.Workers[name]
+			return !ok, err
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := UpdateNodes(ctx, r.cl.Dynamic, func(n *Nodes) error {
+				delete(n.Workers, name)
+				return nil
+			})
+			return err
+		},
+	}
+}
+
+// summary ends the remove: the firewall rules the operator must remove, and what became of a
+// host kip did not reach.
+func (r *remover) summary() {
+	name, addr := r.o.Worker, r.worker.Path.Node
+	r.p.Success("Removed worker " + name)
+	ports := host.Describe(host.PeerRules([]netip.Addr{addr}, netip.Addr{}))
+	if !r.fwServer {
+		r.p.Info("The server's firewall is yours: remove the rules that allow " + ports)
+	}
+	for _, pn := range sortedPeers(r.peers) {
+		if !r.peers[pn].worker.FirewallManaged {
+			r.p.Info(fmt.Sprintf("Worker %s's firewall is yours: remove the rules that allow %s", pn, ports))
+		}
+	}
+	r.p.Info(fmt.Sprintf("Remove %s from your provider's firewall or security group rules for the nodes", addr))
+	switch {
+	case r.host == nil:
+		r.p.Warn(fmt.Sprintf("kip did not reach %s, so k3s-agent is still installed there with the cluster's join token: "+
+			"before that host starts again, reinstall it or keep it from starting k3s-agent ('systemctl disable k3s-agent'), or it registers again", r.worker.Host))
+	case r.o.Force:
+		r.p.Info(fmt.Sprintf("Longhorn's data on %s stays in %s: delete it once you no longer need it", r.worker.Host, cluster.LonghornDir))
+	}
+}
