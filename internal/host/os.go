@@ -137,6 +137,27 @@ var el9Kernel = regexp.MustCompile(`^5\.14\.0-(\d+)[.\-_].*el9`)
 
 // CheckLonghorn refuses a host that cannot run Longhorn: on Rocky Linux and AlmaLinux 9.7 or a
 // later 9.x, and on any EL9 kernel from 5.14.0-611 (which also covers CentOS Stream 9),
+// WireGuardFix is how a host gets the wireguard module the pod network between nodes runs in.
+const WireGuardFix = "boot a kernel with the wireguard module (Linux 5.6 or later has it)"
+
+// MissingStorageModules names the kernel modules Longhorn needs (iscsi_tcp, nfs) that cannot
+// load, and how to get them on this OS and kernel; none, "" when all can.
+func MissingStorageModules(mods map[string]sshx.ModuleState, os sshx.OS, kernel string) (missing []string, fix string) {
+	for _, m := range []string{"iscsi_tcp", "nfs"} {
+		if !mods[m].Usable() {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, ""
+	}
+	fix = "boot a kernel that has "
+	if cmd := ExtraModulesCommand(os, kernel); cmd != "" {
+		fix = fmt.Sprintf("install the kernel modules package for kernel %s (%s), or %s", kernel, cmd, fix)
+	}
+	return missing, fix + strings.Join(missing, " and ")
+}
+
 // Longhorn's volumes stop attaching (Longhorn issue 13606), and no Longhorn release carries a
 // fix yet.
 func CheckLonghorn(os sshx.OS, kernel string) error {

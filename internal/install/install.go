@@ -337,7 +337,7 @@ func withFix(msg, fix string) string {
 func (in *installer) decide(ctx context.Context) error {
 	if !in.rerun && !in.resumed {
 		in.network = cluster.NetworkVXLAN
-		if wireGuardUsable(in.facts.Modules["wireguard"]) {
+		if in.facts.Modules["wireguard"].Usable() {
 			in.network = cluster.NetworkWireGuard
 		}
 	}

@@ -154,7 +154,7 @@ func evaluate(hostName string, f *sshx.Facts, p *probe, want Request) *Report {
 		add(checkStorageModules(f.Modules, f.OS, f.Kernel))
 	}
 	r.ExistingK3s = p.existingK3s()
-	ports := neededPorts(wireGuardUsable(f.Modules["wireguard"]))
+	ports := neededPorts(f.Modules["wireguard"].Usable())
 	add(checkPorts(p, ports))
 	add(checkKubernetes(p))
 	add(checkFirewall(p, family, famErr))
@@ -278,37 +278,23 @@ func checkLonghornOS(os sshx.OS, kernel string) Check {
 	return Check{Name: "longhorn os", Status: StatusOK, Detail: "Longhorn runs on this OS and kernel"}
 }
 
-func wireGuardUsable(s sshx.ModuleState) bool {
-	return s == sshx.ModuleLoaded || s == sshx.ModuleLoadable
-}
-
 func checkWireGuard(s sshx.ModuleState) Check {
-	if wireGuardUsable(s) {
+	if s.Usable() {
 		return Check{Name: "wireguard", Status: StatusOK, Detail: "pod network: WireGuard"}
 	}
 	return Check{Name: "wireguard", Status: StatusWarn,
 		Detail: "the wireguard module cannot load: the pod network falls back to VXLAN, and kip node add will need wireguard",
-		Fix:    "boot a kernel with the wireguard module (Linux 5.6 or later has it) before adding nodes"}
+		Fix:    host.WireGuardFix + " before adding nodes"}
 }
 
 func checkStorageModules(mods map[string]sshx.ModuleState, os sshx.OS, kernel string) Check {
-	var missing []string
-	for _, m := range []string{"iscsi_tcp", "nfs"} {
-		if s := mods[m]; s != sshx.ModuleLoaded && s != sshx.ModuleLoadable {
-			missing = append(missing, m)
-		}
-	}
+	missing, fix := host.MissingStorageModules(mods, os, kernel)
 	if len(missing) == 0 {
 		return Check{Name: "storage modules", Status: StatusOK, Detail: "iscsi_tcp and nfs can load"}
 	}
-	fix := "boot a kernel that has "
-	if cmd := host.ExtraModulesCommand(os, kernel); cmd != "" {
-		fix = fmt.Sprintf("install the kernel modules package for kernel %s (%s), or %s", kernel, cmd, fix)
-	}
-	fix += strings.Join(missing, " and ") + ", or install with local storage (omit --storage)"
 	return Check{Name: "storage modules", Status: StatusFail,
 		Detail: "Longhorn needs the " + strings.Join(missing, " and ") + " kernel module(s), which cannot load",
-		Fix:    fix}
+		Fix:    fix + ", or install with local storage (omit --storage)"}
 }
 
 // portRange is ports k3s needs free on the server.

@@ -180,6 +180,8 @@ type joiner struct {
 	// nodeFirewall is what the new node's firewall is.
 	nodeFirewall host.FirewallState
 	existed      bool // the Node is in the cluster
+	// serverAtStart is the server's Node as the join found it.
+	serverAtStart *corev1.Node
 }
 
 // peer is an existing worker, reached over SSH.
@@ -343,17 +345,14 @@ func (j *joiner) preflight(ctx context.Context) error {
 	if _, err := f.NodeIP(j.node.Host()); err != nil {
 		failed = append(failed, err.Error()+": a worker needs an IPv4 address")
 	}
-	usable := func(m string) bool { s := f.Modules[m]; return s == sshx.ModuleLoaded || s == sshx.ModuleLoadable }
-	if !usable("wireguard") {
-		failed = append(failed, "the wireguard kernel module cannot load, and the pod network between nodes runs inside WireGuard: boot a kernel with the wireguard module (Linux 5.6 or later has it)")
+	if !f.Modules["wireguard"].Usable() {
+		failed = append(failed, "the wireguard kernel module cannot load, and the pod network between nodes runs inside WireGuard: "+host.WireGuardFix)
 	}
 	if err := host.CheckLonghorn(f.OS, f.Kernel); err != nil {
 		failed = append(failed, err.Error())
 	}
-	for _, m := range []string{"iscsi_tcp", "nfs"} {
-		if !usable(m) {
-			failed = append(failed, "Longhorn needs the "+m+" kernel module, which cannot load: boot a kernel that has it")
-		}
+	if missing, fix := host.MissingStorageModules(f.Modules, f.OS, f.Kernel); len(missing) > 0 {
+		failed = append(failed, "Longhorn needs the "+strings.Join(missing, " and ")+" kernel module(s), which cannot load: "+fix)
 	}
 	if f.Init != "systemd" {
 		failed = append(failed, "the host runs "+f.Init+", not systemd, which k3s needs")
@@ -384,6 +383,9 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 		if n.Name == j.intent.Node {
 			j.existed = true
 		}
+		if info.Role == cluster.RoleServer {
+			j.serverAtStart = n
+		}
 		if info.Role == cluster.RoleWorker && n.Name != j.intent.Node {
 			if _, ok := j.nodes.Workers[n.Name]; !ok {
 				return fmt.Errorf("node %s is a worker kip did not record: run kip node add <host> for that worker first to adopt it, then add %s", n.Name, j.o.Host)
@@ -392,6 +394,9 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 		if info.Status == cluster.NodeOutOfService && n.Name != j.intent.Node {
 			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add <its host> first", n.Name)
 		}
+	}
+	if j.serverAtStart == nil {
+		return errors.New("the cluster has no server node")
 	}
 	j.peers, err = dialPeers(ctx, j.o.Dial, j.nodes, j.intent.Node, "a join")
 	return err
@@ -490,11 +495,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	if choice.Path.Mode == ModePrivate {
 		// The server's k3s moves onto the private network unless it already runs there (an
 		// earlier join moved it, or this one before it was interrupted).
-		srv, err := j.serverNode(ctx)
-		if err != nil {
-			return err
-		}
-		j.serverMove = !slices.Contains(internalIPs(srv), choice.Path.Server.String())
+		j.serverMove = !slices.Contains(internalIPs(j.serverAtStart), choice.Path.Server.String())
 	}
 
 	// Firewalls.

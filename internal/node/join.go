@@ -254,16 +254,11 @@ func (j *joiner) restartK3s(ctx context.Context) error {
 }
 
 func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
-	list, err := j.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	n, err := j.cl.Kube.CoreV1().Nodes().Get(ctx, j.serverAtStart.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+		return nil, fmt.Errorf("read the server's node %s: %w", j.serverAtStart.Name, err)
 	}
-	for i := range list.Items {
-		if cluster.Info(&list.Items[i]).Role == cluster.RoleServer {
-			return &list.Items[i], nil
-		}
-	}
-	return nil, errors.New("the cluster has no server node")
+	return n, nil
 }
 
 func nodeInternalIPs(n *corev1.Node) []string {
@@ -616,7 +611,7 @@ func (j *joiner) summary(ctx context.Context) {
 	if j.intent.Path.Mode == ModePrivate {
 		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
 	}
-	if only, err := copiesOnlyOnWorkers(ctx, j.cl); err != nil {
+	if only, err := copiesOnlyOnWorkers(ctx, j.cl, j.serverAtStart.Name); err != nil {
 		j.p.Warn("cannot list the volume copies on workers: " + err.Error())
 	} else if len(only) > 0 {
 		j.p.Warn("Volumes whose only copies are on a worker, lost with it: " + strings.Join(only, ", "))
@@ -625,17 +620,7 @@ func (j *joiner) summary(ctx context.Context) {
 }
 
 // copiesOnlyOnWorkers names the Longhorn volumes with no replica on the server.
-func copiesOnlyOnWorkers(ctx context.Context, cl *kube.Clients) ([]string, error) {
-	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	servers := map[string]bool{}
-	for i := range nodes.Items {
-		if cluster.Info(&nodes.Items[i]).Role == cluster.RoleServer {
-			servers[nodes.Items[i].Name] = true
-		}
-	}
+func copiesOnlyOnWorkers(ctx context.Context, cl *kube.Clients, server string) ([]string, error) {
 	replicas, err := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -643,7 +628,7 @@ func copiesOnlyOnWorkers(ctx context.Context, cl *kube.Clients) ([]string, error
 	onServer, volumes := map[string]bool{}, map[string]bool{}
 	for _, r := range replicas.Items {
 		volumes[r.Spec.VolumeName] = true
-		if servers[r.Spec.NodeID] {
+		if r.Spec.NodeID == server {
 			onServer[r.Spec.VolumeName] = true
 		}
 	}

@@ -75,6 +75,9 @@ const (
 	ModuleUnavailable ModuleState = "unavailable"
 )
 
+// Usable reports whether the module is loaded or modprobe would load it.
+func (s ModuleState) Usable() bool { return s == ModuleLoaded || s == ModuleLoadable }
+
 // Facts looks at the host in one round trip: distribution, kernel, CPUs, memory, the file
 // systems holding diskPaths, IPv4 addresses and routes, init system, and the kernel modules kip
 // may need (wireguard, iscsi_tcp, nfs).

@@ -547,7 +547,7 @@ func checkHostDisk(node string, disks map[string]sshx.Disk, paths []string) Chec
 // checkWireGuard judges whether the node can carry the pod network the cluster runs.
 func checkWireGuard(node string, state sshx.ModuleState, network string) Check {
 	c := Check{Name: "wireguard", Node: node, Status: StatusOK}
-	usable := state == sshx.ModuleLoaded || state == sshx.ModuleLoadable
+	usable := state.Usable()
 	switch {
 	case usable && network == cluster.NetworkVXLAN:
 		c.Detail = "the wireguard module can load; the pod network still runs VXLAN, as recorded: re-running kip install keeps it, and no kip command moves it to WireGuard yet"

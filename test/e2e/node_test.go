@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +42,8 @@ const (
 // the join moves the server's k3s onto the private network, opens the peer ports on both
 // kip-managed firewalls (proven by real connections from a node and from a host that is none),
 // holds ordinary pods off the worker until its checks pass, and records it; a join killed before
-// its checks resumes only with the options it started with; run again, it changes nothing.
+// its checks resumes only with the options it started with; run again, it changes nothing. Then
+// kip node remove takes the worker out again (see removeWorker).
 func TestNodeAdd(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -210,10 +212,94 @@ func TestNodeAdd(t *testing.T) {
 	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
 		t.Errorf("the worker after the rejoin is still cordoned: %v", err)
 	}
+	removeWorker(ctx, t, s, home, c, srv, w, outsider)
+}
+
+// removeWorker takes the worker out again: a pod no controller manages cancels the remove before
+// anything changes; killed after its drain and run again, the remove wipes k3s from the worker,
+// deletes its node and closes the server's peer ports to it, while a Deployment's pod that ran
+// there runs on the server.
+func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, outsider *lab.Host) {
+	t.Helper()
+	remove := []string{"node", "remove", w.Name, "--yes"}
+	r := s.Kip(t, home, remove...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "runs pods that no controller manages") || !strings.Contains(r.Stderr, "default/ordinary") {
+		t.Fatalf("remove with a bare pod on the worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != node.WorkerReady {
+		t.Errorf("the refused remove changed the record: %+v (%v)", rec, err)
+	}
 	for _, name := range []string{"ordinary", "listener"} {
 		if err := c.Kube.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
+	}
+	tmpl := podOn("drained", "", "sleep 3600")
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	tmpl.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{w.Name}}}},
+	}}}}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "drained", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
+	}
+	dep.Spec.Template.Name, dep.Spec.Template.Namespace = "", ""
+	if _, err := c.Kube.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runsOn := func(want string) {
+		t.Helper()
+		if err := poll(ctx, 3*time.Minute, "the Deployment's pod running on "+want, func(ctx context.Context) (bool, error) {
+			pods, err := c.Kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"})
+			return err == nil && len(pods.Items) == 1 && pods.Items[0].Spec.NodeName == want && pods.Items[0].Status.Phase == corev1.PodRunning, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runsOn(w.Name)
+
+	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:drain"}, remove...)
+	if r.Signal != syscall.SIGKILL {
+		t.Fatalf("remove killed after its drain: exit %d (signal %v)\n%s", r.ExitCode, r.Signal, r.Stderr)
+	}
+	runsOn(srv.Name)
+	r = s.Kip(t, home, remove...)
+	if r.ExitCode != 0 || strings.Contains(r.Stderr, "Drained "+w.Name) || !strings.Contains(r.Stderr, "Wiped k3s from "+w.Name) ||
+		!strings.Contains(r.Stderr, "Remove "+w.PrivateIP.String()+" from your provider's firewall") {
+		t.Fatalf("remove resumed: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node %s after the remove: %v", w.Name, err)
+	}
+	if _, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Longhorn's node %s after the remove: %v", w.Name, err)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 || rec.Mode != node.ModePrivate {
+		t.Errorf("nodes record after the remove: %+v (%v)", rec, err)
+	}
+	if _, err := w.Run(ctx, "! systemctl is-active --quiet k3s-agent && test ! -e /var/lib/rancher/k3s && test ! -e /usr/local/bin/k3s && ! pgrep -f '[c]ontainerd-shim'"); err != nil {
+		t.Errorf("k3s is still on the removed worker: %v", err)
+	}
+	// The server's peer ports are closed to the removed worker; its own SSH stays open.
+	for _, tc := range []struct {
+		from, to *lab.Host
+		port     int
+		want     bool
+	}{{w, srv, 10250, false}, {outsider, w, 22, true}} {
+		if got := connects(ctx, t, tc.from, tc.to.PrivateIP.String(), tc.port); got != tc.want {
+			t.Errorf("after the remove %s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
+		}
+	}
+	if r := s.Kip(t, home, "node", "list", "-o", "json"); r.ExitCode != 0 || strings.Contains(r.Stdout, w.Name) {
+		t.Errorf("kip node list after the remove: exit %d\n%s", r.ExitCode, r.Stdout)
+	}
+	if err := c.Kube.AppsV1().Deployments("default").Delete(ctx, "drained", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+	// Longhorn's node plugin stops with the node's containers; the stand-in's is a host unit.
+	if _, err := w.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
+		t.Error(err)
 	}
 }
 
