@@ -280,20 +280,23 @@ func (r *remover) drainer(ctx context.Context) *drain.Helper {
 	}
 }
 
-// checkPods refuses a node running pods a drain would delete for good.
+// checkPods refuses a node running pods a drain would delete for good: those no controller
+// manages. It lists them as a forced drain would, so that it can name them.
 func (r *remover) checkPods(ctx context.Context) error {
-	list, errs := r.drainer(ctx).GetPodsForDeletion(r.o.Worker)
-	if list == nil && len(errs) > 0 {
+	h := r.drainer(ctx)
+	h.Force = true
+	list, errs := h.GetPodsForDeletion(r.o.Worker)
+	if len(errs) > 0 {
 		return fmt.Errorf("list the pods on %s: %w", r.o.Worker, errors.Join(errs...))
-	}
-	if len(errs) == 0 {
-		return nil
 	}
 	var unmanaged []string
 	for _, p := range list.Pods() {
 		if metav1.GetControllerOf(&p) == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			unmanaged = append(unmanaged, p.Namespace+"/"+p.Name)
 		}
+	}
+	if len(unmanaged) == 0 {
+		return nil
 	}
 	return fmt.Errorf("%s runs pods that no controller manages, which a drain would delete for good: %s; "+
 		"delete them, or run them under a Deployment, StatefulSet or Job, then run the same command again", r.o.Worker, strings.Join(unmanaged, ", "))
@@ -437,6 +440,10 @@ func (r *remover) drainStep() workflow.Step {
 			return list != nil && len(errs) == 0 && len(list.Pods()) == 0, nil
 		},
 		Apply: func(ctx context.Context) error {
+			// A pod started since the remove began is refused in kip's words, not kubectl's.
+			if err := r.checkPods(ctx); err != nil {
+				return err
+			}
 			patch := []byte(`{"spec":{"unschedulable":true}}`)
 			if _, err := r.cl.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
 				return fmt.Errorf("cordon %s: %w", name, err)

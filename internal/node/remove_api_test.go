@@ -1,0 +1,73 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/test/testenv"
+)
+
+// TestRemoveRefusals runs kip node remove against the real API server (kwok's Nodes) for what
+// it refuses before it connects anywhere: the server, a worker kip did not record, a name no
+// node has, and a fenced worker without --force. Each refusal leaves the record as it was.
+func TestRemoveRefusals(t *testing.T) {
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	env.AddNode(t, "rm-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
+	env.AddNode(t, "rm-stray", testenv.NodeOptions{})
+	env.AddNode(t, "rm-fenced", testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
+		rec.Profile, rec.Storage, rec.Server = "small", cluster.StorageLonghorn, "203.0.113.10"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
+		n.Workers["rm-fenced"] = Worker{Host: "203.0.113.31", State: WorkerReady}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error { delete(n.Workers, "rm-fenced"); return nil }); err != nil {
+			t.Error(err)
+		}
+	})
+	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
+	for _, tt := range []struct {
+		worker string
+		want   string
+	}{
+		{"rm-srv", "rm-srv is the cluster's server: kip node remove removes workers"},
+		{"rm-stray", "node rm-stray is a worker kip did not record"},
+		{"rm-none", "the cluster has no worker rm-none: kip node list shows its nodes"},
+		{"rm-fenced", "worker rm-fenced is fenced (out of service)"},
+	} {
+		err := Remove(ctx, &RemoveOptions{
+			Worker: tt.worker, Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
+			Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("no host is reached before these refusals") },
+		})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("remove %s = %v, want %q", tt.worker, err, tt.want)
+		}
+		if tt.worker == "rm-fenced" && !strings.Contains(err.Error(), "kip node remove rm-fenced --force") {
+			t.Errorf("remove of a fenced worker does not name --force: %v", err)
+		}
+	}
+	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != WorkerReady {
+		t.Errorf("the refusals changed the record: %+v (%v)", n, err)
+	}
+}
