@@ -56,12 +56,10 @@ options resumes. See docs/nodes.md.`,
 			if cmd.Flags().Changed("firewall") {
 				o.Firewall = &firewall
 			}
-			server, dial, err := hostDialer(f)
-			if err != nil {
+			var err error
+			if o.Env, err = nodeEnv(f); err != nil {
 				return err
 			}
-			o.Kube, o.Server, o.Dial = f.Kube, server, dial
-			o.Printer, o.Prompter, o.CommandLine, o.KipVersion, o.Debugf = f.Printer(), f.Prompter(), f.CommandLine(), buildinfo.Version, f.Debugf
 			if runF != nil {
 				return runF(o)
 			}
@@ -118,12 +116,10 @@ Interrupted, the same command resumes. See docs/nodes.md.`,
 		Args:    usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Worker = args[0]
-			server, dial, err := hostDialer(f)
-			if err != nil {
+			var err error
+			if o.Env, err = nodeEnv(f); err != nil {
 				return err
 			}
-			o.Kube, o.Server, o.Dial = f.Kube, server, dial
-			o.Printer, o.Prompter, o.CommandLine, o.KipVersion, o.Debugf = f.Printer(), f.Prompter(), f.CommandLine(), buildinfo.Version, f.Debugf
 			if runF != nil {
 				return runF(o)
 			}
@@ -134,4 +130,14 @@ Interrupted, the same command resumes. See docs/nodes.md.`,
 	fs.BoolVar(&o.Force, "force", false, "deregister a worker whose host is powered off or gone, without moving its copies or draining it")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	return cmd
+}
+
+// nodeEnv is what the node commands that change the cluster take from the command line.
+func nodeEnv(f *cli.Factory) (node.Env, error) {
+	server, dial, err := hostDialer(f)
+	if err != nil {
+		return node.Env{}, err
+	}
+	return node.Env{Kube: f.Kube, Server: server, Dial: dial, Printer: f.Printer(), Prompter: f.Prompter(),
+		CommandLine: f.CommandLine(), KipVersion: buildinfo.Version, Debugf: f.Debugf}, nil
 }

@@ -117,7 +117,7 @@ func TestNodeRemoveWiring(t *testing.T) {
 		}
 	}
 	f, _, _ := testFactory(nil)
-	if err := node.Remove(t.Context(), &node.RemoveOptions{Worker: "Not_A_Node", Prompter: f.Prompter()}); !errors.As(err, new(*cli.UsageError)) {
+	if err := node.Remove(t.Context(), &node.RemoveOptions{Worker: "Not_A_Node", Env: node.Env{Prompter: f.Prompter()}}); !errors.As(err, new(*cli.UsageError)) {
 		t.Errorf("kip node remove Not_A_Node = %v, want a usage error", err)
 	}
 }

@@ -41,6 +41,11 @@ type AddOptions struct {
 	AirgapBundle string
 	DryRun       bool
 
+	Env
+}
+
+// Env is what a node command that changes the cluster takes from the command around it.
+type Env struct {
 	Kube func() (*kube.Clients, error)
 	// Server is the saved cluster's server address; "" uses the cluster record's.
 	Server string
@@ -51,6 +56,27 @@ type AddOptions struct {
 	CommandLine string
 	KipVersion  string
 	Debugf      func(format string, args ...any)
+}
+
+// dialServer reaches the cluster's server over SSH; why says what the command needs it for.
+func (e Env) dialServer(ctx context.Context, rec cluster.Record, why string) (*sshx.Client, error) {
+	h := e.Server
+	if h == "" {
+		h = rec.Server
+	}
+	c, err := e.Dial(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", why, err)
+	}
+	return c, nil
+}
+
+// runner runs a node command's workflow under the cluster lock.
+func (e Env) runner(cl *kube.Clients, dryRun bool, lock kube.LockOptions) *workflow.Runner {
+	return &workflow.Runner{
+		Dynamic: cl.Dynamic, Holder: kube.HolderText(e.CommandLine), KipVersion: e.KipVersion, Report: e.Printer, DryRun: dryRun,
+		Lock: workflow.ClusterLock(cl.Kube, lock),
+	}
 }
 
 // flags are the options a resumed join must repeat, as its progress record keeps them.
@@ -235,11 +261,8 @@ func Add(ctx context.Context, o *AddOptions) error {
 			return errors.New("node add cancelled: nothing was changed")
 		}
 	}
-	r := &workflow.Runner{
-		Dynamic: j.cl.Dynamic, Holder: kube.HolderText(o.CommandLine), KipVersion: o.KipVersion, Report: j.p, DryRun: o.DryRun,
-		// The lease outlasts the server's k3s restart, whose API holds the lock.
-		Lock: workflow.ClusterLock(j.cl.Kube, kube.LockOptions{LeaseDuration: 5 * time.Minute}),
-	}
+	// The lease outlasts the server's k3s restart, whose API holds the lock.
+	r := o.runner(j.cl, o.DryRun, kube.LockOptions{LeaseDuration: 5 * time.Minute})
 	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Host), Intent: &j.intent, Steps: j.measured(j.steps())}); err != nil {
 		return err
 	}
@@ -303,13 +326,9 @@ func (j *joiner) examine(ctx context.Context) error {
 	if j.nodes, err = ReadNodes(ctx, j.cl.Dynamic); err != nil {
 		return err
 	}
-	serverHost := j.o.Server
-	if serverHost == "" {
-		serverHost = j.rec.Server
-	}
-	j.p.Info("Connecting to the server " + serverHost + " and to " + j.o.Host)
-	if j.server, err = j.o.Dial(ctx, serverHost); err != nil {
-		return fmt.Errorf("kip node add reaches the server over SSH to copy its join token and update its firewall: %w", err)
+	j.p.Info("Connecting to the server and to " + j.o.Host)
+	if j.server, err = j.o.dialServer(ctx, j.rec, "kip node add reaches the server over SSH to copy its join token and update its firewall"); err != nil {
+		return err
 	}
 	if j.node, err = j.o.Dial(ctx, j.o.Host); err != nil {
 		return err

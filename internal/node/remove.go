@@ -42,14 +42,7 @@ type RemoveOptions struct {
 	Force  bool
 	DryRun bool
 
-	Kube        func() (*kube.Clients, error)
-	Server      string // the saved cluster's server address; "" uses the cluster record's
-	Dial        func(ctx context.Context, host string) (*sshx.Client, error)
-	Printer     *cli.Printer
-	Prompter    *cli.Prompter
-	CommandLine string
-	KipVersion  string
-	Debugf      func(format string, args ...any)
+	Env
 }
 
 // removeIntent is what a remove decided, kept in its progress record.
@@ -104,10 +97,7 @@ func Remove(ctx context.Context, o *RemoveOptions) error {
 			return errors.New("node remove cancelled: nothing was changed")
 		}
 	}
-	run := &workflow.Runner{
-		Dynamic: r.cl.Dynamic, Holder: kube.HolderText(o.CommandLine), KipVersion: o.KipVersion, Report: r.p, DryRun: o.DryRun,
-		Lock: workflow.ClusterLock(r.cl.Kube, kube.LockOptions{}),
-	}
+	run := o.runner(r.cl, o.DryRun, kube.LockOptions{})
 	if err := run.Run(ctx, &workflow.Workflow{Name: removeWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}); err != nil {
 		return err
 	}
@@ -171,12 +161,8 @@ func (r *remover) examine(ctx context.Context) error {
 			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
 	}
 
-	serverHost := r.o.Server
-	if serverHost == "" {
-		serverHost = rec.Server
-	}
-	if r.server, err = r.o.Dial(ctx, serverHost); err != nil {
-		return fmt.Errorf("kip node remove reaches the server over SSH to update its firewall: %w", err)
+	if r.server, err = r.o.dialServer(ctx, rec, "kip node remove reaches the server over SSH to update its firewall"); err != nil {
+		return err
 	}
 	facts, err := r.server.Facts(ctx)
 	if err != nil {

@@ -57,8 +57,10 @@ func TestRemoveRefusals(t *testing.T) {
 		{"rm-fenced", "worker rm-fenced is fenced (out of service)"},
 	} {
 		err := Remove(ctx, &RemoveOptions{
-			Worker: tt.worker, Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
-			Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("no host is reached before these refusals") },
+			Worker: tt.worker, Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
+				Dial: func(context.Context, string) (*sshx.Client, error) {
+					return nil, errors.New("no host is reached before these refusals")
+				}},
 		})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("remove %s = %v, want %q", tt.worker, err, tt.want)
