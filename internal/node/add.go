@@ -187,17 +187,14 @@ type joiner struct {
 	nodes   Nodes
 	started time.Time
 
-	server, node *sshx.Client
-	serverFacts  *sshx.Facts
-	nodeFacts    *sshx.Facts
-	family       host.Family
-	// peers are the existing workers kip reaches, by node name.
-	peers map[string]*peer
-
-	version string // the server's k3s release, which the worker joins at
-	binary  k3s.BinaryInstall
-	token   []byte // the server's join token: never printed
-	intent  joinIntent
+	hosts
+	serverFacts *sshx.Facts
+	nodeFacts   *sshx.Facts
+	family      host.Family
+	version     string // the server's k3s release, which the worker joins at
+	binary      k3s.BinaryInstall
+	token       []byte // the server's join token: never printed
+	intent      joinIntent
 	// serverMove: the server's k3s moves onto the private network (the first private join).
 	serverMove   bool
 	serverPublic netip.Addr
@@ -287,22 +284,34 @@ func (j *joiner) measured(steps []workflow.Step) []workflow.Step {
 	return steps
 }
 
+// hosts are the SSH clients of a node command: the server, the node it adds or removes (nil
+// when a forced remove cannot reach it), and the other recorded workers by node name.
+type hosts struct {
+	server, node *sshx.Client
+	peers        map[string]*peer
+}
+
 // commands counts the remote commands run on every host so far.
-func (j *joiner) commands() int64 {
-	n := j.server.Commands() + j.node.Commands()
-	for _, p := range j.peers {
+func (h *hosts) commands() int64 {
+	var n int64
+	for _, c := range []*sshx.Client{h.server, h.node} {
+		if c != nil {
+			n += c.Commands()
+		}
+	}
+	for _, p := range h.peers {
 		n += p.c.Commands()
 	}
 	return n
 }
 
-func (j *joiner) close() {
-	for _, c := range []*sshx.Client{j.server, j.node} {
+func (h *hosts) close() {
+	for _, c := range []*sshx.Client{h.server, h.node} {
 		if c != nil {
 			_ = c.Close()
 		}
 	}
-	closePeers(j.peers)
+	closePeers(h.peers)
 }
 
 // examine reads the cluster and reaches every host the join touches, refusing what kip node add

@@ -58,14 +58,12 @@ type remover struct {
 	cl     *kube.Clients
 	nodes  Nodes
 	worker Worker
-	// node is the worker's Node, nil when it is no longer in the API.
-	node *corev1.Node
-	// server and host are the SSH clients; host is nil when a forced remove cannot reach it.
-	server, host *sshx.Client
+	// apiNode is the worker's Node, nil when it is no longer in the API.
+	apiNode *corev1.Node
+	hosts
 	serverFamily host.Family
 	family       host.Family // the worker's, when reached
 	fwServer     bool        // kip manages the server's firewall
-	peers        map[string]*peer
 	intent       removeIntent
 }
 
@@ -107,15 +105,6 @@ func Remove(ctx context.Context, o *RemoveOptions) error {
 	return nil
 }
 
-func (r *remover) close() {
-	for _, c := range []*sshx.Client{r.server, r.host} {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
-	closePeers(r.peers)
-}
-
 // examine reads the cluster and reaches the hosts the remove touches, refusing what kip node
 // remove refuses before anything changes.
 func (r *remover) examine(ctx context.Context) error {
@@ -137,13 +126,13 @@ func (r *remover) examine(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("read node %s: %w", name, err)
 	default:
-		r.node = n
+		r.apiNode = n
 	}
 	w, recorded := r.nodes.Workers[name]
 	switch {
-	case !recorded && r.node != nil && cluster.NodeRole(r.node) == cluster.RoleServer:
+	case !recorded && r.apiNode != nil && cluster.NodeRole(r.apiNode) == cluster.RoleServer:
 		return fmt.Errorf("%s is the cluster's server: kip node remove removes workers", name)
-	case !recorded && r.node != nil:
+	case !recorded && r.apiNode != nil:
 		return fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then remove it", name)
 	case !recorded:
 		return fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
@@ -153,8 +142,8 @@ func (r *remover) examine(ctx context.Context) error {
 		return err
 	}
 	status := ""
-	if r.node != nil {
-		status = cluster.NodeStatus(r.node)
+	if r.apiNode != nil {
+		status = cluster.NodeStatus(r.apiNode)
 	}
 	if status == cluster.NodeOutOfService && !r.o.Force {
 		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
@@ -179,7 +168,7 @@ func (r *remover) examine(ctx context.Context) error {
 	if err := r.reachWorker(ctx, status); err != nil {
 		return err
 	}
-	if r.node != nil && !r.o.Force {
+	if r.apiNode != nil && !r.o.Force {
 		if err := r.checkPods(ctx); err != nil {
 			return err
 		}
@@ -229,7 +218,7 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 		return fmt.Errorf("a remove moves the worker's copies off, drains it and wipes it over SSH, and kip cannot reach %s at %s: %w; "+
 			"fix SSH to it and run the same command again, or, when the host is powered off or gone for good, run kip node remove %s --force", name, w.Host, err, name)
 	}
-	r.host = c
+	r.node = c
 	facts, err := c.Facts(ctx)
 	if err != nil {
 		return err
@@ -238,7 +227,7 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 		return fmt.Errorf("worker %s: %w", name, err)
 	}
 	if !r.o.Force {
-		if r.node != nil && status != cluster.NodeReady {
+		if r.apiNode != nil && status != cluster.NodeReady {
 			return fmt.Errorf("worker %s is %s, and a remove moves its copies off and drains it, which needs it Ready: "+
 				"rejoin it with kip node add %s, then remove it; when the host is powered off or gone for good, run kip node remove %s --force", name, status, w.Host, name)
 		}
@@ -322,14 +311,14 @@ func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
 // steps are the remove's steps, in order.
 func (r *remover) steps() []workflow.Step {
 	steps := []workflow.Step{r.recordStep()}
-	if r.node != nil && !r.o.Force {
+	if r.apiNode != nil && !r.o.Force {
 		steps = append(steps, r.copiesStep(), r.drainStep())
 	}
-	if r.host != nil {
+	if r.node != nil {
 		steps = append(steps, r.wipeStep())
 		if r.worker.FirewallManaged {
 			// Only SSH stays open on a host that is no node.
-			steps = append(steps, r.family.FirewallStep("worker-firewall", r.o.Worker, r.host, host.WorkerRules(sshPort(r.host))))
+			steps = append(steps, r.family.FirewallStep("worker-firewall", r.o.Worker, r.node, host.WorkerRules(sshPort(r.node))))
 		}
 	}
 	steps = append(steps, r.deleteStep())
@@ -450,7 +439,7 @@ func (r *remover) wipeStep() workflow.Step {
 		Name: "wipe", Title: "Wipe k3s from " + name + " (" + r.worker.Host + ")",
 		Done: "Wiped k3s from " + name, Already: "k3s already wiped from " + name,
 		Check: func(ctx context.Context) (bool, error) {
-			res, err := r.host.Run(ctx, k3s.AgentGoneCommand())
+			res, err := r.node.Run(ctx, k3s.AgentGoneCommand())
 			return err == nil && res.ExitStatus == 0, err
 		},
 		Plan: func(context.Context) ([]string, error) {
@@ -461,7 +450,7 @@ func (r *remover) wipeStep() workflow.Step {
 			return p, nil
 		},
 		Apply: func(ctx context.Context) error {
-			if _, err := r.host.Output(ctx, k3s.WipeAgentCommand(r.o.Force)); err != nil {
+			if _, err := r.node.Output(ctx, k3s.WipeAgentCommand(r.o.Force)); err != nil {
 				return fmt.Errorf("wipe k3s from %s: %w", name, err)
 			}
 			return nil
@@ -543,7 +532,7 @@ func (r *remover) summary() {
 	}
 	r.p.Info(fmt.Sprintf("Remove %s from your provider's firewall or security group rules for the nodes", addr))
 	switch {
-	case r.host == nil:
+	case r.node == nil:
 		r.p.Warn(fmt.Sprintf("kip did not reach %s, so k3s-agent is still installed there with the cluster's join token: "+
 			"before that host starts again, reinstall it or keep it from starting k3s-agent ('systemctl disable k3s-agent'), or it registers again", r.worker.Host))
 	case r.o.Force:
