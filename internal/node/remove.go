@@ -202,9 +202,11 @@ func (r *remover) checkResume(ctx context.Context) error {
 
 // reachWorker connects to the worker. Without --force it must answer and be Ready; with
 // --force a host that answers must be held stopped by a fence, and one that does not is left as
-// it is.
+// it is. A resumed remove (the worker recorded as removing) may find it NotReady, or its fence
+// gone with its node, once it wiped the host.
 func (r *remover) reachWorker(ctx context.Context, status string) error {
 	name, w := r.o.Worker, r.worker
+	resumed := w.State == WorkerRemoving
 	c, err := r.o.Dial(ctx, w.Host)
 	if err != nil {
 		if r.o.Force && status == cluster.NodeReady {
@@ -227,7 +229,7 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 		return fmt.Errorf("worker %s: %w", name, err)
 	}
 	if !r.o.Force {
-		if r.apiNode != nil && status != cluster.NodeReady {
+		if r.apiNode != nil && status != cluster.NodeReady && !resumed {
 			return fmt.Errorf("worker %s is %s, and a remove moves its copies off and drains it, which needs it Ready: "+
 				"rejoin it with kip node add %s, then remove it; when the host is powered off or gone for good, run kip node remove %s --force", name, status, w.Host, name)
 		}
@@ -237,7 +239,7 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 	if err != nil {
 		return err
 	}
-	if status != cluster.NodeOutOfService || res.ExitStatus == 0 {
+	if status != cluster.NodeOutOfService && !resumed || res.ExitStatus == 0 {
 		return fmt.Errorf("%s still answers over SSH at %s, and --force removes a worker that answers only while a fence holds it stopped: "+
 			"run kip node remove %s without --force, which moves its copies off and drains it first", name, w.Host, name)
 	}

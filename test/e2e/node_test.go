@@ -216,9 +216,9 @@ func TestNodeAdd(t *testing.T) {
 }
 
 // removeWorker takes the worker out again: a pod no controller manages cancels the remove before
-// anything changes; killed after its drain and run again, the remove wipes k3s from the worker,
-// deletes its node and closes the server's peer ports to it, while a Deployment's pod that ran
-// there runs on the server.
+// anything changes; the remove drains the worker, moving a Deployment's pod to the server, and
+// wipes k3s from it; killed there (its node NotReady now) and run again, it deletes the node and
+// closes the server's peer ports to the worker.
 func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, outsider *lab.Host) {
 	t.Helper()
 	remove := []string{"node", "remove", w.Name, "--yes"}
@@ -259,13 +259,19 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	}
 	runsOn(w.Name)
 
-	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:drain"}, remove...)
-	if r.Signal != syscall.SIGKILL {
-		t.Fatalf("remove killed after its drain: exit %d (signal %v)\n%s", r.ExitCode, r.Signal, r.Stderr)
+	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:wipe"}, remove...)
+	if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "Drained "+w.Name) {
+		t.Fatalf("remove killed after its wipe: exit %d (signal %v)\n%s", r.ExitCode, r.Signal, r.Stderr)
 	}
 	runsOn(srv.Name)
+	if err := poll(ctx, 2*time.Minute, "the wiped worker NotReady", func(ctx context.Context) (bool, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		return err == nil && cluster.NodeStatus(n) != cluster.NodeReady, err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	r = s.Kip(t, home, remove...)
-	if r.ExitCode != 0 || strings.Contains(r.Stderr, "Drained "+w.Name) || !strings.Contains(r.Stderr, "Wiped k3s from "+w.Name) ||
+	if r.ExitCode != 0 || strings.Contains(r.Stderr, "Wiped k3s from "+w.Name) || !strings.Contains(r.Stderr, "k3s already wiped from "+w.Name) ||
 		!strings.Contains(r.Stderr, "Remove "+w.PrivateIP.String()+" from your provider's firewall") {
 		t.Fatalf("remove resumed: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
