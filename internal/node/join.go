@@ -152,14 +152,15 @@ func (j *joiner) holdStep() workflow.Step {
 			}
 			return held, err
 		},
-		Apply: func(ctx context.Context) error { return j.setUnschedulable(ctx, true) },
+		Apply: func(ctx context.Context) error { return cordon(ctx, j.cl, j.intent.Node, true) },
 	}
 }
 
-func (j *joiner) setUnschedulable(ctx context.Context, on bool) error {
+// cordon marks the node unschedulable (on) or schedulable again.
+func cordon(ctx context.Context, cl *kube.Clients, node string, on bool) error {
 	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
-	if _, err := j.cl.Kube.CoreV1().Nodes().Patch(ctx, j.intent.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
-		return fmt.Errorf("cordon %s: %w", j.intent.Node, err)
+	if _, err := cl.Kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
+		return fmt.Errorf("cordon %s: %w", node, err)
 	}
 	return nil
 }

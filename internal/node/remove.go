@@ -296,13 +296,14 @@ func (r *remover) question(ctx context.Context) string {
 
 // volumesOn names the volumes with a copy on the worker.
 func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
-	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	// Longhorn labels each replica with its node.
+	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{LabelSelector: "longhornnode=" + r.o.Worker})
 	if err != nil {
 		return nil, err
 	}
 	var vols []string
 	for _, rp := range replicas.Items {
-		if rp.Spec.NodeID == r.o.Worker && !slices.Contains(vols, rp.Spec.VolumeName) {
+		if !slices.Contains(vols, rp.Spec.VolumeName) {
 			vols = append(vols, rp.Spec.VolumeName)
 		}
 	}
@@ -421,9 +422,8 @@ func (r *remover) drainStep() workflow.Step {
 			if err := r.checkPods(ctx); err != nil {
 				return err
 			}
-			patch := []byte(`{"spec":{"unschedulable":true}}`)
-			if _, err := r.cl.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
-				return fmt.Errorf("cordon %s: %w", name, err)
+			if err := cordon(ctx, r.cl, name, true); err != nil {
+				return err
 			}
 			if err := drain.RunNodeDrain(r.drainer(ctx), name); err != nil {
 				return fmt.Errorf("drain %s: %w; see 'kubectl get pods -A -o wide --field-selector spec.nodeName=%s', then run the same command again", name, err, name)
