@@ -64,6 +64,23 @@ type Check struct {
 	ClockUncertaintySeconds *float64 `json:"clockUncertaintySeconds,omitempty"`
 }
 
+// title names the check and the node it looked at.
+func (c Check) title() string {
+	if c.Node == "" {
+		return c.Name
+	}
+	return c.Name + " (" + c.Node + ")"
+}
+
+// sentence is the check as a warning in status: what it found, and the fix.
+func (c Check) sentence() string {
+	s := c.title() + ": " + c.Detail
+	if c.Fix != "" {
+		s += "; fix: " + c.Fix
+	}
+	return s
+}
+
 // Diagnosis is the documented shape of 'kip doctor -o json' (docs/status.md).
 type Diagnosis struct {
 	Checks  []Check `json:"checks"`
@@ -843,11 +860,7 @@ func (d *Diagnosis) WriteText(w io.Writer) error {
 	b := &strings.Builder{}
 	for _, c := range d.Checks {
 		glyph := map[CheckStatus]string{StatusOK: cli.GlyphOK, StatusWarn: cli.GlyphWarn, StatusFail: cli.GlyphFail, StatusSkipped: glyphSkipped}[c.Status]
-		name := c.Name
-		if c.Node != "" {
-			name += " (" + c.Node + ")"
-		}
-		fmt.Fprintf(b, "%s %s: %s\n", glyph, name, c.Detail)
+		fmt.Fprintf(b, "%s %s: %s\n", glyph, c.title(), c.Detail)
 		if len(c.Log) > 0 {
 			fmt.Fprintf(b, "    last %d lines of its journal:\n", len(c.Log))
 			for _, l := range c.Log {

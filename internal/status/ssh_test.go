@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/kube"
+	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/sshd"
 )
@@ -155,6 +157,16 @@ func TestHostChecksSSH(t *testing.T) {
 		if err := f.createLocalPV(h.paths.storage, srvNode, "pvc-ssh", "shop", "files", "1Gi"); err != nil {
 			t.Fatal(err)
 		}
+		// A worker kip joined, whose host does not answer: status names it.
+		if _, err := kipnode.UpdateNodes(ctx, f.c.Dynamic, func(n *kipnode.Nodes) error {
+			n.Workers = map[string]kipnode.Worker{deadNode: {Host: "192.0.2.12", State: kipnode.WorkerReady}}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			kipnode.UpdateNodes(context.Background(), f.c.Dynamic, func(n *kipnode.Nodes) error { n.Workers = nil; return nil }) //nolint:errcheck // the next fixture starts over
+		})
 		var out bytes.Buffer
 		o := f.options(&out)
 		o.Server, o.Dial = h.srv.Host, h.dial
@@ -162,6 +174,30 @@ func TestHostChecksSSH(t *testing.T) {
 		r, err := Collect(ctx, o)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The host checks ran on the server and on the recorded worker.
+		hostCheck := func(name, node string) *Check {
+			i := slices.IndexFunc(r.HostChecks, func(c Check) bool { return c.Name == name && c.Node == node })
+			if i < 0 {
+				t.Fatalf("no %s check on %s in %+v", name, node, r.HostChecks)
+			}
+			return &r.HostChecks[i]
+		}
+		if c := hostCheck("certificates", srvNode); c.Status != StatusWarn || !strings.Contains(c.Detail, "client-admin.crt") {
+			t.Errorf("server certificates %+v", c)
+		}
+		for _, name := range []string{"clock", "firewall", "disk"} {
+			if c := hostCheck(name, srvNode); c.Status == StatusSkipped {
+				t.Errorf("%s check %+v", name, c)
+			}
+		}
+		if c := hostCheck("ssh", deadNode); c.Status != StatusWarn || !strings.Contains(c.Detail, "192.0.2.12") {
+			t.Errorf("unreachable worker %+v", c)
+		}
+		if !slices.ContainsFunc(r.Warnings, func(w string) bool {
+			return strings.HasPrefix(w, "ssh ("+deadNode+"): cannot reach "+deadNode+" (192.0.2.12) over SSH")
+		}) || !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, "certificates ("+srvNode+"): expiring within 30 days") }) {
+			t.Errorf("warnings %q", r.Warnings)
 		}
 		s := findNode(t, r, srvNode).Storage
 		if s == nil || len(s.Disks) != 1 || s.Disks[0].TotalBytes == 0 {
@@ -190,6 +226,12 @@ func TestHostChecksSSH(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("kip status:\n%s", out.String())
+		for _, want := range []string{`\nHost checks\n`, `\n  ! ` + srvNode + `: [^\n]*certificates[^\n]* not right \(see Warnings\), \d+ passed\n`,
+			`\n  ! ` + deadNode + `: ssh not right \(see Warnings\), 0 passed\n`} {
+			if !regexp.MustCompile(want).MatchString(out.String()) {
+				t.Errorf("kip status does not match %q", want)
+			}
+		}
 
 		d := Diagnose(ctx, o)
 		for _, c := range d.Checks {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -92,6 +93,9 @@ type Report struct {
 	KeptCopiesBytes int64        `json:"keptCopiesBytes"`
 	// Stranded are the services whose data volume is missing.
 	Stranded []Stranded `json:"strandedServices"`
+	// HostChecks are kip doctor's host checks, run over SSH on the server and every recorded
+	// worker; each that is not right is also a warning.
+	HostChecks []Check `json:"hostChecks"`
 	// Warnings are what needs attention, each in one sentence.
 	Warnings []string `json:"warnings"`
 	// Skipped says what status could not look at, and why.
@@ -269,7 +273,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
-		Stranded: []Stranded{}, Warnings: []string{}, Skipped: []string{}}
+		Stranded: []Stranded{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -280,6 +284,10 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
 	r.Cluster = clusterInfo(v)
+	now := clock.Now
+	if o.Clock != nil {
+		now = o.Clock
+	}
 	for i := range v.nodes {
 		n := Node{NodeInfo: cluster.Info(&v.nodes[i])}
 		r.Nodes = append(r.Nodes, n)
@@ -287,7 +295,8 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 			r.Warnings = append(r.Warnings, fmt.Sprintf("node %s is %s", n.Name, n.Status))
 		}
 	}
-	if err := collectStorage(ctx, o, v, r); err != nil {
+	server := readHosts(ctx, o, v, r, now())
+	if err := collectStorage(ctx, v, server, r); err != nil {
 		return nil, err
 	}
 	r.Components = componentHealth(ctx, v, r)
@@ -299,10 +308,6 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		r.Operations = append(r.Operations, operation(p))
 	}
 	if v.recorded {
-		now := clock.Now
-		if o.Clock != nil {
-			now = o.Clock
-		}
 		if err := keptCopies(ctx, v, r, now()); err != nil {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
@@ -424,9 +429,9 @@ func (v *view) serverAddr(o *Options) string {
 }
 
 // collectStorage fills each node's storage: Longhorn's disks and volumes from the API; local
-// volumes from the PersistentVolumes and, over SSH, the server's disk and the space each
-// volume's directory uses.
-func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
+// volumes from the PersistentVolumes and, from what readHosts read on the server (server, nil
+// when it did not), the server's disk and the space each volume's directory uses.
+func collectStorage(ctx context.Context, v *view, server *inspection, r *Report) error {
 	pvs, err := v.c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list persistent volumes: %w", err)
@@ -460,9 +465,9 @@ func collectStorage(ctx context.Context, o *Options, v *view, r *Report) error {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
 	}
-	if v.recorded {
+	if v.recorded && server != nil {
 		// On Longhorn too: the platform's own volumes and the copies moves kept stay local.
-		localStorage(ctx, o, v, storage, localByPath, r)
+		localStorage(server, v, storage, localByPath, r)
 	}
 	for i := range r.Nodes {
 		s := byNode[r.Nodes[i].Name]
@@ -499,40 +504,74 @@ func pvVolume(pv *corev1.PersistentVolume, used *int64) Volume {
 	return vol
 }
 
-// localStorage reads the server's local volumes over SSH: the free space of the file system
-// holding them, and the space each directory uses.
-func localStorage(ctx context.Context, o *Options, v *view, storage func(string) *NodeStorage, byPath map[string]*corev1.PersistentVolume, r *Report) {
-	servers := v.servers()
-	addr := v.serverAddr(o)
-	what := "the server's free disk and the space its local volumes use"
+// What status reads over SSH, named where it says what it skipped.
+const (
+	hostChecksWhat = "host checks"
+	localWhat      = "the server's free disk and the space its local volumes use"
+)
+
+// readHosts runs the host checks (doctor's) on the server and every recorded worker over one
+// SSH connection each, and on the server also reads the space its local volumes use. Every
+// check that is not right becomes a warning, and a host kip cannot reach is named. It returns
+// the server's inspection, nil when it was not read.
+func readHosts(ctx context.Context, o *Options, v *view, r *Report, now time.Time) *inspection {
 	switch {
 	case o.APIOnly:
-		r.Skipped = append(r.Skipped, what+": --api-only")
-		return
+		r.Skipped = append(r.Skipped, hostChecksWhat+" and "+localWhat+": --api-only")
+		return nil
 	case o.Dial == nil:
-		r.Skipped = append(r.Skipped, what+": SSH is not set up; "+sshFix)
-		return
-	case addr == "":
-		r.Skipped = append(r.Skipped, what+": no SSH address for the server is known (no saved cluster, and the cluster record names none); "+sshFix)
-		return
-	case len(servers) != 1:
-		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: the cluster has %d server nodes", what, len(servers)))
-		return
+		r.Skipped = append(r.Skipped, hostChecksWhat+" and "+localWhat+": SSH is not set up; "+sshFix)
+		return nil
 	}
-	node := servers[0].Name
-	t := target{node: node, addr: addr, server: true}
-	dir := k3sPaths.storage
-	in := inspectHost(ctx, o.Dial, t, hostRequest{
-		facts: []string{dir},
-		probe: func(target) []string { return []string{"volumes=" + dir} },
+	var targets []target
+	servers := v.servers()
+	switch addr := v.serverAddr(o); {
+	case addr == "":
+		r.Skipped = append(r.Skipped, "the server's "+hostChecksWhat+" and "+localWhat+": no SSH address for the server is known (no saved cluster, and the cluster record names none); "+sshFix)
+	case len(servers) != 1:
+		r.Skipped = append(r.Skipped, fmt.Sprintf("the server's %s and %s: the cluster has %d server nodes", hostChecksWhat, localWhat, len(servers)))
+	default:
+		targets = append(targets, target{node: servers[0].Name, addr: addr, server: true})
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.workers.Workers)) {
+		targets = append(targets, target{node: name, addr: v.workers.Workers[name].Host})
+	}
+	diskPaths := []string{cluster.RancherDir}
+	if v.rec.Storage == cluster.StorageLocal {
+		diskPaths = append(diskPaths, k3sPaths.storage)
+	}
+	results := inspectHosts(ctx, o.Dial, targets, hostRequest{
+		facts: []string{cluster.RancherDir, k3sPaths.storage},
+		probe: func(t target) []string {
+			args := k3sPaths.doctorArgs(t)
+			if t.server && v.recorded {
+				args = append(args, "volumes="+k3sPaths.storage)
+			}
+			return args
+		},
+		firewall: true,
 	})
-	if in.dialErr != nil {
-		if forget, ok := sshx.HostKeyChanged(in.dialErr); ok {
-			r.Warnings = append(r.Warnings, fmt.Sprintf("kip refused %s over SSH: %v; %s", t.label(), in.dialErr, hostKeyFix(forget)))
-			r.Skipped = append(r.Skipped, what+": the server's SSH host key is not the one kip trusts (see Warnings)")
-			return
+	var server *inspection
+	for i, in := range results {
+		if in.target.server {
+			server = &results[i]
 		}
-		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: cannot reach %s over SSH: %v; %s", what, t.label(), in.dialErr, sshFix))
+		for _, c := range evaluateHost(in, v.rec, k3sPaths, diskPaths, now, false) {
+			r.HostChecks = append(r.HostChecks, c)
+			if c.Status == StatusWarn || c.Status == StatusFail {
+				r.Warnings = append(r.Warnings, c.sentence())
+			}
+		}
+	}
+	return server
+}
+
+// localStorage fills in the server's local volumes from what readHosts read there: the free
+// space of the file system holding them, and the space each directory uses.
+func localStorage(in *inspection, v *view, storage func(string) *NodeStorage, byPath map[string]*corev1.PersistentVolume, r *Report) {
+	node, dir := in.target.node, k3sPaths.storage
+	if in.dialErr != nil {
+		r.Skipped = append(r.Skipped, localWhat+": kip did not reach the server over SSH (see Warnings)")
 		return
 	}
 	s := storage(node)

@@ -17,6 +17,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	b := &strings.Builder{}
 	r.writeCluster(b)
 	r.writeNodes(b)
+	r.writeHosts(b)
 	r.writeStorage(b)
 	r.writeComponents(b)
 	r.writeOperations(b)
@@ -64,6 +65,47 @@ func (r *Report) writeNodes(b *strings.Builder) {
 		rows = append(rows, []string{n.Name, n.Role, st, cli.OrDash(n.K3sVersion), cli.OrDash(n.InternalIP), cli.OrDash(n.ExternalIP)})
 	}
 	cli.WriteTable(b, "Nodes", "none", []string{"NAME", "ROLE", "STATUS", "K3S", "INTERNAL-IP", "EXTERNAL-IP"}, rows)
+}
+
+// writeHosts says, host by host, whether its host checks passed; the checks that did not are
+// under Warnings.
+func (r *Report) writeHosts(b *strings.Builder) {
+	fmt.Fprintln(b, "\nHost checks")
+	if len(r.HostChecks) == 0 {
+		fmt.Fprintln(b, "  none run (see Not looked at)")
+		return
+	}
+	var nodes []string
+	byNode := map[string][]Check{}
+	for _, c := range r.HostChecks {
+		if _, ok := byNode[c.Node]; !ok {
+			nodes = append(nodes, c.Node)
+		}
+		byNode[c.Node] = append(byNode[c.Node], c)
+	}
+	for _, node := range nodes {
+		glyph, passed := cli.GlyphOK, 0
+		var wrong []string
+		for _, c := range byNode[node] {
+			switch c.Status {
+			case StatusOK:
+				passed++
+			case StatusFail:
+				glyph = cli.GlyphFail
+				wrong = append(wrong, c.Name)
+			case StatusWarn:
+				if glyph != cli.GlyphFail {
+					glyph = cli.GlyphWarn
+				}
+				wrong = append(wrong, c.Name)
+			}
+		}
+		if len(wrong) == 0 {
+			fmt.Fprintf(b, "  %s %s: %d %s passed\n", glyph, node, passed, plural(passed, "check"))
+			continue
+		}
+		fmt.Fprintf(b, "  %s %s: %s not right (see Warnings), %d passed\n", glyph, node, strings.Join(wrong, ", "), passed)
+	}
 }
 
 func (r *Report) writeStorage(b *strings.Builder) {

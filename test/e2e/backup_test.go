@@ -44,6 +44,7 @@ var payloadLine = regexp.MustCompile(`payload [0-9a-f]{64} \d+ \d+ \d+`)
 // namespace is lost, kip backup restore brings the file back with its checksum, owner and mode;
 // kip backup drill restores it beside the original and removes the copy.
 func TestBackupOfRealVolumes(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()

@@ -28,7 +28,10 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 // host 5 (4 GiB) is the nano install's and host 6 (8 GiB, with the kernel modules Longhorn
 // needs and its own 40 GiB disk at /var/lib/longhorn) the Longhorn install's; host 7 runs Velero
 // for the backup test, host 8 the data mover's pods, host 9 the Longhorn stand-in's, host 10
-// the service moves', and hosts 11 and 12 the node test's server and worker.
+// the service moves', and hosts 11 and 12 the node test's server and worker. Each test has
+// its own hosts, so the tests run in parallel (go test -parallel, set in the Makefile); host 1
+// only serves the node test as a host outside its cluster, which a stand-in test running beside it
+// does not disturb.
 func TestMain(m *testing.M) {
 	os.Exit(e2e.Main(m, 12, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
@@ -46,6 +49,7 @@ func TestMain(m *testing.M) {
 // TestKipRunsAsASubprocess checks the harness's own plumbing: kip built from this checkout,
 // run with its own KIP_HOME and no terminal.
 func TestKipRunsAsASubprocess(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	home := s.Home(t)
 	r := s.Kip(t, home, "version", "-o", "json")
@@ -69,6 +73,7 @@ func TestKipRunsAsASubprocess(t *testing.T) {
 // are directories on each host's disk, pods reach each other across hosts by IP and by Service
 // name, and a host that dies takes its containers with it and brings them back when it boots.
 func TestStandinClusterUnderSystemd(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -185,6 +190,7 @@ func TestStandinClusterUnderSystemd(t *testing.T) {
 // writes the metadata-only audit log where kip says, and the Node carries the pod network
 // backend kip chose.
 func TestK3sConfigTakesEffect(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

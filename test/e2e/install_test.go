@@ -130,6 +130,7 @@ func killedAtEachStep(t *testing.T, s *e2e.Suite, home string, h *lab.Host) []st
 // again until it completes, status and doctor, a re-run that keeps the storage mode, and
 // doctor failing on a broken host.
 func TestInstallNano(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
@@ -425,6 +426,7 @@ func verificationFailures(ctx context.Context, t *testing.T, s *e2e.Suite, home 
 // TestInstallLonghorn installs on an 8 GiB host: the small profile with Longhorn, its host
 // packages really installed, Longhorn's pinned settings and a non-default longhorn class.
 func TestInstallLonghorn(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

@@ -34,6 +34,7 @@ const longhornStandinHost = 8
 // claim too big for the disk refused; a plain value of a per-data-engine setting rewritten;
 // deletion removing the data and the objects; and no loop device left bound on this machine.
 func TestLonghornStandin(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

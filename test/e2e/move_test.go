@@ -372,6 +372,7 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // comparison that fails, leaving the service stopped on its local data until it is rolled back;
 // then the local copies the moves kept, pruned, last on a cluster with backups.
 func TestMoveToLonghorn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t)

@@ -32,6 +32,7 @@ const moverHost = 7
 // local-path volumes. The copy is checked from outside with find, getfacl and getfattr, and a
 // byte changed in the copy makes the verify pod exit with differences naming the file.
 func TestMoverInPods(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

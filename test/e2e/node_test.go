@@ -45,6 +45,7 @@ const (
 // its checks resumes only with the options it started with; run again, it changes nothing. Then
 // kip node remove takes the worker out again (see removeWorker).
 func TestNodeAdd(t *testing.T) {
+	t.Parallel()
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
