@@ -196,7 +196,9 @@ func TestHostChecksSSH(t *testing.T) {
 		}
 		if !slices.ContainsFunc(r.Warnings, func(w string) bool {
 			return strings.HasPrefix(w, "ssh ("+deadNode+"): cannot reach "+deadNode+" (192.0.2.12) over SSH")
-		}) || !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, "certificates ("+srvNode+"): expiring within 30 days") }) {
+		}) || !slices.ContainsFunc(r.Warnings, func(w string) bool {
+			return strings.HasPrefix(w, "certificates ("+srvNode+"): expiring within 30 days")
+		}) {
 			t.Errorf("warnings %q", r.Warnings)
 		}
 		s := findNode(t, r, srvNode).Storage
