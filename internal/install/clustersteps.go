@@ -3,7 +3,9 @@ package install
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,8 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/verify"
 	"kipper.run/kip/internal/workflow"
 )
@@ -49,12 +53,65 @@ func (in *installer) runCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &workflow.Runner{
+	if err := in.clusterRunner().Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps}); err != nil {
+		return fmt.Errorf("install on %s: %w", in.o.Host, err)
+	}
+	return nil
+}
+
+// clusterRunner runs a workflow on the cluster under the cluster lock, recording its progress.
+func (in *installer) clusterRunner() *workflow.Runner {
+	return &workflow.Runner{
 		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}), Held: in.lock,
 		Holder: kube.HolderText(in.env.CommandLine), KipVersion: buildinfo.Version, Report: in.p,
 	}
-	if err := r.Run(ctx, &workflow.Workflow{Name: "install", Intent: intent, Steps: steps}); err != nil {
-		return fmt.Errorf("install on %s: %w", in.o.Host, err)
+}
+
+// planWorkers decides, before the server's k3s moves, what happens to the recorded workers'
+// (node.PlanWorkerUpgrades), and says so.
+func (in *installer) planWorkers(ctx context.Context) error {
+	if len(in.nodes.Workers) == 0 {
+		return nil
+	}
+	list, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the nodes: %w", err)
+	}
+	if in.workers, err = node.PlanWorkerUpgrades(in.nodes, list.Items, in.state.k3sVersion, in.move.To); err != nil {
+		return err
+	}
+	if len(in.workers.Upgrade) > 0 {
+		in.p.Info(fmt.Sprintf("Workers: k3s %s on %s after the server, one at a time, without a drain", in.move.To, strings.Join(in.workers.Upgrade, ", ")))
+	}
+	for _, name := range slices.Sorted(maps.Keys(in.workers.Leave)) {
+		in.p.Info(fmt.Sprintf("Worker %s: left as it is (%s)", name, in.workers.Leave[name]))
+	}
+	return nil
+}
+
+// workerSteps bring each planned worker to the server's release.
+func (in *installer) workerSteps() []workflow.Step {
+	return node.UpgradeSteps(node.UpgradeOptions{
+		Kube: in.clients, Version: in.move.To, Pinned: in.binary.Pinned, AirgapBundle: in.o.AirgapBundle, Nodes: in.nodes,
+		Dial: func(ctx context.Context, host string) (*sshx.Client, error) {
+			cfg, err := in.env.SSHConfig(host, in.saved)
+			if err != nil {
+				return nil, err
+			}
+			return in.env.Dial(ctx, cfg)
+		},
+	}, in.workers)
+}
+
+// runWorkers upgrades the workers' k3s, one at a time in name order, under the cluster lock; it
+// stops at the first that fails, and the same command run again goes on from there.
+func (in *installer) runWorkers(ctx context.Context) error {
+	steps := in.workerSteps()
+	if len(steps) == 0 {
+		return nil
+	}
+	if err := in.clusterRunner().Run(ctx, &workflow.Workflow{Name: "install-workers", Steps: steps}); err != nil {
+		return fmt.Errorf("k3s on the workers: %w; the server is upgraded: run the same command again to go on with the workers", err)
 	}
 	return nil
 }
@@ -77,6 +134,9 @@ func (in *installer) plan(ctx context.Context) error {
 		}
 	}
 	steps = append(steps, cs...)
+	if in.clients != nil {
+		steps = append(steps, in.workerSteps()...)
+	}
 	r := &workflow.Runner{Report: in.p, DryRun: true}
 	if in.clients != nil {
 		r.Dynamic = in.clients.Dynamic

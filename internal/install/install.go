@@ -148,7 +148,9 @@ type installer struct {
 	externalIP string
 	// nodes is what kip recorded of the cluster's workers (empty on a fresh install).
 	nodes node.Nodes
-	fw    bool // kip manages the host firewall
+	// workers is what happens to the recorded workers once the server runs its release.
+	workers node.WorkerPlan
+	fw      bool // kip manages the host firewall
 
 	clients *kube.Clients // the cluster, once its API answers
 	lock    *kube.Lock    // the cluster lock a re-run holds from its first host step
@@ -209,6 +211,9 @@ func Run(ctx context.Context, env Env, o Options) error {
 		return err
 	}
 	if err := in.runCluster(ctx); err != nil {
+		return err
+	}
+	if err := in.runWorkers(ctx); err != nil {
 		return err
 	}
 	in.summary()
@@ -358,6 +363,9 @@ func (in *installer) decide(ctx context.Context) error {
 		if in.nodes.Mode == node.ModePrivate && in.nodes.Server.IsValid() && in.nodes.Server.String() != in.nodeIP {
 			// The nodes reach the server over their private network: kip node add moved k3s there.
 			in.nodeIP, in.externalIP = in.nodes.Server.String(), in.nodeIP
+		}
+		if err := in.planWorkers(ctx); err != nil {
+			return err
 		}
 	}
 	if _, err := components.ConsoleURL(in.address); err != nil {

@@ -100,3 +100,34 @@ func minorsBetween(a, b *version.Version) int {
 	}
 	return int(b.Minor()) - int(a.Minor())
 }
+
+// KubeletSkew is how many Kubernetes minors a worker's kubelet may be behind its server: the
+// limit of the Kubernetes version skew policy for kubelets from 1.25 on.
+const KubeletSkew = 3
+
+// Compare orders two k3s releases (-1, 0 or 1): by Kubernetes version, then by k3s revision.
+func Compare(a, b string) (int, error) {
+	va, err := parse(a)
+	if err != nil {
+		return 0, err
+	}
+	vb, err := parse(b)
+	if err != nil {
+		return 0, err
+	}
+	return compare(va, vb), nil
+}
+
+// MinorsBehind is how many Kubernetes minors release a is behind release b (0 or less when it
+// is not behind).
+func MinorsBehind(a, b string) (int, error) {
+	va, err := parse(a)
+	if err != nil {
+		return 0, err
+	}
+	vb, err := parse(b)
+	if err != nil {
+		return 0, err
+	}
+	return minorsBetween(va, vb), nil
+}

@@ -254,7 +254,7 @@ func TestK3sVersions(t *testing.T) {
 		{"a server on an older revision", []string{strings.Replace(pinned, "+k3s1", "+k3s0", 1), pinned}, StatusWarn, "srv runs",
 			"run 'kip install --host 203.0.113.10' again: it moves the server's k3s to " + pinned},
 		{"a worker on an older revision", []string{pinned, strings.Replace(pinned, "+k3s1", "+k3s0", 1)}, StatusWarn, "w1 runs",
-			"kip does not move a worker's k3s yet: upgrade k3s-agent on w1 to " + pinned + " by hand"},
+			"run 'kip install --host 203.0.113.10' again: after the server, it brings each ready worker to the server's k3s"},
 		{"newer than the pin", []string{"v9.0.0+k3s1"}, StatusWarn, "newer than", "upgrade kip: use a kip release that pins v9.0.0+k3s1"},
 		{"two minors behind", []string{"v1.35.1+k3s1"}, StatusWarn, "2 Kubernetes minors behind",
 			"upgrade its k3s by hand one minor at a time, as the warning says, then run 'kip install --host 203.0.113.10' again"},

@@ -433,7 +433,7 @@ func checkK3sVersions(nodes []corev1.Node, server string) Check {
 			addFix(fmt.Sprintf("run '%s' again: it moves the server's k3s to %s and restarts k3s (read \"Re-running install\" in docs/install.md first)", rerunInstall(server), pinned))
 		case m.Kind == k3s.KeepBehind || m.Kind == k3s.Upgrade:
 			off = append(off, fmt.Sprintf("%s runs %s", n.Name, installed))
-			addFix(fmt.Sprintf("kip does not move a worker's k3s yet: upgrade k3s-agent on %s to %s by hand, one Kubernetes minor at a time and after the server", n.Name, pinned))
+			addFix(fmt.Sprintf("run '%s' again: after the server, it brings each ready worker to the server's k3s, one at a time and without a drain", rerunInstall(server)))
 		}
 	}
 	if len(off) == 0 {

@@ -34,8 +34,11 @@ import (
 	"kipper.run/kip/test/longhorn-standin/standin"
 )
 
-// moveHost is the service move test's host (index 9, lab10).
-const moveHost = 9
+// The service move tests' hosts (indexes in Lab.Hosts): the moves and kills, and the rollbacks.
+const (
+	moveHost     = 9  // lab10
+	rollbackHost = 12 // lab13
+)
 
 // moveSteps are the move's steps, in order: the test kills kip before each.
 var moveSteps = []string{"fence", "stop", "retain", "volume", "copy", "detach", "verify", "commit", "start"}
@@ -54,10 +57,10 @@ type moveLab struct {
 // relies on (Kipper's CRDs, kipper-base with its admission policies, the one-copy Longhorn class,
 // the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in,
 // the data mover's image, and the console stand-in turning Kipper's objects into workloads.
-func setUpMoveLab(ctx context.Context, t *testing.T) *moveLab {
+func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 	t.Helper()
 	s := e2e.Get(t)
-	h := s.Lab.Hosts[moveHost]
+	h := s.Lab.Hosts[host]
 	e2e.LogK3sOnFailure(t, h)
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)
@@ -365,17 +368,15 @@ func manyFiles(t *testing.T, root string, n, size int) {
 
 // TestMoveToLonghorn moves services' data from local-path volumes onto Longhorn (the stand-in's
 // real ext4 volumes, through the real CSI sidecars and kubelet) with the real kip: a Postgres-like
-// service of 20,000 small files and every kind of entry; one service killed before each step and
-// run again to the end; one killed before each step up to the commit and rolled back; the
-// rollback refused after the commit; a service whose files outgrow the planned volume (its
-// inodes run out), grown once; a kept copy changed while kip was away, copied again; and a
-// comparison that fails, leaving the service stopped on its local data until it is rolled back;
-// then the local copies the moves kept, pruned, last on a cluster with backups.
+// service of 20,000 small files and every kind of entry; a service whose files outgrow the planned
+// volume (its inodes run out), grown once; one service killed before each step and run again to
+// the end; then the local copies the moves kept, pruned, last on a cluster with backups.
+// TestMoveRolledBack has the rollbacks.
 func TestMoveToLonghorn(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
-	l := setUpMoveLab(ctx, t)
+	l := setUpMoveLab(ctx, t, moveHost)
 	l.project(ctx, t, "shop", "staging")
 
 	t.Run("Postgres-like service", func(t *testing.T) {
@@ -423,6 +424,33 @@ func TestMoveToLonghorn(t *testing.T) {
 			t.Errorf("the grown volume has %s, want 2Gi", q.String())
 		}
 	})
+
+	for i, step := range moveSteps {
+		step := step
+		t.Run("killed before "+step, func(t *testing.T) {
+			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("k%d", i)}
+			dir, want := l.killedBefore(ctx, t, ref, step)
+			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+			}
+			l.checkOnLonghorn(ctx, t, ref, dir, want)
+		})
+	}
+
+	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
+	t.Run("a local copy pruned after a backup", func(t *testing.T) { l.prunedAfterBackup(ctx, t) })
+}
+
+// TestMoveRolledBack runs on a cluster of its own beside TestMoveToLonghorn: a kept copy changed
+// while kip was away, copied again; a comparison that fails, leaving the service stopped on its
+// local data until it is rolled back; one service killed before each step up to the commit and
+// rolled back; and the rollback refused after the commit.
+func TestMoveRolledBack(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	defer cancel()
+	l := setUpMoveLab(ctx, t, rollbackHost)
+	l.project(ctx, t, "shop", "staging")
 
 	t.Run("a kept copy that no longer matches is copied again", func(t *testing.T) {
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "changed"}
@@ -486,18 +514,6 @@ func TestMoveToLonghorn(t *testing.T) {
 
 	for i, step := range moveSteps {
 		step := step
-		t.Run("killed before "+step, func(t *testing.T) {
-			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("k%d", i)}
-			dir, want := l.killedBefore(ctx, t, ref, step)
-			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
-				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
-			}
-			l.checkOnLonghorn(ctx, t, ref, dir, want)
-		})
-	}
-
-	for i, step := range moveSteps {
-		step := step
 		t.Run("rolled back after a kill before "+step, func(t *testing.T) {
 			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("r%d", i)}
 			dir, want := l.killedBefore(ctx, t, ref, step)
@@ -519,7 +535,4 @@ func TestMoveToLonghorn(t *testing.T) {
 			l.checkOnLocal(ctx, t, ref, dir, want)
 		})
 	}
-
-	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
-	t.Run("a local copy pruned after a backup", func(t *testing.T) { l.prunedAfterBackup(ctx, t) })
 }

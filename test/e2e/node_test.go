@@ -213,7 +213,44 @@ func TestNodeAdd(t *testing.T) {
 	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
 		t.Errorf("the worker after the rejoin is still cordoned: %v", err)
 	}
+	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
+}
+
+// rerunInstall runs kip install again on the server with the worker joined. With the worker's
+// k3s-agent stopped (its node NotReady), the worker's step after the server's finds it not
+// Ready on the server's release, checks that the host is the machine kip joined, and starts
+// k3s-agent again on that release without a drain: the pod on it is the same pod afterwards.
+// Run once more, the step finds the worker Ready on the release and leaves it alone.
+func rerunInstall(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, pod *corev1.Pod) {
+	t.Helper()
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := n.Status.NodeInfo.KubeletVersion
+	if _, err := w.Run(ctx, "systemctl stop k3s-agent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 2*time.Minute, "the stopped worker NotReady", func(ctx context.Context) (bool, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		return err == nil && cluster.NodeStatus(n) != cluster.NodeReady, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	install := installArgs(s, srv, s.Bundle, "--storage", "longhorn")
+	r := s.Kip(t, home, install...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Workers: k3s "+release+" on "+w.Name+" after the server") ||
+		!strings.Contains(r.Stderr, "Worker "+w.Name+" is Ready on k3s "+release) {
+		t.Fatalf("install again with the worker's agent stopped: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if p, err := c.Kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || p.UID != pod.UID {
+		t.Errorf("the pod on the worker after the install: %v", err)
+	}
+	r = s.Kip(t, home, install...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" already Ready on k3s "+release) {
+		t.Errorf("install again with the worker Ready: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
 }
 
 // removeWorker takes the worker out again: a pod no controller manages cancels the remove before
