@@ -67,8 +67,8 @@ func (in *installer) clusterRunner() *workflow.Runner {
 	}
 }
 
-// planWorkers decides, before the server's k3s moves, what happens to the recorded workers'
-// (node.PlanWorkerUpgrades), and says so.
+// planWorkers decides, before the server's k3s moves, what happens to the recorded workers
+// (node.PlanWorkerUpgrades).
 func (in *installer) planWorkers(ctx context.Context) error {
 	if len(in.nodes.Workers) == 0 {
 		return nil
@@ -77,16 +77,18 @@ func (in *installer) planWorkers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list the nodes: %w", err)
 	}
-	if in.workers, err = node.PlanWorkerUpgrades(in.nodes, list.Items, in.state.k3sVersion, in.move.To); err != nil {
-		return err
-	}
+	in.workers, err = node.PlanWorkerUpgrades(in.nodes, list.Items, in.state.k3sVersion, in.move.To)
+	return err
+}
+
+// sayWorkers says what the worker upgrades will do.
+func (in *installer) sayWorkers() {
 	if len(in.workers.Upgrade) > 0 {
 		in.p.Info(fmt.Sprintf("Workers: k3s %s on %s after the server, one at a time, without a drain", in.move.To, strings.Join(in.workers.Upgrade, ", ")))
 	}
 	for _, name := range slices.Sorted(maps.Keys(in.workers.Leave)) {
 		in.p.Info(fmt.Sprintf("Worker %s: left as it is (%s)", name, in.workers.Leave[name]))
 	}
-	return nil
 }
 
 // workerSteps bring each planned worker to the server's release.
@@ -255,18 +257,48 @@ func (in *installer) serverNodePending(ctx context.Context) (string, error) {
 	return "no node with address " + in.nodeIP + " has registered", nil
 }
 
-// verifyStep runs a verification Job on every node (see package verify). A verification that
+// verifyStep runs a verification Job on every Ready node (see package verify). A node that is
+// not Ready, a worker that is down, is left out and named: it could not run the Job, and the
+// worker upgrades after the cluster steps, or kip node add, look after it. A verification that
 // failed (in an earlier run of the same install) is not done: it runs again, the failed Job
 // replaced.
 func (in *installer) verifyStep(intent *clusterIntent) workflow.Step {
 	return workflow.Step{
-		Name: "verify-nodes", Title: "Verify DNS and Service routing from every node",
-		Done: "DNS and Service routing work on every node", Already: "Every node already verified",
+		Name: "verify-nodes", Title: "Verify DNS and Service routing from every Ready node",
+		Done: "DNS and Service routing work on every Ready node", Already: "Every Ready node already verified",
 		Check: func(ctx context.Context) (bool, error) {
-			return verify.Passed(ctx, in.clients.Kube, intent.VerifyID, nil)
+			ready, _, err := in.readyNodes(ctx)
+			if err != nil {
+				return false, err
+			}
+			return verify.Passed(ctx, in.clients.Kube, intent.VerifyID, ready)
 		},
 		Apply: func(ctx context.Context) error {
-			return verify.Run(ctx, in.clients.Kube, intent.VerifyID, nil, verifyTimeout)
+			ready, down, err := in.readyNodes(ctx)
+			if err != nil {
+				return err
+			}
+			for _, n := range down {
+				in.p.Warn("Node " + n + " is not Ready: not verified")
+			}
+			return verify.Run(ctx, in.clients.Kube, intent.VerifyID, ready, verifyTimeout)
 		},
 	}
+}
+
+// readyNodes are the names of the cluster's Ready nodes, and of the others.
+func (in *installer) readyNodes(ctx context.Context) (ready, down []string, err error) {
+	list, err := in.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list nodes: %w", err)
+	}
+	ready = []string{}
+	for i := range list.Items {
+		if n := &list.Items[i]; cluster.NodeStatus(n) == cluster.NodeReady {
+			ready = append(ready, n.Name)
+		} else {
+			down = append(down, n.Name)
+		}
+	}
+	return ready, down, nil
 }

@@ -408,6 +408,7 @@ func (in *installer) decide(ctx context.Context) error {
 	case k3s.KeepBehind:
 		in.p.Warn(in.move.Warning)
 	}
+	in.sayWorkers()
 	return nil
 }
 

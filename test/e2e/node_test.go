@@ -32,8 +32,9 @@ import (
 
 // The node test's hosts: a Longhorn server and the worker it joins (indexes in Lab.Hosts).
 const (
-	nodeServerHost = 10 // lab11
-	nodeWorkerHost = 11 // lab12
+	nodeServerHost  = 10 // lab11
+	nodeWorkerHost  = 11 // lab12
+	nodeWorker2Host = 13 // lab14
 )
 
 // TestNodeAdd installs a Longhorn cluster on lab11 and joins lab12 to it as a worker, in private
@@ -214,6 +215,7 @@ func TestNodeAdd(t *testing.T) {
 		t.Errorf("the worker after the rejoin is still cordoned: %v", err)
 	}
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
+	secondWorker(ctx, t, s, home, c, srv, w, s.Lab.Hosts[nodeWorker2Host], outsider)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
 
@@ -250,6 +252,69 @@ func rerunInstall(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	r = s.Kip(t, home, install...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" already Ready on k3s "+release) {
 		t.Errorf("install again with the worker Ready: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+}
+
+// secondWorker joins a second worker w2 beside w and removes it again. An ufw the operator turned
+// on there stops the join before anything changes, even with every port open; once it is off,
+// the join opens the peer ports between the two workers on both (real connections, refused from
+// a host that is no node), and the remove closes them again on w and on the server.
+func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, w2, outsider *lab.Host) {
+	t.Helper()
+	authorize(t, srv, w2)
+	add := []string{"node", "add", w2.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"}
+	if _, err := w2.Run(ctx, "ufw allow 22/tcp && ufw allow 10250/tcp && ufw --force enable"); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, add...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "ufw is active on "+w2.PublicIP.String()+" and kip does not manage it: a join stops at an unmanaged ufw, even with the ports open") {
+		t.Fatalf("join with an unmanaged ufw: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
+		t.Errorf("the refused join recorded %+v (%v)", rec, err)
+	}
+	if _, err := w2.Run(ctx, "ufw --force reset && test ! -e /usr/local/bin/k3s"); err != nil {
+		t.Fatalf("turn ufw off on %s, or the refused join installed k3s: %v", w2.Name, err)
+	}
+
+	p, pause := s.Paused(t, home, nil, "before:longhorn", add...)
+	admin, err := os.ReadFile(filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.InstallNode(ctx, w2, c, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Wait(t, 10*time.Minute); r.ExitCode != 0 {
+		t.Fatalf("join of the second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	for _, tc := range []struct {
+		from, to *lab.Host
+		port     int
+		want     bool
+	}{{w, w2, 10250, true}, {w2, w, 10250, true}, {w2, srv, 10250, true}, {outsider, w2, 10250, false}, {outsider, w2, 22, true}} {
+		if got := connects(ctx, t, tc.from, tc.to.PrivateIP.String(), tc.port); got != tc.want {
+			t.Errorf("with two workers %s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
+		}
+	}
+
+	if r := s.Kip(t, home, "node", "remove", w2.Name, "--yes"); r.ExitCode != 0 {
+		t.Fatalf("remove the second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	for _, tc := range []struct {
+		from, to *lab.Host
+		port     int
+		want     bool
+	}{{w2, w, 10250, false}, {w2, srv, 10250, false}, {srv, w, 10250, true}} {
+		if got := connects(ctx, t, tc.from, tc.to.PrivateIP.String(), tc.port); got != tc.want {
+			t.Errorf("after the second worker's remove %s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
+		}
+	}
+	if _, err := w2.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
+		t.Error(err)
 	}
 }
 
