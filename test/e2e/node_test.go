@@ -24,6 +24,7 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/status"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
@@ -252,6 +253,20 @@ func rerunInstall(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	r = s.Kip(t, home, install...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" already Ready on k3s "+release) {
 		t.Errorf("install again with the worker Ready: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+
+	// kip status runs the host checks on the worker too, over SSH at its recorded address.
+	r = s.Kip(t, home, "status", "-o", "json")
+	var rep status.Report
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); r.ExitCode != 0 || err != nil {
+		t.Fatalf("kip status -o json: exit %d, %v\n%s", r.ExitCode, err, r.Stdout)
+	}
+	for _, node := range []string{srv.Name, w.Name} {
+		if !slices.ContainsFunc(rep.HostChecks, func(c status.Check) bool {
+			return c.Node == node && c.Name == "certificates" && c.Status == status.StatusOK
+		}) {
+			t.Errorf("kip status: no passed certificates check on %s in %+v", node, rep.HostChecks)
+		}
 	}
 }
 
