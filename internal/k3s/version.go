@@ -107,11 +107,7 @@ const KubeletSkew = 3
 
 // Compare orders two k3s releases (-1, 0 or 1): by Kubernetes version, then by k3s revision.
 func Compare(a, b string) (int, error) {
-	va, err := parse(a)
-	if err != nil {
-		return 0, err
-	}
-	vb, err := parse(b)
+	va, vb, err := parsePair(a, b)
 	if err != nil {
 		return 0, err
 	}
@@ -121,13 +117,18 @@ func Compare(a, b string) (int, error) {
 // MinorsBehind is how many Kubernetes minors release a is behind release b (0 or less when it
 // is not behind).
 func MinorsBehind(a, b string) (int, error) {
-	va, err := parse(a)
-	if err != nil {
-		return 0, err
-	}
-	vb, err := parse(b)
+	va, vb, err := parsePair(a, b)
 	if err != nil {
 		return 0, err
 	}
 	return minorsBetween(va, vb), nil
+}
+
+func parsePair(a, b string) (*version.Version, *version.Version, error) {
+	va, err := parse(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	vb, err := parse(b)
+	return va, vb, err
 }
