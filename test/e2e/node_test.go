@@ -36,6 +36,8 @@ const (
 	nodeServerHost  = 10 // lab11
 	nodeWorkerHost  = 11 // lab12
 	nodeWorker2Host = 13 // lab14
+	publicServer    = 14 // lab15
+	publicWorker    = 15 // lab16
 )
 
 // TestNodeAdd installs a Longhorn cluster on lab11 and joins lab12 to it as a worker, in private
@@ -218,6 +220,66 @@ func TestNodeAdd(t *testing.T) {
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
 	secondWorker(ctx, t, s, home, c, srv, w, s.Lab.Hosts[nodeWorker2Host], outsider)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
+}
+
+// TestNodeAddPublic joins a worker with --public on a cluster of its own: the nodes reach each
+// other at their public addresses (the record, the worker's node address), and the firewalls
+// open the peer ports to those addresses only, proven by real connections over the public
+// network, from a node and from a host that is none.
+func TestNodeAddPublic(t *testing.T) {
+	t.Parallel()
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	srv, w, outsider := s.Lab.Hosts[publicServer], s.Lab.Hosts[publicWorker], s.Lab.Hosts[1]
+	e2e.LogK3sOnFailure(t, srv)
+	home := s.Home(t)
+	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
+		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
+	c := clientsFor(t, kubeconfig)
+	authorize(t, srv, w)
+	p, pause := s.Paused(t, home, nil, "before:longhorn", "node", "add", w.PublicIP.String(), "--public", "--airgap-bundle", s.Bundle, "--yes")
+	admin, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.InstallNode(ctx, w, c, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	r := p.Wait(t, 10*time.Minute)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Network: public addresses (server "+srv.PublicIP.String()+", node "+w.PublicIP.String()+")") {
+		t.Fatalf("join with --public: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	rec, err := node.ReadNodes(ctx, c.Dynamic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wr := rec.Workers[w.Name]; rec.Mode != node.ModePublic || wr.Path.Node != w.PublicIP || wr.Path.Server != srv.PublicIP || wr.State != node.WorkerReady {
+		t.Errorf("nodes record %+v", rec)
+	}
+	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || nodeAddress(n, corev1.NodeInternalIP) != w.PublicIP.String() {
+		t.Errorf("the worker's node: %v", err)
+	}
+	for _, tc := range []struct {
+		from, to *lab.Host
+		port     int
+		want     bool
+	}{{w, srv, 10250, true}, {outsider, srv, 10250, false}, {srv, w, 10250, true}, {outsider, w, 10250, false}, {outsider, w, 22, true}} {
+		if got := connects(ctx, t, tc.from, tc.to.PublicIP.String(), tc.port); got != tc.want {
+			t.Errorf("public mode %s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
+		}
+	}
+	if _, err := w.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
+		t.Error(err)
+	}
 }
 
 // rerunInstall runs kip install again on the server with the worker joined. With the worker's
