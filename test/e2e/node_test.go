@@ -340,7 +340,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	t.Helper()
 	authorize(t, srv, w2)
 	add := []string{"node", "add", w2.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"}
-	if _, err := w2.Run(ctx, "apt-get install -y -q --no-install-recommends ufw && ufw allow 22/tcp && ufw allow 10250/tcp && ufw --force enable"); err != nil {
+	if _, err := w2.Run(ctx, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ufw && ufw allow 22/tcp && ufw allow 10250/tcp && ufw --force enable"); err != nil {
 		t.Fatal(err)
 	}
 	r := s.Kip(t, home, add...)
