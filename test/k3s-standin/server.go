@@ -174,9 +174,21 @@ func (c *serverConfig) apiserverArgs() []string {
 		"api-audiences":              controlplane.ServiceAccountIssuer + ",k3s",
 		"kubelet-client-certificate": c.tls("client-kube-apiserver.crt"),
 		"kubelet-client-key":         c.tls("client-kube-apiserver.key"),
-		"service-node-port-range":    c.o.str("service-node-port-range"),
-		"token-auth-file":            c.tokenAuthFile(),
+		// As k3s sets it (pkg/daemons/control/server.go): the API server reaches each kubelet at
+		// its node's address, not at its host name.
+		"kubelet-preferred-address-types": c.kubeletAddressTypes(),
+		"service-node-port-range":         c.o.str("service-node-port-range"),
+		"token-auth-file":                 c.tokenAuthFile(),
 	}), c.o.list("kube-apiserver-arg"))
+}
+
+// kubeletAddressTypes is the order in which the API server tries a node's addresses to reach its
+// kubelet: k3s's, the external address first with flannel-external-ip.
+func (c *serverConfig) kubeletAddressTypes() string {
+	if c.o.boolean("flannel-external-ip") {
+		return "ExternalIP,InternalIP,Hostname"
+	}
+	return "InternalIP,ExternalIP,Hostname"
 }
 
 func (c *serverConfig) controllerManagerArgs() []string {
