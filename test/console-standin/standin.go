@@ -203,7 +203,10 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 		return nil // created on the next pass, once it is gone
 	default:
 		live.Spec.Replicas, live.Spec.Template = want.Spec.Replicas, want.Spec.Template
-		if live, err = sets.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		switch live, err = sets.Update(ctx, live, metav1.UpdateOptions{}); {
+		case apierrors.IsConflict(err):
+			return nil // the StatefulSet controller wrote its status meanwhile: the next pass updates it
+		case err != nil:
 			return fmt.Errorf("update StatefulSet %s/%s: %w", ns, want.Name, err)
 		}
 	}

@@ -198,6 +198,13 @@ type Result struct {
 	Signal syscall.Signal
 }
 
+// LastLine is the last non-empty line kip wrote to stderr (its error, when it failed): a
+// failure message puts it first, where a long output cut in the middle still shows it.
+func (r Result) LastLine() string {
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+	return lines[len(lines)-1]
+}
+
 // Process is a kip command running in the background, so that a test can break a host (Kill,
 // Partition, Stop on its lab.Host) or kip itself while the command runs, then Wait for it.
 type Process struct {

@@ -186,7 +186,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "To delete, every condition met:") ||
 		!strings.Contains(r.Stderr, "kept 1 copy whose conditions changed since the listing: db in shop-staging: pod db-0 has been Ready for ") ||
 		strings.Contains(r.Stderr, "Deleted the local copy") {
-		t.Errorf("prune with a crash between the listing and the delete: exit %d\n%s", r.ExitCode, r.Stderr)
+		t.Errorf("prune with a crash between the listing and the delete: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
 	l.checkKept(t, dbDir)
 	// An hour after the last restart, --now deletes it: the day's wait waived, the hour passed.
