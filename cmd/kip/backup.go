@@ -73,7 +73,8 @@ storage moves) are left out.`,
 			if runF != nil {
 				return runF(o)
 			}
-			return backup.Create(cmd.Context(), o)
+			_, err := backup.Create(cmd.Context(), o)
+			return err
 		},
 	}
 	fl := cmd.Flags()

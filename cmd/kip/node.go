@@ -13,18 +13,19 @@ type nodeRunners struct {
 	list   func(*node.ListOptions) error
 	add    func(*node.AddOptions) error
 	remove func(*node.RemoveOptions) error
+	reboot func(*node.RebootOptions) error
 }
 
 func newNodeCmd(f *cli.Factory, run nodeRunners) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Add, list and remove the cluster's nodes",
+		Short: "Add, list, reboot and remove the cluster's nodes",
 		Long: `The cluster's nodes: the server, which runs the control plane and ingress and holds database,
 registry and in-cluster backup volumes, and the workers kip joined. See docs/nodes.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove))
+	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove), newNodeRebootCmd(f, run.reboot))
 	return cmd
 }
 
@@ -128,6 +129,42 @@ Interrupted, the same command resumes. See docs/nodes.md.`,
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&o.Force, "force", false, "deregister a worker whose host is powered off or gone, without moving its copies or draining it")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+	return cmd
+}
+
+func newNodeRebootCmd(f *cli.Factory, runF func(*node.RebootOptions) error) *cobra.Command {
+	o := &node.RebootOptions{}
+	cmd := &cobra.Command{
+		Use:   "reboot WORKER",
+		Short: "Reboot a worker, its workloads moved off and waited for",
+		Long: `Reboot a worker. kip takes a backup of every Kipper project and waits until it is a completed
+backup, drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
+pods stay; emptyDir data is deleted; finished pods are deleted), reboots the host, waits until
+its node is Ready on the new boot, uncordons it, and waits until every Deployment, StatefulSet
+and DaemonSet that had a Ready pod on it has rolled out again.
+
+It cancels before anything changes when the worker is the server, was not joined by kip, is
+still joining or being removed, is fenced, is not Ready, runs a pod no controller manages (a
+drain would delete it for good), or holds the only current copy of a Longhorn volume; and, on a
+cluster without backups, unless --no-backup. Interrupted, the same command resumes. See
+docs/nodes.md.`,
+		Example: "  kip node reboot lab12\n  kip node reboot lab12 --no-backup --yes",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Worker = args[0]
+			var err error
+			if o.Env, err = nodeEnv(f); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(o)
+			}
+			return node.Reboot(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.NoBackup, "no-backup", false, "reboot without a backup first (a cluster without backups needs it)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	return cmd
 }

@@ -121,3 +121,42 @@ func TestNodeRemoveWiring(t *testing.T) {
 		t.Errorf("kip node remove Not_A_Node = %v, want a usage error", err)
 	}
 }
+
+// TestNodeRebootWiring checks what kip node reboot hands to internal/node, and that it takes
+// exactly one worker.
+func TestNodeRebootWiring(t *testing.T) {
+	for _, tt := range []struct {
+		args          []string
+		noBackup, dry bool
+		description   string
+	}{{[]string{"w1"}, false, false, "defaults"}, {[]string{"w1", "--no-backup", "--dry-run"}, true, true, "flags"}} {
+		f, _, _ := testFactory(nil)
+		var got *node.RebootOptions
+		root := newRootCmd(f)
+		for _, c := range root.Commands() {
+			if c.Name() == "node" {
+				root.RemoveCommand(c)
+			}
+		}
+		root.AddCommand(newNodeCmd(f, nodeRunners{reboot: func(o *node.RebootOptions) error { got = o; return nil }}))
+		root.SetArgs(append([]string{"node", "reboot"}, tt.args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%s: %v", tt.description, err)
+		}
+		if got == nil || got.Worker != "w1" || got.NoBackup != tt.noBackup || got.DryRun != tt.dry || got.Kube == nil || got.Dial == nil || got.Prompter == nil {
+			t.Errorf("%s: options %+v", tt.description, got)
+		}
+	}
+	for _, args := range [][]string{{"node", "reboot"}, {"node", "reboot", "w1", "w2"}} {
+		f, _, _ := testFactory(nil)
+		root := newRootCmd(f)
+		root.SetArgs(args)
+		if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
+			t.Errorf("kip %v = %v, want a usage error", args, err)
+		}
+	}
+	f, _, _ := testFactory(nil)
+	if err := node.Reboot(t.Context(), &node.RebootOptions{Worker: "Not_A_Node", Env: node.Env{Prompter: f.Prompter()}}); !errors.As(err, new(*cli.UsageError)) {
+		t.Errorf("kip node reboot Not_A_Node = %v, want a usage error", err)
+	}
+}

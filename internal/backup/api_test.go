@@ -227,7 +227,7 @@ func testCreateWaitRestore(t *testing.T, f *fixture) {
 	src := namespaces[0] // web0's
 
 	start := time.Now()
-	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Project: "shop", Wait: true, Holder: "kip backup create --project shop --wait"})
+	_, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Project: "shop", Wait: true, Holder: "kip backup create --project shop --wait"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func testPodNotRunningIsNotACompletedBackup(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 
-	err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true})
+	_, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true})
 	for _, want := range []string{"it holds no data for volume " + ns + "/data-db-0", "it holds no data for volume " + ns + "/data-stopped-0"} {
 		if err == nil || !strings.Contains(err.Error(), "is not a completed backup") || !strings.Contains(err.Error(), want) {
 			t.Fatalf("create --wait = %v, want a refusal containing %q", err, want)
@@ -318,7 +318,7 @@ func testExpiredAndBeingDeleted(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	ns := f.env.Namespace(t)
 	f.service(t, ns, "web")
-	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true, TTL: time.Hour}); err != nil {
+	if _, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	name := f.lastBackup(t)
@@ -382,7 +382,7 @@ func testDrill(t *testing.T, f *fixture) {
 	if err := backup.Drill(ctx, &backup.DrillOptions{Options: f.options(), Namespace: ns}); err == nil || err.Error() != want {
 		t.Errorf("drill without a backup = %v, want %q", err, want)
 	}
-	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
+	if _, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
 		t.Fatal(err)
 	}
 	o := &backup.DrillOptions{Options: f.options(), Namespace: ns}
@@ -585,7 +585,7 @@ func testExcludedCopyPodIsLeftOut(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	f.service(t, ns, "web")
-	if err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
+	if _, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true}); err != nil {
 		t.Fatal(err)
 	}
 	name := f.lastBackup(t)

@@ -43,18 +43,20 @@ type CreateOptions struct {
 }
 
 // Create starts a backup of the scope and, with Wait, waits until it finishes and is a completed
-// backup.
-func Create(ctx context.Context, o *CreateOptions) error {
+// backup. It returns the backup's name once Velero has it.
+func Create(ctx context.Context, o *CreateOptions) (string, error) {
 	e, err := load(ctx, &o.Options)
 	if err != nil {
-		return err
+		return "", err
 	}
 	b, err := e.create(ctx, o)
-	if err != nil || !o.Wait {
-		return err
+	if err != nil {
+		return "", err
 	}
-	_, err = e.wait(ctx, b)
-	return err
+	if o.Wait {
+		_, err = e.wait(ctx, b)
+	}
+	return b.Name, err
 }
 
 // create creates the Backup object, with kip's record of the claims it should hold.

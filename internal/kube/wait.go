@@ -94,9 +94,9 @@ func retryable(err error) bool {
 		apierrors.IsUnsupportedMediaType(err))
 }
 
-// pendingGet turns the error of a Get into a pending description, or returns it when waiting
+// PendingGet turns the error of a Get into a pending description, or returns it when waiting
 // cannot help.
-func pendingGet(what string, err error) (string, error) {
+func PendingGet(what string, err error) (string, error) {
 	if apierrors.IsNotFound(err) {
 		return what + " not found", nil
 	}
@@ -117,7 +117,7 @@ func WaitCRDsEstablished(ctx context.Context, c *Clients, names []string, timeou
 		for _, name := range names {
 			crd, err := c.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				p, err := pendingGet("CRD "+name, err)
+				p, err := PendingGet("CRD "+name, err)
 				if err != nil {
 					return false, "", err
 				}
@@ -161,7 +161,7 @@ func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, 
 		fn = func(ctx context.Context) (bool, string, error) {
 			d, err := c.Kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				p, err := pendingGet(id, err)
+				p, err := PendingGet(id, err)
 				return false, p, err
 			}
 			return deploymentRollout(d)
@@ -171,7 +171,7 @@ func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, 
 		fn = func(ctx context.Context) (bool, string, error) {
 			ds, err := c.Kube.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				p, err := pendingGet(id, err)
+				p, err := PendingGet(id, err)
 				return false, p, err
 			}
 			return daemonSetRollout(ds)
@@ -181,7 +181,7 @@ func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, 
 		fn = func(ctx context.Context) (bool, string, error) {
 			s, err := c.Kube.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				p, err := pendingGet(id, err)
+				p, err := PendingGet(id, err)
 				return false, p, err
 			}
 			return statefulSetRollout(s)

@@ -169,7 +169,7 @@ func (r *remover) examine(ctx context.Context) error {
 		return err
 	}
 	if r.apiNode != nil && !r.o.Force {
-		if err := r.checkPods(ctx); err != nil {
+		if err := checkPods(ctx, r.cl, name); err != nil {
 			return err
 		}
 	}
@@ -250,21 +250,21 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 // Eviction API (so PodDisruptionBudgets hold), its emptyDir data deleted with it, DaemonSet pods
 // left, finished pods deleted; a pod no controller manages cancels the drain before anything is
 // evicted, since nothing would start it again.
-func (r *remover) drainer(ctx context.Context) *drain.Helper {
+func drainer(ctx context.Context, cl *kube.Clients) *drain.Helper {
 	return &drain.Helper{
-		Ctx: ctx, Client: r.cl.Kube, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true,
+		Ctx: ctx, Client: cl.Kube, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true,
 		Timeout: drainTimeout, Out: io.Discard, ErrOut: io.Discard,
 	}
 }
 
 // checkPods refuses a node running pods a drain would delete for good: those no controller
 // manages. It lists them as a forced drain would, so that it can name them.
-func (r *remover) checkPods(ctx context.Context) error {
-	h := r.drainer(ctx)
+func checkPods(ctx context.Context, cl *kube.Clients, node string) error {
+	h := drainer(ctx, cl)
 	h.Force = true
-	list, errs := h.GetPodsForDeletion(r.o.Worker)
+	list, errs := h.GetPodsForDeletion(node)
 	if len(errs) > 0 {
-		return fmt.Errorf("list the pods on %s: %w", r.o.Worker, errors.Join(errs...))
+		return fmt.Errorf("list the pods on %s: %w", node, errors.Join(errs...))
 	}
 	var unmanaged []string
 	for _, p := range list.Pods() {
@@ -276,7 +276,7 @@ func (r *remover) checkPods(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%s runs pods that no controller manages, which a drain would delete for good: %s; "+
-		"delete them, or run them under a Deployment, StatefulSet or Job, then run the same command again", r.o.Worker, strings.Join(unmanaged, ", "))
+		"delete them, or run them under a Deployment, StatefulSet or Job, then run the same command again", node, strings.Join(unmanaged, ", "))
 }
 
 // question asks before the remove changes anything.
@@ -315,7 +315,7 @@ func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
 func (r *remover) steps() []workflow.Step {
 	steps := []workflow.Step{r.recordStep()}
 	if r.apiNode != nil && !r.o.Force {
-		steps = append(steps, r.copiesStep(), r.drainStep())
+		steps = append(steps, r.copiesStep(), drainStep(r.cl, r.o.Worker))
 	}
 	if r.node != nil {
 		steps = append(steps, r.wipeStep())
@@ -400,32 +400,31 @@ func (r *remover) copiesStep() workflow.Step {
 	}
 }
 
-// drainStep cordons the worker and evicts its pods (see drainer).
-func (r *remover) drainStep() workflow.Step {
-	name := r.o.Worker
+// drainStep cordons node and evicts its pods (see drainer).
+func drainStep(cl *kube.Clients, name string) workflow.Step {
 	return workflow.Step{
 		Name: "drain", Title: "Drain " + name + " (DaemonSet pods stay, emptyDir data is deleted)",
 		Done: "Drained " + name, Already: name + " already drained",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return true, nil
 			}
 			if err != nil || !n.Spec.Unschedulable {
 				return false, err
 			}
-			list, errs := r.drainer(ctx).GetPodsForDeletion(name)
+			list, errs := drainer(ctx, cl).GetPodsForDeletion(name)
 			return list != nil && len(errs) == 0 && len(list.Pods()) == 0, nil
 		},
 		Apply: func(ctx context.Context) error {
-			// A pod started since the remove began is refused in kip's words, not kubectl's.
-			if err := r.checkPods(ctx); err != nil {
+			// A pod started since the command began is refused in kip's words, not kubectl's.
+			if err := checkPods(ctx, cl, name); err != nil {
 				return err
 			}
-			if err := cordon(ctx, r.cl, name, true); err != nil {
+			if err := cordon(ctx, cl, name, true); err != nil {
 				return err
 			}
-			if err := drain.RunNodeDrain(r.drainer(ctx), name); err != nil {
+			if err := drain.RunNodeDrain(drainer(ctx, cl), name); err != nil {
 				return fmt.Errorf("drain %s: %w; see 'kubectl get pods -A -o wide --field-selector spec.nodeName=%s', then run the same command again", name, err, name)
 			}
 			return nil

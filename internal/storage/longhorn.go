@@ -93,3 +93,10 @@ func LonghornRoom(ctx context.Context, c *kube.Clients, node string, size int64)
 	}
 	return nil
 }
+
+// CurrentReplica reports whether a Longhorn replica is healthy and has been since it last
+// failed: a current copy of its volume's data.
+func CurrentReplica(r *longhornv1beta2.Replica) bool {
+	return r.DeletionTimestamp == nil && r.Spec.FailedAt == "" && r.Spec.HealthyAt != "" &&
+		(r.Spec.LastFailedAt == "" || r.Spec.LastHealthyAt > r.Spec.LastFailedAt)
+}

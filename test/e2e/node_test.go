@@ -222,6 +222,67 @@ func TestNodeAdd(t *testing.T) {
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
 
+// rebootWorker reboots the worker with kip node reboot, the Deployment "drained" running there:
+// refused on this cluster without backups unless --no-backup; paused after its drain, the
+// Deployment's pod runs on the server and a second node command is refused naming the
+// reboot as the lock's holder; then the host boots again (a new boot ID), its node is Ready and
+// schedulable, and the Deployment is Ready.
+func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
+	t.Helper()
+	reboot := []string{"node", "reboot", w.Name, "--yes"}
+	r := s.Kip(t, home, reboot...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "this cluster has no backups") || !strings.Contains(r.Stderr, "pass --no-backup to reboot "+w.Name+" anyway") {
+		t.Fatalf("reboot on a cluster without backups: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	bootBefore, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p, paused := s.Paused(t, home, nil, "before:reboot", append(reboot, "--no-backup")...)
+	if pods, err := c.Kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"}); err != nil ||
+		len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != srv.Name {
+		t.Errorf("the Deployment's pods after the reboot's drain: %v %v", podNodes(pods), err)
+	}
+	r = s.Kip(t, home, "node", "remove", w.Name, "--yes")
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "another kip command holds the cluster lock: kip node reboot "+w.Name) {
+		t.Errorf("a remove during the reboot: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	if err := os.Remove(paused); err != nil {
+		t.Fatal(err)
+	}
+	r = p.Wait(t, 20*time.Minute)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Rebooted "+w.Name+", Ready again") ||
+		!strings.Contains(r.Stderr, "Rebooted worker "+w.Name+": it is Ready and so are") {
+		t.Fatalf("reboot: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	t.Logf("measured: kip node reboot took %s, the pause after its drain included; its reboot step: %q", time.Since(start).Round(time.Second),
+		regexp.MustCompile(`Rebooted `+w.Name+`, Ready again \S*`).FindString(r.Stderr))
+	bootAfter, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+	if err != nil || bootAfter == bootBefore {
+		t.Errorf("the worker's boot ID %q before the reboot, %q after (%v)", bootBefore, bootAfter, err)
+	}
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil || n.Spec.Unschedulable || cluster.NodeStatus(n) != cluster.NodeReady {
+		t.Errorf("the worker after the reboot: %v", err)
+	}
+	if err := kube.WaitRollout(ctx, c, "Deployment", "default", "drained", time.Second); err != nil {
+		t.Errorf("the Deployment after the reboot: %v", err)
+	}
+}
+
+// podNodes names each pod with its node, for a failure message.
+func podNodes(pods *corev1.PodList) []string {
+	if pods == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, p.Name+" on "+p.Spec.NodeName)
+	}
+	return out
+}
+
 // TestNodeAddPublic joins a worker with --public on a cluster of its own: the nodes reach each
 // other at their public addresses (the record, the worker's node address), and the firewalls
 // open the peer ports to those addresses only, proven by real connections over the public
@@ -436,6 +497,13 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	runsOn(w.Name)
+	rebootWorker(ctx, t, s, home, c, srv, w)
+	// The reboot's drain moved the Deployment's pod to the server: deleted, it starts on the
+	// worker again, which it prefers, for the remove's drain to move.
+	if err := c.Kube.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app=drained"}); err != nil {
+		t.Fatal(err)
 	}
 	runsOn(w.Name)
 

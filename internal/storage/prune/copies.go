@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -393,19 +392,13 @@ func (s *state) copies(ctx context.Context, c *Copy) {
 	}
 	healthy := 0
 	for _, r := range reps.Items {
-		if current(&r) {
+		if storage.CurrentReplica(&r) {
 			healthy++
 		}
 	}
 	if want := v.Spec.NumberOfReplicas; healthy != want || len(reps.Items) != want {
 		c.hold(CondCopies, fmt.Sprintf("Longhorn is changing the copies of volume %s: %d of %d healthy, %d in all", c.MovedTo, healthy, want, len(reps.Items)), nil)
 	}
-}
-
-// current reports whether a replica is healthy and has been since it last failed.
-func current(r *longhornv1beta2.Replica) bool {
-	return r.DeletionTimestamp == nil && r.Spec.FailedAt == "" && r.Spec.HealthyAt != "" &&
-		(r.Spec.LastFailedAt == "" || r.Spec.LastHealthyAt > r.Spec.LastFailedAt)
 }
 
 // removable checks that a copy's directory is one the local-path provisioner made for its

@@ -1,0 +1,450 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"kipper.run/kip/internal/backup"
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage"
+	"kipper.run/kip/internal/workflow"
+)
+
+// Timeouts of a reboot's waits.
+const (
+	rebootTimeout    = 15 * time.Minute // the host booting again and its node Ready on the new boot
+	workloadsTimeout = 10 * time.Minute // the workloads that were Ready on the worker Ready again
+)
+
+// bootIDCommand prints the host's boot ID, which the kubelet also reports as its node's.
+const bootIDCommand = "cat /proc/sys/kernel/random/boot_id"
+
+// RebootOptions is what kip node reboot was asked to do, and what it takes from the command
+// around it.
+type RebootOptions struct {
+	Worker string // WORKER: the node's name
+	// NoBackup reboots without taking a backup first; a cluster without backups needs it.
+	NoBackup bool
+	DryRun   bool
+
+	Env
+}
+
+// rebootIntent is what a reboot decided, kept in its progress record so that a resumed reboot
+// waits for the same things: the host's boot before the reboot, the backup it took and the
+// workloads that were Ready on the worker.
+type rebootIntent struct {
+	Node      string     `json:"node"`
+	BootID    string     `json:"bootID"`
+	Backup    string     `json:"backup,omitempty"`
+	Workloads []workload `json:"workloads,omitempty"`
+}
+
+// workload is a Deployment, StatefulSet or DaemonSet that ran a Ready pod on the worker.
+type workload struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (w workload) String() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
+
+// rebooter is one run of kip node reboot.
+type rebooter struct {
+	o      *RebootOptions
+	p      *cli.Printer
+	cl     *kube.Clients
+	worker Worker
+	node   *sshx.Client
+	// namespaces are the Kipper namespaces the backup holds; none when there is no backup to take.
+	namespaces []string
+	intent     rebootIntent
+}
+
+func rebootWorkflow(name string) string { return "node-reboot-" + name }
+
+// Reboot reboots a worker: a backup first, then a drain, the reboot, and a wait until the
+// workloads that were Ready on it are Ready again.
+func Reboot(ctx context.Context, o *RebootOptions) error {
+	if errs := validation.IsDNS1123Subdomain(o.Worker); len(errs) > 0 {
+		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", o.Worker, strings.Join(errs, "; "))
+	}
+	if !o.DryRun {
+		if err := o.Prompter.CanConfirm(); err != nil {
+			return err
+		}
+	}
+	r := &rebooter{o: o, p: o.Printer, intent: rebootIntent{Node: o.Worker}}
+	defer func() {
+		if r.node != nil {
+			r.node.Close()
+		}
+	}()
+	if err := r.examine(ctx); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		ok, err := o.Prompter.Confirm(fmt.Sprintf("Reboot worker %s (%s)? kip drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
+			o.Worker, r.worker.Host))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("node reboot cancelled: nothing was changed")
+		}
+	}
+	run := o.runner(r.cl, o.DryRun, kube.LockOptions{})
+	if err := run.Run(ctx, &workflow.Workflow{Name: rebootWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}); err != nil {
+		return err
+	}
+	if !o.DryRun {
+		r.p.Success(fmt.Sprintf("Rebooted worker %s: it is Ready and so are %s", o.Worker, cli.Count(len(r.intent.Workloads), "workload", "workloads")))
+	}
+	return nil
+}
+
+// examine reads the cluster and reaches the worker, refusing what kip node reboot refuses
+// before anything changes.
+func (r *rebooter) examine(ctx context.Context) error {
+	var err error
+	if r.cl, err = r.o.Kube(); err != nil {
+		return err
+	}
+	rec, err := cluster.ReadInstalled(ctx, r.cl.Dynamic)
+	if err != nil {
+		return err
+	}
+	nodes, err := ReadNodes(ctx, r.cl.Dynamic)
+	if err != nil {
+		return err
+	}
+	name := r.o.Worker
+	n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read node %s: %w", name, err)
+	}
+	found := err == nil
+	w, recorded := nodes.Workers[name]
+	switch {
+	case found && !recorded && cluster.NodeRole(n) == cluster.RoleServer:
+		return fmt.Errorf("%s is the cluster's server: kip node reboot reboots workers", name)
+	case found && !recorded:
+		return fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first", name)
+	case !recorded:
+		return fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
+	case w.State == WorkerJoining:
+		return fmt.Errorf("worker %s has not finished joining: run kip node add %s again to finish it, then reboot it", name, w.Host)
+	case w.State == WorkerRemoving:
+		return fmt.Errorf("worker %s is being removed: run kip node remove %s again to finish it", name, name)
+	case !found:
+		return fmt.Errorf("worker %s has no node in the cluster: rejoin it with kip node add %s", name, w.Host)
+	}
+	r.worker = w
+	status := cluster.NodeStatus(n)
+	if status == cluster.NodeOutOfService {
+		return fmt.Errorf("worker %s is fenced (out of service), and a reboot would start its k3s again while other nodes may run its services: "+
+			"bring it back with kip node add %s", name, w.Host)
+	}
+	resumed, err := r.resumed(ctx)
+	if err != nil {
+		return err
+	}
+	if status != cluster.NodeReady && !resumed {
+		return fmt.Errorf("worker %s is %s, and a reboot drains it and waits for its workloads, which needs it Ready: "+
+			"rejoin it with kip node add %s (a worker whose certificates expired shows NotReady)", name, status, w.Host)
+	}
+	if err := r.checkCopies(ctx); err != nil {
+		return err
+	}
+	if err := checkPods(ctx, r.cl, name); err != nil {
+		return err
+	}
+	if err := r.backupScope(ctx, rec); err != nil {
+		return err
+	}
+	if r.node, err = r.o.Dial(ctx, w.Host); err != nil {
+		return fmt.Errorf("a reboot runs over SSH, and kip cannot reach %s at %s: %w; fix SSH to it, then run the same command again", name, w.Host, err)
+	}
+	// A resumed reboot keeps the boot and workloads its progress record holds.
+	boot, err := r.node.Output(ctx, bootIDCommand)
+	if err != nil {
+		return fmt.Errorf("read the boot ID of %s: %w", name, err)
+	}
+	r.intent.BootID = strings.TrimSpace(string(boot))
+	r.intent.Workloads, err = readyWorkloads(ctx, r.cl, name)
+	return err
+}
+
+// resumed reports whether an unfinished reboot of the worker is recorded.
+func (r *rebooter) resumed(ctx context.Context) (bool, error) {
+	unfinished, err := workflow.ListUnfinished(ctx, r.cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(unfinished, func(p workflow.Progress) bool { return p.Workflow == rebootWorkflow(r.o.Worker) }), nil
+}
+
+// checkCopies refuses a reboot that would leave a volume without a current copy while the
+// worker is down: one whose every current copy (a Longhorn replica healthy since it last
+// failed) is on the worker.
+func (r *rebooter) checkCopies(ctx context.Context) error {
+	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list Longhorn's replicas: %w", err)
+	}
+	here, elsewhere := map[string]bool{}, map[string]bool{}
+	for i := range replicas.Items {
+		rp := &replicas.Items[i]
+		switch {
+		case rp.Spec.NodeID == r.o.Worker:
+			here[rp.Spec.VolumeName] = true
+		case storage.CurrentReplica(rp):
+			elsewhere[rp.Spec.VolumeName] = true
+		}
+	}
+	var only []string
+	for v := range here {
+		if !elsewhere[v] {
+			only = append(only, v)
+		}
+	}
+	if len(only) == 0 {
+		return nil
+	}
+	slices.Sort(only)
+	return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
+		"and this kip does not move a copy to the server yet: give each volume a current copy on another node first "+
+		"(set spec.numberOfReplicas of its volumes.longhorn.io object in %s to 2 and wait until Longhorn reports both copies healthy), then run the same command again",
+		r.o.Worker, strings.Join(only, ", "), r.o.Worker, longhornSpace)
+}
+
+// backupScope decides what the reboot backs up: every Kipper project's namespaces, unless
+// --no-backup; a cluster without backups needs --no-backup.
+func (r *rebooter) backupScope(ctx context.Context, rec cluster.Record) error {
+	switch {
+	case r.o.NoBackup:
+		r.p.Info("--no-backup: kip reboots " + r.o.Worker + " without a backup first")
+		return nil
+	case rec.Backups == cluster.BackupsNone:
+		return fmt.Errorf("this cluster has no backups, so nothing could restore what a failed reboot lost: pass --no-backup to reboot %s anyway", r.o.Worker)
+	}
+	var err error
+	if r.namespaces, err = backup.ProjectNamespaces(ctx, r.cl, ""); err != nil {
+		return err
+	}
+	if len(r.namespaces) == 0 {
+		r.p.Info("No Kipper project has a namespace yet: there is nothing to back up")
+	}
+	return nil
+}
+
+// readyWorkloads are the Deployments, StatefulSets and DaemonSets with a Ready pod on node.
+func readyWorkloads(ctx context.Context, cl *kube.Clients, node string) ([]workload, error) {
+	pods, err := cl.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("list the pods on %s: %w", node, err)
+	}
+	var out []workload
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !podReady(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		owner := metav1.GetControllerOf(p)
+		if owner == nil {
+			continue
+		}
+		w := workload{Kind: owner.Kind, Namespace: p.Namespace, Name: owner.Name}
+		if owner.Kind == "ReplicaSet" {
+			rs, err := cl.Kube.AppsV1().ReplicaSets(p.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("read ReplicaSet %s/%s of pod %s: %w", p.Namespace, owner.Name, p.Name, err)
+			}
+			d := metav1.GetControllerOf(rs)
+			if d == nil || d.Kind != "Deployment" {
+				continue // a bare ReplicaSet has no rollout to wait for
+			}
+			w = workload{Kind: d.Kind, Namespace: p.Namespace, Name: d.Name}
+		}
+		if (w.Kind == "Deployment" || w.Kind == "StatefulSet" || w.Kind == "DaemonSet") && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	slices.SortFunc(out, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// steps are the reboot's steps, in order.
+func (r *rebooter) steps() []workflow.Step {
+	var steps []workflow.Step
+	if len(r.namespaces) > 0 {
+		steps = append(steps, r.backupStep())
+	}
+	return append(steps, drainStep(r.cl, r.o.Worker), r.rebootStep(), r.uncordonStep(), r.workloadsStep())
+}
+
+// backupStep backs up every Kipper project's namespaces and waits until it is a completed
+// backup.
+func (r *rebooter) backupStep() workflow.Step {
+	return workflow.Step{
+		Name: "backup", Title: "Back up the Kipper projects before the reboot",
+		Done: "Backed up the Kipper projects", Already: "The Kipper projects are backed up",
+		Check: func(ctx context.Context) (bool, error) {
+			if r.intent.Backup == "" {
+				return false, nil
+			}
+			snap, err := backup.ReadSnapshot(ctx, r.cl, time.Now())
+			if err != nil {
+				return false, err
+			}
+			b, err := snap.Find(r.intent.Backup)
+			if err != nil {
+				return false, nil // deleted meanwhile: take another
+			}
+			return snap.Verdict(b).State == backup.StateCompleted, nil
+		},
+		Apply: func(ctx context.Context) error {
+			name, err := backup.Create(ctx, &backup.CreateOptions{Options: backup.Options{Kube: r.o.Kube, Printer: r.p},
+				Namespaces: r.namespaces, Wait: true, Holder: r.o.CommandLine})
+			if name != "" {
+				r.intent.Backup = name
+			}
+			if err != nil {
+				return fmt.Errorf("%w; nothing else was changed: run the same command again for another backup, or pass --no-backup", err)
+			}
+			return nil
+		},
+	}
+}
+
+// rebootStep reboots the host and waits until its node is Ready on a new boot.
+func (r *rebooter) rebootStep() workflow.Step {
+	name := r.o.Worker
+	booted := func(ctx context.Context) (bool, string, error) {
+		n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			p, err := kube.PendingGet("node "+name, err)
+			return false, p, err
+		}
+		if id := n.Status.NodeInfo.BootID; id == "" || id == r.intent.BootID {
+			return false, "node " + name + " still reports the boot before the reboot", nil
+		}
+		if st := cluster.NodeStatus(n); st != cluster.NodeReady {
+			return false, "node " + name + " booted again and is " + st, nil
+		}
+		return true, "", nil
+	}
+	return workflow.Step{
+		Name: "reboot", Title: "Reboot " + name + " (" + r.worker.Host + ")",
+		Done: "Rebooted " + name + ", Ready again", Already: name + " already rebooted",
+		Check: func(ctx context.Context) (bool, error) {
+			done, _, err := booted(ctx)
+			return done, err
+		},
+		Plan: func(context.Context) ([]string, error) {
+			return []string{"systemctl reboot on " + r.worker.Host, fmt.Sprintf("wait up to %s for node %s to be Ready on its new boot", rebootTimeout, name)}, nil
+		},
+		Apply: func(ctx context.Context) error {
+			// --no-block: systemctl answers before the host goes down and takes the connection.
+			res, err := r.node.Run(ctx, sshx.Command("systemctl", "--no-block", "reboot"))
+			if err == nil && res.ExitStatus != 0 {
+				return fmt.Errorf("systemctl reboot on %s: exit status %d: %s", name, res.ExitStatus, strings.TrimSpace(string(res.Stderr)))
+			}
+			if err := kube.Poll(ctx, rebootTimeout, "node "+name+" Ready after its reboot", booted); err != nil {
+				return fmt.Errorf("%w: see 'kip node list', and 'journalctl -u k3s-agent' on %s; run the same command again to keep waiting", err, r.worker.Host)
+			}
+			return nil
+		},
+	}
+}
+
+// uncordonStep lets pods be scheduled on the worker again.
+func (r *rebooter) uncordonStep() workflow.Step {
+	name := r.o.Worker
+	return workflow.Step{
+		Name: "uncordon", Title: "Uncordon " + name, Done: "Uncordoned " + name, Already: name + " already schedulable",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			return err == nil && !n.Spec.Unschedulable, err
+		},
+		Apply: func(ctx context.Context) error { return cordon(ctx, r.cl, name, false) },
+	}
+}
+
+// workloadsStep waits until every workload that was Ready on the worker has rolled out again,
+// wherever its pods now run.
+func (r *rebooter) workloadsStep() workflow.Step {
+	pending := func(ctx context.Context) (bool, string, error) {
+		var waiting []string
+		for _, w := range r.intent.Workloads {
+			done, why, err := workloadRolledOut(ctx, r.cl, w)
+			if err != nil {
+				return false, "", err
+			}
+			if !done {
+				waiting = append(waiting, why)
+			}
+		}
+		return len(waiting) == 0, strings.Join(waiting, "; "), nil
+	}
+	return workflow.Step{
+		Name: "workloads", Title: "Wait for the workloads that ran on " + r.o.Worker + " to be Ready",
+		Done: "The workloads that ran on " + r.o.Worker + " are Ready", Already: "The workloads that ran on " + r.o.Worker + " are Ready",
+		Check: func(ctx context.Context) (bool, error) {
+			done, _, err := pending(ctx)
+			return done, err
+		},
+		Apply: func(ctx context.Context) error {
+			if err := kube.Poll(ctx, workloadsTimeout, "workloads Ready", pending); err != nil {
+				return fmt.Errorf("%w: see 'kubectl get pods -A -o wide', and run the same command again to keep waiting", err)
+			}
+			return nil
+		},
+	}
+}
+
+// workloadRolledOut reports whether w has rolled out (kube.RolloutStatus); a workload deleted
+// since the reboot began has nothing to wait for.
+func workloadRolledOut(ctx context.Context, cl *kube.Clients, w workload) (bool, string, error) {
+	apps := cl.Kube.AppsV1()
+	var obj runtime.Object
+	var err error
+	switch w.Kind {
+	case "Deployment":
+		obj, err = apps.Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+	case "StatefulSet":
+		obj, err = apps.StatefulSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+	default:
+		obj, err = apps.DaemonSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, "", nil
+	case err != nil:
+		p, err := kube.PendingGet(w.String(), err)
+		return false, p, err
+	}
+	return kube.RolloutStatus(obj)
+}
