@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	"kipper.run/kip/internal/buildinfo"
@@ -115,17 +117,7 @@ that still answers is removed with --force only while a fence holds its k3s-agen
 Interrupted, the same command resumes. See docs/nodes.md.`,
 		Example: "  kip node remove lab12\n  kip node remove lab12 --force --yes",
 		Args:    usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Worker = args[0]
-			var err error
-			if o.Env, err = nodeEnv(f); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(o)
-			}
-			return node.Remove(cmd.Context(), o)
-		},
+		RunE:    workerRunE(f, o, &o.Worker, &o.Env, runF, node.Remove),
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&o.Force, "force", false, "deregister a worker whose host is powered off or gone, without moving its copies or draining it")
@@ -151,22 +143,29 @@ cluster without backups, unless --no-backup. Interrupted, the same command resum
 docs/nodes.md.`,
 		Example: "  kip node reboot lab12\n  kip node reboot lab12 --no-backup --yes",
 		Args:    usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Worker = args[0]
-			var err error
-			if o.Env, err = nodeEnv(f); err != nil {
-				return err
-			}
-			if runF != nil {
-				return runF(o)
-			}
-			return node.Reboot(cmd.Context(), o)
-		},
+		RunE:    workerRunE(f, o, &o.Worker, &o.Env, runF, node.Reboot),
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&o.NoBackup, "no-backup", false, "reboot without a backup first (a cluster without backups needs it)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	return cmd
+}
+
+// workerRunE runs a node command on one worker: WORKER and the node environment set on its
+// options o, then run (or the test's runF).
+func workerRunE[O any](f *cli.Factory, o *O, worker *string, env *node.Env, runF func(*O) error,
+	run func(context.Context, *O) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		*worker = args[0]
+		var err error
+		if *env, err = nodeEnv(f); err != nil {
+			return err
+		}
+		if runF != nil {
+			return runF(o)
+		}
+		return run(cmd.Context(), o)
+	}
 }
 
 // nodeEnv is what the node commands that change the cluster take from the command line.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -83,80 +84,68 @@ func TestNodeAddWiring(t *testing.T) {
 	}
 }
 
-// TestNodeRemoveWiring checks what kip node remove hands to internal/node, and that it takes
-// exactly one worker.
-func TestNodeRemoveWiring(t *testing.T) {
-	for _, tt := range []struct {
-		args        []string
-		force, dry  bool
-		description string
-	}{{[]string{"w1"}, false, false, "defaults"}, {[]string{"w1", "--force", "--dry-run"}, true, true, "flags"}} {
-		f, _, _ := testFactory(nil)
-		var got *node.RemoveOptions
-		root := newRootCmd(f)
-		for _, c := range root.Commands() {
-			if c.Name() == "node" {
-				root.RemoveCommand(c)
+// TestNodeWorkerCommandsWiring checks what kip node remove and reboot hand to internal/node,
+// and that each takes exactly one worker.
+func TestNodeWorkerCommandsWiring(t *testing.T) {
+	type got struct {
+		worker     string
+		flag, dry  bool
+		kube, dial bool
+	}
+	for _, cmd := range []struct {
+		name, flag string
+		runners    func(*got) nodeRunners
+		run        func(ctx context.Context, f *cli.Factory, worker string) error
+	}{
+		{"remove", "--force", func(g *got) nodeRunners {
+			return nodeRunners{remove: func(o *node.RemoveOptions) error {
+				*g = got{o.Worker, o.Force, o.DryRun, o.Kube != nil, o.Dial != nil && o.Prompter != nil}
+				return nil
+			}}
+		}, func(ctx context.Context, f *cli.Factory, worker string) error {
+			return node.Remove(ctx, &node.RemoveOptions{Worker: worker, Env: node.Env{Prompter: f.Prompter()}})
+		}},
+		{"reboot", "--no-backup", func(g *got) nodeRunners {
+			return nodeRunners{reboot: func(o *node.RebootOptions) error {
+				*g = got{o.Worker, o.NoBackup, o.DryRun, o.Kube != nil, o.Dial != nil && o.Prompter != nil}
+				return nil
+			}}
+		}, func(ctx context.Context, f *cli.Factory, worker string) error {
+			return node.Reboot(ctx, &node.RebootOptions{Worker: worker, Env: node.Env{Prompter: f.Prompter()}})
+		}},
+	} {
+		for _, tt := range []struct {
+			args      []string
+			flag, dry bool
+		}{{[]string{"w1"}, false, false}, {[]string{"w1", cmd.flag, "--dry-run"}, true, true}} {
+			f, _, _ := testFactory(nil)
+			var g got
+			root := newRootCmd(f)
+			for _, c := range root.Commands() {
+				if c.Name() == "node" {
+					root.RemoveCommand(c)
+				}
+			}
+			root.AddCommand(newNodeCmd(f, cmd.runners(&g)))
+			root.SetArgs(append([]string{"node", cmd.name}, tt.args...))
+			if err := root.Execute(); err != nil {
+				t.Fatalf("kip node %s %v: %v", cmd.name, tt.args, err)
+			}
+			if want := (got{"w1", tt.flag, tt.dry, true, true}); g != want {
+				t.Errorf("kip node %s %v: options %+v, want %+v", cmd.name, tt.args, g, want)
 			}
 		}
-		root.AddCommand(newNodeCmd(f, nodeRunners{remove: func(o *node.RemoveOptions) error { got = o; return nil }}))
-		root.SetArgs(append([]string{"node", "remove"}, tt.args...))
-		if err := root.Execute(); err != nil {
-			t.Fatalf("%s: %v", tt.description, err)
-		}
-		if got == nil || got.Worker != "w1" || got.Force != tt.force || got.DryRun != tt.dry || got.Kube == nil || got.Dial == nil || got.Prompter == nil {
-			t.Errorf("%s: options %+v", tt.description, got)
-		}
-	}
-	for _, args := range [][]string{{"node", "remove"}, {"node", "remove", "w1", "w2"}} {
-		f, _, _ := testFactory(nil)
-		root := newRootCmd(f)
-		root.SetArgs(args)
-		if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
-			t.Errorf("kip %v = %v, want a usage error", args, err)
-		}
-	}
-	f, _, _ := testFactory(nil)
-	if err := node.Remove(t.Context(), &node.RemoveOptions{Worker: "Not_A_Node", Env: node.Env{Prompter: f.Prompter()}}); !errors.As(err, new(*cli.UsageError)) {
-		t.Errorf("kip node remove Not_A_Node = %v, want a usage error", err)
-	}
-}
-
-// TestNodeRebootWiring checks what kip node reboot hands to internal/node, and that it takes
-// exactly one worker.
-func TestNodeRebootWiring(t *testing.T) {
-	for _, tt := range []struct {
-		args          []string
-		noBackup, dry bool
-		description   string
-	}{{[]string{"w1"}, false, false, "defaults"}, {[]string{"w1", "--no-backup", "--dry-run"}, true, true, "flags"}} {
-		f, _, _ := testFactory(nil)
-		var got *node.RebootOptions
-		root := newRootCmd(f)
-		for _, c := range root.Commands() {
-			if c.Name() == "node" {
-				root.RemoveCommand(c)
+		for _, args := range [][]string{{"node", cmd.name}, {"node", cmd.name, "w1", "w2"}} {
+			f, _, _ := testFactory(nil)
+			root := newRootCmd(f)
+			root.SetArgs(args)
+			if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
+				t.Errorf("kip %v = %v, want a usage error", args, err)
 			}
 		}
-		root.AddCommand(newNodeCmd(f, nodeRunners{reboot: func(o *node.RebootOptions) error { got = o; return nil }}))
-		root.SetArgs(append([]string{"node", "reboot"}, tt.args...))
-		if err := root.Execute(); err != nil {
-			t.Fatalf("%s: %v", tt.description, err)
-		}
-		if got == nil || got.Worker != "w1" || got.NoBackup != tt.noBackup || got.DryRun != tt.dry || got.Kube == nil || got.Dial == nil || got.Prompter == nil {
-			t.Errorf("%s: options %+v", tt.description, got)
-		}
-	}
-	for _, args := range [][]string{{"node", "reboot"}, {"node", "reboot", "w1", "w2"}} {
 		f, _, _ := testFactory(nil)
-		root := newRootCmd(f)
-		root.SetArgs(args)
-		if err := root.Execute(); !errors.As(err, new(*cli.UsageError)) {
-			t.Errorf("kip %v = %v, want a usage error", args, err)
+		if err := cmd.run(t.Context(), f, "Not_A_Node"); !errors.As(err, new(*cli.UsageError)) {
+			t.Errorf("kip node %s Not_A_Node = %v, want a usage error", cmd.name, err)
 		}
-	}
-	f, _, _ := testFactory(nil)
-	if err := node.Reboot(t.Context(), &node.RebootOptions{Worker: "Not_A_Node", Env: node.Env{Prompter: f.Prompter()}}); !errors.As(err, new(*cli.UsageError)) {
-		t.Errorf("kip node reboot Not_A_Node = %v, want a usage error", err)
 	}
 }

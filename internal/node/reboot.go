@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
@@ -79,41 +77,30 @@ func rebootWorkflow(name string) string { return "node-reboot-" + name }
 // Reboot reboots a worker: a backup first, then a drain, the reboot, and a wait until the
 // workloads that were Ready on it are Ready again.
 func Reboot(ctx context.Context, o *RebootOptions) error {
-	if errs := validation.IsDNS1123Subdomain(o.Worker); len(errs) > 0 {
-		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", o.Worker, strings.Join(errs, "; "))
-	}
-	if !o.DryRun {
-		if err := o.Prompter.CanConfirm(); err != nil {
-			return err
-		}
-	}
 	r := &rebooter{o: o, p: o.Printer, intent: rebootIntent{Node: o.Worker}}
 	defer func() {
 		if r.node != nil {
 			r.node.Close()
 		}
 	}()
-	if err := r.examine(ctx); err != nil {
-		return err
-	}
-	if !o.DryRun {
-		ok, err := o.Prompter.Confirm(fmt.Sprintf("Reboot worker %s (%s)? kip drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
-			o.Worker, r.worker.Host))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errors.New("node reboot cancelled: nothing was changed")
-		}
-	}
-	run := o.runner(r.cl, o.DryRun, kube.LockOptions{})
-	if err := run.Run(ctx, &workflow.Workflow{Name: rebootWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}); err != nil {
-		return err
-	}
-	if !o.DryRun {
+	err := o.runWorkerCommand(ctx, workerCommand{
+		verb: "reboot", worker: o.Worker, dryRun: o.DryRun,
+		examine: func(ctx context.Context) (*kube.Clients, error) {
+			err := r.examine(ctx)
+			return r.cl, err
+		},
+		question: func(context.Context) string {
+			return fmt.Sprintf("Reboot worker %s (%s)? kip drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
+				o.Worker, r.worker.Host)
+		},
+		workflow: func() *workflow.Workflow {
+			return &workflow.Workflow{Name: rebootWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}
+		},
+	})
+	if err == nil && !o.DryRun {
 		r.p.Success(fmt.Sprintf("Rebooted worker %s: it is Ready and so are %s", o.Worker, cli.Count(len(r.intent.Workloads), "workload", "workloads")))
 	}
-	return nil
+	return err
 }
 
 // examine reads the cluster and reaches the worker, refusing what kip node reboot refuses

@@ -73,36 +73,64 @@ func removeWorkflow(name string) string { return "node-remove-" + name }
 // and its address removed from every kip-managed firewall; or, with Force, deregisters a worker
 // that is gone.
 func Remove(ctx context.Context, o *RemoveOptions) error {
-	if errs := validation.IsDNS1123Subdomain(o.Worker); len(errs) > 0 {
-		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", o.Worker, strings.Join(errs, "; "))
+	r := &remover{o: o, p: o.Printer, intent: removeIntent{Node: o.Worker, Force: o.Force}}
+	defer r.close()
+	err := o.runWorkerCommand(ctx, workerCommand{
+		verb: "remove", worker: o.Worker, dryRun: o.DryRun,
+		examine: func(ctx context.Context) (*kube.Clients, error) {
+			err := r.examine(ctx)
+			return r.cl, err
+		},
+		question: r.question,
+		workflow: func() *workflow.Workflow {
+			return &workflow.Workflow{Name: removeWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}
+		},
+	})
+	if err == nil && !o.DryRun {
+		r.summary()
 	}
-	if !o.DryRun {
-		if err := o.Prompter.CanConfirm(); err != nil {
+	return err
+}
+
+// workerCommand is one run of a node command that acts on one recorded worker (remove, reboot):
+// checked before anything changes, asked about, then run as a resumable workflow under the
+// cluster lock.
+type workerCommand struct {
+	verb   string // the subcommand, for the cancellation message
+	worker string
+	dryRun bool
+	// examine reads the cluster and refuses what the command refuses; it returns the clients
+	// the workflow runs with.
+	examine  func(context.Context) (*kube.Clients, error)
+	question func(context.Context) string
+	workflow func() *workflow.Workflow
+}
+
+// runWorkerCommand runs c: WORKER checked as a node name, the operator able to answer (unless a
+// dry run), c's checks, its question, then its workflow.
+func (e Env) runWorkerCommand(ctx context.Context, c workerCommand) error {
+	if errs := validation.IsDNS1123Subdomain(c.worker); len(errs) > 0 {
+		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", c.worker, strings.Join(errs, "; "))
+	}
+	if !c.dryRun {
+		if err := e.Prompter.CanConfirm(); err != nil {
 			return err
 		}
 	}
-	r := &remover{o: o, p: o.Printer, intent: removeIntent{Node: o.Worker, Force: o.Force}}
-	defer r.close()
-	if err := r.examine(ctx); err != nil {
+	cl, err := c.examine(ctx)
+	if err != nil {
 		return err
 	}
-	if !o.DryRun {
-		ok, err := o.Prompter.Confirm(r.question(ctx))
+	if !c.dryRun {
+		ok, err := e.Prompter.Confirm(c.question(ctx))
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return errors.New("node remove cancelled: nothing was changed")
+			return errors.New("node " + c.verb + " cancelled: nothing was changed")
 		}
 	}
-	run := o.runner(r.cl, o.DryRun, kube.LockOptions{})
-	if err := run.Run(ctx, &workflow.Workflow{Name: removeWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}); err != nil {
-		return err
-	}
-	if !o.DryRun {
-		r.summary()
-	}
-	return nil
+	return e.runner(cl, c.dryRun, kube.LockOptions{}).Run(ctx, c.workflow())
 }
 
 // examine reads the cluster and reaches the hosts the remove touches, refusing what kip node
