@@ -9,6 +9,7 @@ import (
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cli"
@@ -67,6 +68,10 @@ func TestRebootRefusals(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	// rb-only holds the one copy of rb-vol1 and, beside a copy on the server that failed, of
 	// rb-vol2; rb-two holds one of rb-vol3's two current copies.
 	replica(t, cl, "rb-vol1-r1", "rb-vol1", "rb-only", true)
