@@ -22,6 +22,7 @@ import (
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/verify"
 	"kipper.run/kip/internal/workflow"
 )
@@ -612,33 +613,26 @@ func (j *joiner) summary(ctx context.Context) {
 	if j.intent.Path.Mode == ModePrivate {
 		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
 	}
-	if only, err := copiesOnlyOnWorkers(ctx, j.cl, j.serverAtStart.Name); err != nil {
+	if copies, err := workerCopies(ctx, j.cl, j.serverAtStart.Name); err != nil {
 		j.p.Warn("cannot list the volume copies on workers: " + err.Error())
-	} else if len(only) > 0 {
-		j.p.Warn("Volumes whose only copies are on a worker, lost with it: " + strings.Join(only, ", "))
+	} else {
+		for _, c := range copies {
+			j.p.Warn(c.Sentence())
+		}
 	}
 	j.o.Debugf("%d remote commands on every host, %s in all", j.commands(), time.Since(j.started).Round(time.Second))
 }
 
-// copiesOnlyOnWorkers names the Longhorn volumes with no replica on the server.
-func copiesOnlyOnWorkers(ctx context.Context, cl *kube.Clients, server string) ([]string, error) {
-	replicas, err := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+// workerCopies lists the Longhorn volumes with no current copy on the server (storage.WorkerCopies).
+func workerCopies(ctx context.Context, cl *kube.Clients, server string) ([]storage.WorkerCopy, error) {
+	lh := cl.Longhorn.LonghornV1beta2()
+	vols, err := lh.Volumes(longhornSpace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
 	}
-	onServer, volumes := map[string]bool{}, map[string]bool{}
-	for _, r := range replicas.Items {
-		volumes[r.Spec.VolumeName] = true
-		if r.Spec.NodeID == server {
-			onServer[r.Spec.VolumeName] = true
-		}
+	replicas, err := lh.Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
-	var only []string
-	for v := range volumes {
-		if !onServer[v] {
-			only = append(only, v)
-		}
-	}
-	slices.Sort(only)
-	return only, nil
+	return storage.WorkerCopies(vols.Items, replicas.Items, func(n string) bool { return n == server }), nil
 }

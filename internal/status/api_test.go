@@ -409,6 +409,27 @@ func TestAPI(t *testing.T) {
 		if c := r.Cluster; c.Monitoring == nil || !c.Monitoring.Prometheus {
 			t.Errorf("cluster %+v", c)
 		}
+		// The server's copy of pvc-lh is not current (Longhorn never reported it healthy), so a
+		// current copy on worker kip-w1 is the volume's only one: listed and warned about.
+		if len(r.WorkerCopies) != 0 {
+			t.Errorf("worker copies before one exists: %+v", r.WorkerCopies)
+		}
+		rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-2", Namespace: LonghornNamespace}}
+		rep.Spec.VolumeName, rep.Spec.NodeID, rep.Spec.DiskID, rep.Spec.VolumeSize = "pvc-lh", fencedNode, "default", 10<<30
+		rep.Spec.DataEngine, rep.Spec.HealthyAt = "v1", "2026-12-01T10:00:00Z"
+		if _, err := f.c.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			f.c.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).Delete(context.Background(), "pvc-lh-r-2", metav1.DeleteOptions{})
+		})
+		if r, err = Collect(ctx, f.options(&out)); err != nil {
+			t.Fatal(err)
+		}
+		want := "Longhorn volume pvc-lh (claim shop/data-pg-0) has no current copy on the server, only on " + fencedNode
+		if len(r.WorkerCopies) != 1 || r.WorkerCopies[0].Volume != "pvc-lh" || !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
+			t.Errorf("worker copies %+v, warnings %q", r.WorkerCopies, r.Warnings)
+		}
 		d := Diagnose(ctx, f.options(&out))
 		if c := findCheck(d, "storage", ""); c == nil || c.Status != StatusOK {
 			t.Errorf("storage check %+v", c)

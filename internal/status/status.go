@@ -93,6 +93,9 @@ type Report struct {
 	KeptCopiesBytes int64        `json:"keptCopiesBytes"`
 	// Stranded are the services whose data volume is missing.
 	Stranded []Stranded `json:"strandedServices"`
+	// WorkerCopies are the Longhorn volumes with no current copy on the server, only on workers;
+	// each is also a warning.
+	WorkerCopies []kipstorage.WorkerCopy `json:"workerCopies"`
 	// HostChecks are kip doctor's host checks, run over SSH on the server and every recorded
 	// worker; each that is not right is also a warning.
 	HostChecks []Check `json:"hostChecks"`
@@ -273,7 +276,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
-		Stranded: []Stranded{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
+		Stranded: []Stranded{}, WorkerCopies: []kipstorage.WorkerCopy{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -683,6 +686,14 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	byName := map[string]*longhornv1beta2.Volume{}
 	for i := range vols.Items {
 		byName[vols.Items[i].Name] = &vols.Items[i]
+	}
+	servers := map[string]bool{}
+	for _, n := range v.servers() {
+		servers[n.Name] = true
+	}
+	for _, c := range kipstorage.WorkerCopies(vols.Items, replicas.Items, func(n string) bool { return servers[n] }) {
+		r.WorkerCopies = append(r.WorkerCopies, c)
+		r.Warnings = append(r.Warnings, c.Sentence())
 	}
 	seen := map[[2]string]bool{}
 	for _, rep := range replicas.Items {

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -99,4 +100,49 @@ func LonghornRoom(ctx context.Context, c *kube.Clients, node string, size int64)
 func CurrentReplica(r *longhornv1beta2.Replica) bool {
 	return r.DeletionTimestamp == nil && r.Spec.FailedAt == "" && r.Spec.HealthyAt != "" &&
 		(r.Spec.LastFailedAt == "" || r.Spec.LastHealthyAt > r.Spec.LastFailedAt)
+}
+
+// WorkerCopy is a Longhorn volume with no current copy on a server: the nodes that hold its
+// copies, all of them workers. Losing those workers can lose the volume's data.
+type WorkerCopy struct {
+	Volume    string   `json:"volume"`
+	Namespace string   `json:"namespace,omitempty"`
+	Claim     string   `json:"claim,omitempty"`
+	Nodes     []string `json:"nodes"`
+}
+
+// Sentence says what c is, for a warning.
+func (c WorkerCopy) Sentence() string {
+	what := "Longhorn volume " + c.Volume
+	if c.Claim != "" {
+		what += " (claim " + c.Namespace + "/" + c.Claim + ")"
+	}
+	return what + " has no current copy on the server, only on " + strings.Join(c.Nodes, ", ") + ": losing that node can lose its data"
+}
+
+// WorkerCopies are the volumes among vols whose replicas include none current
+// (CurrentReplica) on a node isServer names, and at least one on another node, sorted by volume.
+func WorkerCopies(vols []longhornv1beta2.Volume, replicas []longhornv1beta2.Replica, isServer func(node string) bool) []WorkerCopy {
+	onServer, on := map[string]bool{}, map[string][]string{}
+	for i := range replicas {
+		r := &replicas[i]
+		switch {
+		case r.Spec.NodeID == "":
+		case isServer(r.Spec.NodeID):
+			onServer[r.Spec.VolumeName] = onServer[r.Spec.VolumeName] || CurrentReplica(r)
+		case !slices.Contains(on[r.Spec.VolumeName], r.Spec.NodeID):
+			on[r.Spec.VolumeName] = append(on[r.Spec.VolumeName], r.Spec.NodeID)
+		}
+	}
+	var out []WorkerCopy
+	for i := range vols {
+		v := &vols[i]
+		if nodes := on[v.Name]; len(nodes) > 0 && !onServer[v.Name] {
+			slices.Sort(nodes)
+			ks := v.Status.KubernetesStatus
+			out = append(out, WorkerCopy{Volume: v.Name, Namespace: ks.Namespace, Claim: ks.PVCName, Nodes: nodes})
+		}
+	}
+	slices.SortFunc(out, func(a, b WorkerCopy) int { return strings.Compare(a.Volume, b.Volume) })
+	return out
 }

@@ -1,0 +1,49 @@
+package storage
+
+import (
+	"reflect"
+	"testing"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestWorkerCopies lists the volumes without a current copy on the server: one copy on a worker,
+// copies on two workers, a copy on the server that failed; not a volume with a current copy on
+// the server beside one on a worker, nor one without replicas.
+func TestWorkerCopies(t *testing.T) {
+	vol := func(name, claim string) longhornv1beta2.Volume {
+		v := longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if claim != "" {
+			v.Status.KubernetesStatus = longhornv1beta2.KubernetesStatus{Namespace: "shop-prod", PVCName: claim}
+		}
+		return v
+	}
+	rep := func(vol, node string, current bool) longhornv1beta2.Replica {
+		r := longhornv1beta2.Replica{}
+		r.Spec.VolumeName, r.Spec.NodeID, r.Spec.HealthyAt = vol, node, "2026-12-01T10:00:00Z"
+		if !current {
+			r.Spec.FailedAt = "2026-12-01T11:00:00Z"
+		}
+		return r
+	}
+	vols := []longhornv1beta2.Volume{vol("v-one", "data-db-0"), vol("v-two", ""), vol("v-failed", ""), vol("v-safe", ""), vol("v-none", "")}
+	reps := []longhornv1beta2.Replica{
+		rep("v-one", "w1", true),
+		rep("v-two", "w2", true), rep("v-two", "w1", true),
+		rep("v-failed", "srv", false), rep("v-failed", "w1", true),
+		rep("v-safe", "srv", true), rep("v-safe", "w2", true),
+	}
+	got := WorkerCopies(vols, reps, func(n string) bool { return n == "srv" })
+	want := []WorkerCopy{
+		{Volume: "v-failed", Nodes: []string{"w1"}},
+		{Volume: "v-one", Namespace: "shop-prod", Claim: "data-db-0", Nodes: []string{"w1"}},
+		{Volume: "v-two", Nodes: []string{"w1", "w2"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("WorkerCopies = %+v, want %+v", got, want)
+	}
+	if s := want[1].Sentence(); s != "Longhorn volume v-one (claim shop-prod/data-db-0) has no current copy on the server, only on w1: losing that node can lose its data" {
+		t.Errorf("Sentence = %q", s)
+	}
+}
