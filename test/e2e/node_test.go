@@ -286,7 +286,8 @@ func podNodes(pods *corev1.PodList) []string {
 // TestNodeAddPublic joins a worker with --public on a cluster of its own: the nodes reach each
 // other at their public addresses (the record, the worker's node address), and the firewalls
 // open the peer ports to those addresses only, proven by real connections over the public
-// network, from a node and from a host that is none.
+// network, from a node and from a host that is none. Then the worker loses its power for good
+// and kip node remove --force deregisters it (see forceRemove).
 func TestNodeAddPublic(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
@@ -338,8 +339,41 @@ func TestNodeAddPublic(t *testing.T) {
 			t.Errorf("public mode %s → %s:%d connects %v, want %v", tc.from.Name, tc.to.Name, tc.port, got, tc.want)
 		}
 	}
-	if _, err := w.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
-		t.Error(err)
+	forceRemove(ctx, t, s, home, c, srv, w)
+}
+
+// forceRemove powers the worker off for good (a power cut): once its node is NotReady, a remove
+// without --force is refused, naming --force; with --force kip deregisters it (the node and the
+// record gone), takes its address off the server's firewall, and warns that the host still holds
+// k3s-agent.
+func forceRemove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
+	t.Helper()
+	if err := w.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 3*time.Minute, "the powered-off worker NotReady", func(ctx context.Context) (bool, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		return err == nil && cluster.NodeStatus(n) != cluster.NodeReady, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, "node", "remove", w.Name, "--yes")
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip cannot reach "+w.Name) || !strings.Contains(r.Stderr, "run kip node remove "+w.Name+" --force") {
+		t.Fatalf("remove of a powered-off worker without --force: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	r = s.Kip(t, home, "node", "remove", w.Name, "--force", "--yes")
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, w.Name+" does not answer over SSH") || !strings.Contains(r.Stderr, "k3s-agent is still installed there") {
+		t.Fatalf("remove --force of a powered-off worker: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node %s after the forced remove: %v", w.Name, err)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 {
+		t.Errorf("nodes record after the forced remove: %+v (%v)", rec, err)
+	}
+	rules, err := srv.Run(ctx, "ufw status")
+	if err != nil || !strings.Contains(rules, "Status: active") || strings.Contains(rules, w.PublicIP.String()) {
+		t.Errorf("the server's ufw after the forced remove still names %s (%v):\n%s", w.PublicIP, err, rules)
 	}
 }
 
