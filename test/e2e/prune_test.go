@@ -197,10 +197,11 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	l.checkPruned(ctx, t, dbDir, dbVolume)
 
 	// A change of the copy count under way holds a copy back, whatever is waived: the Longhorn
-	// volume of service changed asks for a second copy that does not exist yet.
-	changed := service.Ref{Project: "shop", Environment: "staging", Name: "changed"}
-	_, changedVolume := l.keptCopy(ctx, t, changed)
-	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, changedVolume, metav1.GetOptions{})
+	// volume of service k2 (stopped, its hour and day waived) asks for a second copy that does not
+	// exist yet.
+	k2 := service.Ref{Project: "shop", Environment: "staging", Name: "k2"}
+	_, k2Volume := l.keptCopy(ctx, t, k2)
+	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, k2Volume, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +210,10 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 		[]byte(`{"spec":{"numberOfReplicas":2}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("changed", "--project", "shop", "--now", "--delete-unproven")...)
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("k2", "--project", "shop", "--now", "--delete-unproven")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
 		!strings.Contains(r.Stderr, "Longhorn is changing the copies of volume "+lhName+": 1 of 2 healthy, 1 in all") {
-		t.Errorf("prune changed during a copy count change: exit %d\n%s", r.ExitCode, r.Stderr)
+		t.Errorf("prune k2 during a copy count change: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
 
 	// A stopped service keeps its copy: --delete-unproven waives the hour, not the day; with --now
