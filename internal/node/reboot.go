@@ -98,7 +98,8 @@ func Reboot(ctx context.Context, o *RebootOptions) error {
 		},
 	})
 	if err == nil && !o.DryRun {
-		r.p.Success(fmt.Sprintf("Rebooted worker %s: it is Ready and so are %s", o.Worker, cli.Count(len(r.intent.Workloads), "workload", "workloads")))
+		r.p.Success(fmt.Sprintf("Rebooted worker %s: it is Ready again, and so are the workloads that ran there (%s)",
+			o.Worker, cli.Count(len(r.intent.Workloads), "workload", "workloads")))
 	}
 	return err
 }
