@@ -120,24 +120,15 @@ func (r *rebooter) examine(ctx context.Context) error {
 		return err
 	}
 	name := r.o.Worker
-	n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read node %s: %w", name, err)
-	}
-	found := err == nil
-	w, recorded := nodes.Workers[name]
+	w, n, err := lookupWorker(ctx, r.cl, nodes, name, "kip node reboot reboots workers")
 	switch {
-	case found && !recorded && cluster.NodeRole(n) == cluster.RoleServer:
-		return fmt.Errorf("%s is the cluster's server: kip node reboot reboots workers", name)
-	case found && !recorded:
-		return fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first", name)
-	case !recorded:
-		return fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
+	case err != nil:
+		return err
 	case w.State == WorkerJoining:
 		return fmt.Errorf("worker %s has not finished joining: run kip node add %s again to finish it, then reboot it", name, w.Host)
 	case w.State == WorkerRemoving:
 		return fmt.Errorf("worker %s is being removed: run kip node remove %s again to finish it", name, name)
-	case !found:
+	case n == nil:
 		return fmt.Errorf("worker %s has no node in the cluster: rejoin it with kip node add %s", name, w.Host)
 	}
 	r.worker = w

@@ -148,23 +148,11 @@ func (r *remover) examine(ctx context.Context) error {
 		return err
 	}
 	name := r.o.Worker
-	n, err := r.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("read node %s: %w", name, err)
-	default:
-		r.apiNode = n
+	w, n, err := lookupWorker(ctx, r.cl, r.nodes, name, "kip node remove removes workers")
+	if err != nil {
+		return err
 	}
-	w, recorded := r.nodes.Workers[name]
-	switch {
-	case !recorded && r.apiNode != nil && cluster.NodeRole(r.apiNode) == cluster.RoleServer:
-		return fmt.Errorf("%s is the cluster's server: kip node remove removes workers", name)
-	case !recorded && r.apiNode != nil:
-		return fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then remove it", name)
-	case !recorded:
-		return fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
-	}
+	r.apiNode = n
 	r.worker = w
 	if err := r.checkResume(ctx); err != nil {
 		return err
@@ -203,6 +191,29 @@ func (r *remover) examine(ctx context.Context) error {
 	}
 	r.peers, err = dialPeers(ctx, r.o.Dial, r.nodes, name, "a remove")
 	return err
+}
+
+// lookupWorker finds the recorded worker name and its Node (nil when the API has none), refusing
+// the server (what says what the command does instead), a worker kip did not record and a name
+// no node has.
+func lookupWorker(ctx context.Context, cl *kube.Clients, nodes Nodes, name, what string) (Worker, *corev1.Node, error) {
+	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		n = nil
+	case err != nil:
+		return Worker{}, nil, fmt.Errorf("read node %s: %w", name, err)
+	}
+	w, recorded := nodes.Workers[name]
+	switch {
+	case recorded:
+		return w, n, nil
+	case n != nil && cluster.NodeRole(n) == cluster.RoleServer:
+		return w, n, fmt.Errorf("%s is the cluster's server: %s", name, what)
+	case n != nil:
+		return w, n, fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then run the same command again", name)
+	}
+	return w, n, fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
 }
 
 // checkResume refuses to resume an unfinished remove with the other --force.
