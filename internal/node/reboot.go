@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
@@ -157,7 +157,9 @@ func (r *rebooter) examine(ctx context.Context) error {
 	if r.node, err = r.o.Dial(ctx, w.Host); err != nil {
 		return fmt.Errorf("a reboot runs over SSH, and kip cannot reach %s at %s: %w; fix SSH to it, then run the same command again", name, w.Host, err)
 	}
-	// A resumed reboot keeps the boot and workloads its progress record holds.
+	if resumed {
+		return nil // the runner loads the boot and the workloads the progress record holds
+	}
 	boot, err := r.node.Output(ctx, bootIDCommand)
 	if err != nil {
 		return fmt.Errorf("read the boot ID of %s: %w", name, err)
@@ -237,9 +239,10 @@ func readyWorkloads(ctx context.Context, cl *kube.Clients, node string) ([]workl
 		return nil, fmt.Errorf("list the pods on %s: %w", node, err)
 	}
 	var out []workload
+	deployments := map[string]*metav1.OwnerReference{} // by ReplicaSet, read once each
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !podReady(p) || p.DeletionTimestamp != nil {
+		if !podutils.IsPodReady(p) || p.DeletionTimestamp != nil {
 			continue
 		}
 		owner := metav1.GetControllerOf(p)
@@ -248,11 +251,16 @@ func readyWorkloads(ctx context.Context, cl *kube.Clients, node string) ([]workl
 		}
 		w := workload{Kind: owner.Kind, Namespace: p.Namespace, Name: owner.Name}
 		if owner.Kind == "ReplicaSet" {
-			rs, err := cl.Kube.AppsV1().ReplicaSets(p.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-			if err != nil {
-				return nil, fmt.Errorf("read ReplicaSet %s/%s of pod %s: %w", p.Namespace, owner.Name, p.Name, err)
+			key := p.Namespace + "/" + owner.Name
+			d, read := deployments[key]
+			if !read {
+				rs, err := cl.Kube.AppsV1().ReplicaSets(p.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("read ReplicaSet %s of pod %s: %w", key, p.Name, err)
+				}
+				d = metav1.GetControllerOf(rs)
+				deployments[key] = d
 			}
-			d := metav1.GetControllerOf(rs)
 			if d == nil || d.Kind != "Deployment" {
 				continue // a bare ReplicaSet has no rollout to wait for
 			}
@@ -264,15 +272,6 @@ func readyWorkloads(ctx context.Context, cl *kube.Clients, node string) ([]workl
 	}
 	slices.SortFunc(out, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
 	return out, nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // steps are the reboot's steps, in order.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
@@ -334,7 +335,7 @@ func ShowInfo(ctx context.Context, o *ServiceOptions) error {
 		return err
 	}
 	for _, p := range pods {
-		info.Pods = append(info.Pods, PodInfo{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Ready: podReady(&p)})
+		info.Pods = append(info.Pods, PodInfo{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Ready: podutils.IsPodReady(&p)})
 	}
 	claims := []string{s.DataClaim()}
 	if d := s.DumpClaim(); d != "" {

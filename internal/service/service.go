@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
@@ -365,7 +366,7 @@ func WaitRunning(ctx context.Context, dyn dynamic.Interface, cs kubernetes.Inter
 			return "", err
 		}
 		for _, p := range pods {
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 				return "", nil
 			}
 		}
@@ -388,13 +389,4 @@ func orUnknown(phase string) string {
 		return "without a phase"
 	}
 	return phase
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
