@@ -154,42 +154,46 @@ func crdStatus(crd *apiextensionsv1.CustomResourceDefinition) (established bool,
 // Deployment past its progress deadline fails at once, as does a DaemonSet or StatefulSet whose
 // update strategy is not RollingUpdate (its rollout has no end to wait for).
 func WaitRollout(ctx context.Context, c *Clients, kind, namespace, name string, timeout time.Duration) error {
-	var fn Check
+	if _, err := workloadGetter(c, kind, namespace); err != nil {
+		return fmt.Errorf("wait for rollout of %s %s/%s: %w", kind, namespace, name, err)
+	}
+	id := kind + " " + namespace + "/" + name
+	return Poll(ctx, timeout, "rollout", func(ctx context.Context) (bool, string, error) {
+		obj, err := GetWorkload(ctx, c, kind, namespace, name)
+		if err != nil {
+			p, err := PendingGet(id, err)
+			return false, p, err
+		}
+		return RolloutStatus(obj)
+	})
+}
+
+// GetWorkload reads the Deployment, DaemonSet or StatefulSet (kind, in any case) namespace/name.
+func GetWorkload(ctx context.Context, c *Clients, kind, namespace, name string) (runtime.Object, error) {
+	get, err := workloadGetter(c, kind, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return get(ctx, name)
+}
+
+func workloadGetter(c *Clients, kind, namespace string) (func(context.Context, string) (runtime.Object, error), error) {
+	apps := c.Kube.AppsV1()
 	switch strings.ToLower(kind) {
 	case "deployment":
-		id := "Deployment " + namespace + "/" + name
-		fn = func(ctx context.Context) (bool, string, error) {
-			d, err := c.Kube.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				p, err := PendingGet(id, err)
-				return false, p, err
-			}
-			return deploymentRollout(d)
-		}
+		return func(ctx context.Context, name string) (runtime.Object, error) {
+			return apps.Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+		}, nil
 	case "daemonset":
-		id := "DaemonSet " + namespace + "/" + name
-		fn = func(ctx context.Context) (bool, string, error) {
-			ds, err := c.Kube.AppsV1().DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				p, err := PendingGet(id, err)
-				return false, p, err
-			}
-			return daemonSetRollout(ds)
-		}
+		return func(ctx context.Context, name string) (runtime.Object, error) {
+			return apps.DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		}, nil
 	case "statefulset":
-		id := "StatefulSet " + namespace + "/" + name
-		fn = func(ctx context.Context) (bool, string, error) {
-			s, err := c.Kube.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				p, err := PendingGet(id, err)
-				return false, p, err
-			}
-			return statefulSetRollout(s)
-		}
-	default:
-		return fmt.Errorf("wait for rollout of %s %s/%s: only a Deployment, DaemonSet or StatefulSet rolls out", kind, namespace, name)
+		return func(ctx context.Context, name string) (runtime.Object, error) {
+			return apps.StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		}, nil
 	}
-	return Poll(ctx, timeout, "rollout", fn)
+	return nil, fmt.Errorf("only a Deployment, DaemonSet or StatefulSet rolls out, not a %s", kind)
 }
 
 // RolloutStatus reports whether a Deployment, DaemonSet or StatefulSet (obj, as read from the API

@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/backup"
@@ -406,17 +405,7 @@ func (r *rebooter) workloadsStep() workflow.Step {
 // workloadRolledOut reports whether w has rolled out (kube.RolloutStatus); a workload deleted
 // since the reboot began has nothing to wait for.
 func workloadRolledOut(ctx context.Context, cl *kube.Clients, w workload) (bool, string, error) {
-	apps := cl.Kube.AppsV1()
-	var obj runtime.Object
-	var err error
-	switch w.Kind {
-	case "Deployment":
-		obj, err = apps.Deployments(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
-	case "StatefulSet":
-		obj, err = apps.StatefulSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
-	default:
-		obj, err = apps.DaemonSets(w.Namespace).Get(ctx, w.Name, metav1.GetOptions{})
-	}
+	obj, err := kube.GetWorkload(ctx, cl, w.Kind, w.Namespace, w.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, "", nil
