@@ -185,26 +185,10 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
-	here, elsewhere := map[string]bool{}, map[string]bool{}
-	for i := range replicas.Items {
-		rp := &replicas.Items[i]
-		switch {
-		case rp.Spec.NodeID == r.o.Worker:
-			here[rp.Spec.VolumeName] = true
-		case storage.CurrentReplica(rp):
-			elsewhere[rp.Spec.VolumeName] = true
-		}
-	}
-	var only []string
-	for v := range here {
-		if !elsewhere[v] {
-			only = append(only, v)
-		}
-	}
+	only := storage.OnlyCopiesOn(replicas.Items, r.o.Worker)
 	if len(only) == 0 {
 		return nil
 	}
-	slices.Sort(only)
 	return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
 		"and this kip does not move a copy to the server yet: give each volume a current copy on another node first "+
 		"(set spec.numberOfReplicas of its volumes.longhorn.io object in %s to 2 and wait until Longhorn reports both copies healthy), then run the same command again",

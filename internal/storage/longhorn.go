@@ -123,26 +123,47 @@ func (c WorkerCopy) Sentence() string {
 // WorkerCopies are the volumes among vols whose replicas include none current
 // (CurrentReplica) on a node isServer names, and at least one on another node, sorted by volume.
 func WorkerCopies(vols []longhornv1beta2.Volume, replicas []longhornv1beta2.Replica, isServer func(node string) bool) []WorkerCopy {
-	onServer, on := map[string]bool{}, map[string][]string{}
-	for i := range replicas {
-		r := &replicas[i]
-		switch {
-		case r.Spec.NodeID == "":
-		case isServer(r.Spec.NodeID):
-			onServer[r.Spec.VolumeName] = onServer[r.Spec.VolumeName] || CurrentReplica(r)
-		case !slices.Contains(on[r.Spec.VolumeName], r.Spec.NodeID):
-			on[r.Spec.VolumeName] = append(on[r.Spec.VolumeName], r.Spec.NodeID)
-		}
-	}
+	on, currentElsewhere := splitReplicas(replicas, func(n string) bool { return !isServer(n) })
 	var out []WorkerCopy
 	for i := range vols {
 		v := &vols[i]
-		if nodes := on[v.Name]; len(nodes) > 0 && !onServer[v.Name] {
-			slices.Sort(nodes)
+		if nodes := on[v.Name]; len(nodes) > 0 && !currentElsewhere[v.Name] {
 			ks := v.Status.KubernetesStatus
 			out = append(out, WorkerCopy{Volume: v.Name, Namespace: ks.Namespace, Claim: ks.PVCName, Nodes: nodes})
 		}
 	}
 	slices.SortFunc(out, func(a, b WorkerCopy) int { return strings.Compare(a.Volume, b.Volume) })
 	return out
+}
+
+// OnlyCopiesOn names the volumes with a replica on node and no current one on any other node,
+// sorted: their data is unavailable while node is down.
+func OnlyCopiesOn(replicas []longhornv1beta2.Replica, node string) []string {
+	on, currentElsewhere := splitReplicas(replicas, func(n string) bool { return n == node })
+	var out []string
+	for v := range on {
+		if !currentElsewhere[v] {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// splitReplicas groups replicas by volume: the nodes in names that hold one (sorted), and
+// whether a node outside them holds a current one. A replica on no node counts for neither.
+func splitReplicas(replicas []longhornv1beta2.Replica, in func(node string) bool) (on map[string][]string, currentElsewhere map[string]bool) {
+	on, currentElsewhere = map[string][]string{}, map[string]bool{}
+	for i := range replicas {
+		r := &replicas[i]
+		switch n, v := r.Spec.NodeID, r.Spec.VolumeName; {
+		case n == "":
+		case !in(n):
+			currentElsewhere[v] = currentElsewhere[v] || CurrentReplica(r)
+		case !slices.Contains(on[v], n):
+			on[v] = append(on[v], n)
+			slices.Sort(on[v])
+		}
+	}
+	return on, currentElsewhere
 }

@@ -43,6 +43,14 @@ func TestWorkerCopies(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("WorkerCopies = %+v, want %+v", got, want)
 	}
+	// w1 alone holds v-one and v-failed (the server's copy failed); v-two and v-safe have a
+	// current copy elsewhere.
+	if got := OnlyCopiesOn(reps, "w1"); !reflect.DeepEqual(got, []string{"v-failed", "v-one"}) {
+		t.Errorf("OnlyCopiesOn(w1) = %v", got)
+	}
+	if got := OnlyCopiesOn(reps, "srv"); got != nil {
+		t.Errorf("OnlyCopiesOn(srv) = %v, want none", got)
+	}
 	if s := want[1].Sentence(); s != "Longhorn volume v-one (claim shop-prod/data-db-0) has no current copy on the server, only on w1: losing that node can lose its data" {
 		t.Errorf("Sentence = %q", s)
 	}
