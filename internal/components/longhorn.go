@@ -11,6 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
@@ -65,6 +66,25 @@ func SettingHolds(pinned, stored string) bool {
 		}
 	}
 	return true
+}
+
+// storedAs maps a kind whose API server rewrites what kip applies to the function that turns a
+// live object back into what kip applied, when it holds the same (what the After check compares).
+var storedAs = map[schema.GroupKind]func(want, live *unstructured.Unstructured) *unstructured.Unstructured{
+	{Group: "longhorn.io", Kind: "Setting"}: settingAsApplied,
+}
+
+// settingAsApplied is a live Longhorn setting with kip's plain value when its stored value holds
+// it (SettingHolds): Longhorn's webhook stores a data-engine-specific setting per engine.
+func settingAsApplied(want, live *unstructured.Unstructured) *unstructured.Unstructured {
+	w, _, _ := unstructured.NestedString(want.Object, "value")
+	l, _, _ := unstructured.NestedString(live.Object, "value")
+	if w == l || !SettingHolds(w, l) {
+		return live
+	}
+	out := live.DeepCopy()
+	out.Object["value"] = w
+	return out
 }
 
 // PinnedSettingsPending names the pinned Longhorn settings whose stored value is not kip's, ""

@@ -3,7 +3,6 @@ package components
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -406,19 +405,10 @@ func afterPendingFrom(want *unstructured.Unstructured, a *afterList) string {
 	if live == nil {
 		return id + " not applied yet"
 	}
-	wantObj := want.Object
-	if gvk.Group == "longhorn.io" && gvk.Kind == "Setting" {
-		// Longhorn's webhook stores a data-engine-specific setting per engine: the plain value kip
-		// applies holds when every engine's value is it (SettingHolds).
-		w, _, _ := unstructured.NestedString(want.Object, "value")
-		l, _, _ := unstructured.NestedString(live.Object, "value")
-		if !SettingHolds(w, l) {
-			return fmt.Sprintf("%s differs from what kip applies at .value", id)
-		}
-		wantObj = maps.Clone(want.Object)
-		delete(wantObj, "value")
+	if normalize := storedAs[gvk.GroupKind()]; normalize != nil {
+		live = normalize(want, live)
 	}
-	if path := firstDifference(wantObj, live.Object, ""); path != "" {
+	if path := firstDifference(want.Object, live.Object, ""); path != "" {
 		return fmt.Sprintf("%s differs from what kip applies at %s", id, path)
 	}
 	return ""
