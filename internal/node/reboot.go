@@ -106,20 +106,10 @@ func Reboot(ctx context.Context, o *RebootOptions) error {
 // examine reads the cluster and reaches the worker, refusing what kip node reboot refuses
 // before anything changes.
 func (r *rebooter) examine(ctx context.Context) error {
-	var err error
-	if r.cl, err = r.o.Kube(); err != nil {
-		return err
-	}
-	rec, err := cluster.ReadInstalled(ctx, r.cl.Dynamic)
-	if err != nil {
-		return err
-	}
-	nodes, err := ReadNodes(ctx, r.cl.Dynamic)
-	if err != nil {
-		return err
-	}
 	name := r.o.Worker
-	w, n, err := lookupWorker(ctx, r.cl, nodes, name, "kip node reboot reboots workers")
+	t, err := readWorker(ctx, r.o.Kube, name, "kip node reboot reboots workers")
+	r.cl = t.cl
+	rec, w, n := t.rec, t.worker, t.node
 	switch {
 	case err != nil:
 		return err

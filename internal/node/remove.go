@@ -136,23 +136,14 @@ func (e Env) runWorkerCommand(ctx context.Context, c workerCommand) error {
 // examine reads the cluster and reaches the hosts the remove touches, refusing what kip node
 // remove refuses before anything changes.
 func (r *remover) examine(ctx context.Context) error {
-	var err error
-	if r.cl, err = r.o.Kube(); err != nil {
-		return err
-	}
-	rec, err := cluster.ReadInstalled(ctx, r.cl.Dynamic)
-	if err != nil {
-		return err
-	}
-	if r.nodes, err = ReadNodes(ctx, r.cl.Dynamic); err != nil {
-		return err
-	}
 	name := r.o.Worker
-	w, n, err := lookupWorker(ctx, r.cl, r.nodes, name, "kip node remove removes workers")
+	t, err := readWorker(ctx, r.o.Kube, name, "kip node remove removes workers")
+	r.cl = t.cl
 	if err != nil {
 		return err
 	}
-	r.apiNode = n
+	rec, w := t.rec, t.worker
+	r.nodes, r.apiNode = t.nodes, t.node
 	r.worker = w
 	if err := r.checkResume(ctx); err != nil {
 		return err
@@ -193,27 +184,49 @@ func (r *remover) examine(ctx context.Context) error {
 	return err
 }
 
-// lookupWorker finds the recorded worker name and its Node (nil when the API has none), refusing
-// the server (what says what the command does instead), a worker kip did not record and a name
-// no node has.
-func lookupWorker(ctx context.Context, cl *kube.Clients, nodes Nodes, name, what string) (Worker, *corev1.Node, error) {
-	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+// workerTarget is what a command on one recorded worker reads first.
+type workerTarget struct {
+	cl     *kube.Clients
+	rec    cluster.Record
+	nodes  Nodes
+	worker Worker
+	node   *corev1.Node // nil when the API has no Node of that name
+}
+
+// readWorker reads the cluster record, the nodes record, the recorded worker name and its Node,
+// refusing the server (what says what the command does instead), a worker kip did not record
+// and a name no node has.
+func readWorker(ctx context.Context, clients func() (*kube.Clients, error), name, what string) (workerTarget, error) {
+	var t workerTarget
+	var err error
+	if t.cl, err = clients(); err != nil {
+		return t, err
+	}
+	if t.rec, err = cluster.ReadInstalled(ctx, t.cl.Dynamic); err != nil {
+		return t, err
+	}
+	if t.nodes, err = ReadNodes(ctx, t.cl.Dynamic); err != nil {
+		return t, err
+	}
+	n, err := t.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		n = nil
 	case err != nil:
-		return Worker{}, nil, fmt.Errorf("read node %s: %w", name, err)
+		return t, fmt.Errorf("read node %s: %w", name, err)
+	default:
+		t.node = n
 	}
-	w, recorded := nodes.Workers[name]
+	w, recorded := t.nodes.Workers[name]
 	switch {
 	case recorded:
-		return w, n, nil
-	case n != nil && cluster.NodeRole(n) == cluster.RoleServer:
-		return w, n, fmt.Errorf("%s is the cluster's server: %s", name, what)
-	case n != nil:
-		return w, n, fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then run the same command again", name)
+		t.worker = w
+		return t, nil
+	case t.node != nil && cluster.NodeRole(t.node) == cluster.RoleServer:
+		return t, fmt.Errorf("%s is the cluster's server: %s", name, what)
+	case t.node != nil:
+		return t, fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then run the same command again", name)
 	}
-	return w, n, fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
+	return t, fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
 }
 
 // checkResume refuses to resume an unfinished remove with the other --force.
