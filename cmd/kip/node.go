@@ -16,18 +16,19 @@ type nodeRunners struct {
 	add    func(*node.AddOptions) error
 	remove func(*node.RemoveOptions) error
 	reboot func(*node.RebootOptions) error
+	fence  func(*node.FenceOptions) error
 }
 
 func newNodeCmd(f *cli.Factory, run nodeRunners) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Add, list, reboot and remove the cluster's nodes",
+		Short: "Add, list, reboot, fence and remove the cluster's nodes",
 		Long: `The cluster's nodes: the server, which runs the control plane and ingress and holds database,
 registry and in-cluster backup volumes, and the workers kip joined. See docs/nodes.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove), newNodeRebootCmd(f, run.reboot))
+	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove), newNodeRebootCmd(f, run.reboot), newNodeFenceCmd(f, run.fence))
 	return cmd
 }
 
@@ -147,6 +148,45 @@ docs/nodes.md.`,
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&o.NoBackup, "no-backup", false, "reboot without a backup first (a cluster without backups needs it)")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+	return cmd
+}
+
+func newNodeFenceCmd(f *cli.Factory, runF func(*node.FenceOptions) error) *cobra.Command {
+	o := &node.FenceOptions{}
+	cmd := &cobra.Command{
+		Use:   "fence WORKER",
+		Short: "Fence a worker that stopped reporting, so its services can start elsewhere",
+		Long: `Fence a worker that has been NotReady for at least a minute and that you know is down, so that
+other nodes can take over its services' volumes without two hosts writing one volume.
+
+kip records the fence first, so an interrupted fence resumes when run again. If the worker
+still answers over SSH, kip installs a systemd drop-in that keeps k3s-agent from starting, also
+after a reboot, stops k3s and every container there, and checks that no container, Longhorn
+process or Longhorn mount is left. If it does not answer, kip asks you to confirm that the host
+is powered off and stays off until it rejoins (--powered-off confirms it without a prompt), and
+refuses while the worker's kubelet still answers the server at the worker's recorded address.
+
+Each Kipper service with a single-node volume on the worker starts on another node only when
+another node holds a current copy of every one of its volumes (a copy healthy since it last
+failed). One whose other copies may be older stays stopped unless you accept the older data
+(kip shows every copy with its timestamps and asks on a terminal, or --accept-stale-data); one
+whose only copy is on the worker stays stopped until the worker rejoins. Jobs whose pods hold
+single-node volumes there are suspended. kip then taints the node
+node.kubernetes.io/out-of-service, so Kubernetes deletes its pods and detaches their volumes,
+and a minute later deletes the Kipper pods with Longhorn volumes still left there, only while
+the node is still NotReady and tainted and their volumes are detached from it.
+
+A fenced worker stays out of service until kip node add rejoins it or kip node remove --force
+gives it up; kip service start starts a service the fence stopped, with the same check. See
+docs/nodes.md.`,
+		Example: "  kip node fence lab12\n  kip node fence lab12 --powered-off --yes\n  kip node fence lab12 --powered-off --accept-stale-data --yes",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE:    workerRunE(f, o, &o.Worker, &o.Env, runF, node.Fence),
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.PoweredOff, "powered-off", false, "confirm that the worker's host, which does not answer over SSH, is powered off and stays off until it rejoins")
+	fs.BoolVar(&o.AcceptStale, "accept-stale-data", false, "let a service whose other copies may be older start on them")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 	return cmd
 }

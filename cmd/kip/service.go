@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
@@ -23,7 +24,14 @@ its workload (docs/console.md). Every command names the service with --project a
 	}
 	cmd.AddCommand(
 		newServiceActionCmd(f, "start", "Start a stopped service and wait until its pod is Ready",
-			"A service whose move to Longhorn is not finished stays stopped: finish the move or roll it back.", false, service.Start),
+			"A service whose move to Longhorn is not finished stays stopped: finish the move or roll it back.\n"+
+				"A service kip node fence stopped starts only after the fence's check: another node holds a\n"+
+				"current copy of every one of its volumes (or the fenced worker is back), or you accept copies\n"+
+				"that may be older (a yes on a terminal, or --accept-stale-data); one whose only copy is on the\n"+
+				"fenced worker waits for it to rejoin.", false, service.Start,
+			func(fl *pflag.FlagSet, o *service.ServiceOptions) {
+				fl.BoolVar(&o.AcceptStale, "accept-stale-data", false, "start a service the fence stopped on copies of its data that may be older")
+			}),
 		newServiceActionCmd(f, "stop", "Stop a service and wait until its pods are gone", "", false, service.Stop),
 		newServiceActionCmd(f, "info", "Show where a service runs and where its data is", "", false, service.ShowInfo),
 		newServiceActionCmd(f, "delete", "Delete a service and its volumes with their data",
@@ -91,7 +99,9 @@ func serviceOptions(f *cli.Factory) service.Options {
 		JSON: f.Global.Output == cli.OutputJSON, Out: f.IO.Out}
 }
 
-func newServiceActionCmd(f *cli.Factory, use, short, long string, confirms bool, run func(context.Context, *service.ServiceOptions) error) *cobra.Command {
+// newServiceActionCmd is a kip service command on one service; flags binds any options of its own.
+func newServiceActionCmd(f *cli.Factory, use, short, long string, confirms bool, run func(context.Context, *service.ServiceOptions) error,
+	flags ...func(*pflag.FlagSet, *service.ServiceOptions)) *cobra.Command {
 	o := &service.ServiceOptions{}
 	cmd := &cobra.Command{
 		Use:     use + " NAME --project P --environment E",
@@ -110,6 +120,9 @@ func newServiceActionCmd(f *cli.Factory, use, short, long string, confirms bool,
 		},
 	}
 	serviceFlags(cmd, &o.Ref)
+	for _, bind := range flags {
+		bind(cmd.Flags(), o)
+	}
 	return cmd
 }
 

@@ -39,6 +39,15 @@ func (p *Prompter) CanConfirm() error {
 	return ErrYesRequired
 }
 
+// Consent asks question on a terminal even under --yes, for a decision --yes must not make
+// (accepting older data); off a terminal it answers No without asking.
+func (p *Prompter) Consent(question string) (bool, error) {
+	if !p.interactive {
+		return false, nil
+	}
+	return p.ask(question)
+}
+
 // Confirm asks question and returns true only on an explicit yes. With --yes it answers yes
 // and says so; off a terminal without --yes it returns ErrYesRequired.
 func (p *Prompter) Confirm(question string) (bool, error) {
@@ -49,6 +58,11 @@ func (p *Prompter) Confirm(question string) (bool, error) {
 	if !p.interactive {
 		return false, ErrYesRequired
 	}
+	return p.ask(question)
+}
+
+// ask asks question on the terminal; only an explicit yes is true.
+func (p *Prompter) ask(question string) (bool, error) {
 	fmt.Fprintf(p.out, "%s [y/N] ", question)
 	line, err := p.in.ReadString('\n')
 	if err != nil && line == "" {

@@ -87,3 +87,29 @@ func AgentGoneCommand() string {
 	return "! systemctl is-active --quiet " + AgentUnit + " && ! pgrep -f " + sshx.Quote(shims) +
 		" >/dev/null && " + sshx.Command("test", "!", "-e", "/var/lib/rancher/k3s", "-a", "!", "-e", BinaryPath, "-a", "!", "-e", UnitPath(AgentUnit))
 }
+
+// FenceDropIn is the systemd drop-in kip node fence installs on a worker so that k3s-agent does
+// not start, also after a reboot, until kip node add removes it.
+const FenceDropIn = "/etc/systemd/system/" + AgentUnit + ".service.d/kip-fence.conf"
+
+//go:embed fence.sh
+var fenceScript string
+
+// FenceAgentCommand fences a worker that answers: the drop-in installed, k3s-agent and every
+// container it ran stopped, their mounts unmounted. It prints what is left running or mounted
+// (a container, a Longhorn process, a Longhorn or kubelet volume mount) and exits 1 when
+// something is. Run again, it finds nothing to do.
+func FenceAgentCommand() string {
+	return sshx.Command("sh", "-c", fenceScript, "kip-fence", "stop", FenceDropIn, shims)
+}
+
+// FencedCommand exits 0 when the fence holds the worker stopped: the drop-in in place and nothing
+// left running or mounted; otherwise it prints what is left and exits 1.
+func FencedCommand() string {
+	return sshx.Command("sh", "-c", fenceScript, "kip-fence", "check", FenceDropIn, shims)
+}
+
+// UnfenceAgentCommand removes the fence's drop-in, so that k3s-agent can start again.
+func UnfenceAgentCommand() string {
+	return sshx.Command("rm", "-f", FenceDropIn) + " && systemctl daemon-reload"
+}

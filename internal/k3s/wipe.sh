@@ -25,7 +25,8 @@ if command -v iptables-save >/dev/null 2>&1; then
 	iptables-save | grep -v -e KUBE- -e CNI- -e flannel -e FLANNEL | iptables-restore 2>/dev/null || true
 fi
 rm -rf /etc/rancher/k3s /run/k3s /run/flannel /var/lib/rancher/k3s /var/lib/kubelet /var/lib/cni /etc/cni/net.d
-rm -f "$1" "$2"
+# The unit, and its drop-ins (kip node fence's among them).
+rm -rf "$1" "$2" "$2.d"
 systemctl daemon-reload
 if [ "$3" = wipe-longhorn ] && [ -d /var/lib/longhorn ]; then
 	find /var/lib/longhorn -mindepth 1 -delete

@@ -203,6 +203,8 @@ type joiner struct {
 	// nodeFirewall is what the new node's firewall is.
 	nodeFirewall host.FirewallState
 	existed      bool // the Node is in the cluster
+	// fenced is the fence of the worker kip rejoins, nil when it is not fenced.
+	fenced *FenceRecord
 	// serverAtStart is the server's Node as the join found it.
 	serverAtStart *corev1.Node
 }
@@ -500,7 +502,10 @@ func (j *joiner) decide(ctx context.Context) error {
 	}
 	var recorded *Path
 	if w, ok := j.nodes.Workers[j.intent.Node]; ok {
-		recorded = &w.Path
+		recorded, j.fenced = &w.Path, w.Fence
+	}
+	if j.fenced != nil {
+		j.p.Info(fmt.Sprintf("Worker %s is fenced (since %s): kip lifts the fence step by step as it rejoins", j.intent.Node, j.fenced.At.Local().Format(time.DateTime)))
 	}
 	pub := func(s string) netip.Addr { a, _ := netip.ParseAddr(s); return a }
 	choice, err := Choose(End{Facts: j.serverFacts, Public: pub(serverPublic)}, End{Facts: j.nodeFacts, Public: pub(nodePublic)}, j.o.want(), j.nodes.Mode, recorded)

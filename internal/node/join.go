@@ -42,7 +42,11 @@ type hostFile struct {
 
 // steps are the join's steps, in order.
 func (j *joiner) steps() []workflow.Step {
-	steps := []workflow.Step{j.recordStep(), j.holdStep()}
+	steps := []workflow.Step{j.recordStep()}
+	if j.fenced != nil {
+		steps = append(steps, j.unfenceRebootStep(), j.unfenceAgentStep())
+	}
+	steps = append(steps, j.holdStep())
 	if j.serverMove {
 		steps = append(steps, j.serverMoveStep())
 	}
@@ -52,8 +56,15 @@ func (j *joiner) steps() []workflow.Step {
 		prep.Firewall = j.nodeRules()
 	}
 	steps = append(steps, j.family.PrepSteps(j.node, prep)...)
+	if j.fenced != nil {
+		steps = append(steps, j.unfenceTaintStep())
+	}
 	steps = append(steps, j.k3sSteps()...)
-	return append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep(), j.readyStep())
+	steps = append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep(), j.readyStep())
+	if j.fenced != nil {
+		steps = append(steps, j.unfenceStep())
+	}
+	return steps
 }
 
 // otherAddrs are the addresses on the nodes' network of every node but the new one: the server

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
 )
 
 // The network modes of a cluster's nodes, decided on its first join and kept.
@@ -72,6 +73,28 @@ type Worker struct {
 	// State is joining, ready or removing.
 	State    string    `json:"state"`
 	JoinedAt time.Time `json:"joinedAt,omitzero"`
+	// Fence is set from the moment kip node fence records it until a rejoin lifts it.
+	Fence *FenceRecord `json:"fence,omitempty"`
+}
+
+// FenceRecord is what kip node fence recorded about a fenced worker: when, the host's boot then, and
+// the services and Jobs it stopped, which a rejoin starts again.
+type FenceRecord struct {
+	At time.Time `json:"at"`
+	// BootID is the boot the host ran when fenced (its node's last report when the host did not
+	// answer): a rejoin reboots a host still on that boot.
+	BootID string `json:"bootID,omitempty"`
+	// PoweredOff: the host did not answer, and the operator confirmed it is off.
+	PoweredOff bool `json:"poweredOff,omitempty"`
+	// Stopped are the services the fence stopped, Suspended the Jobs it suspended.
+	Stopped   []StoppedService `json:"stopped,omitempty"`
+	Suspended []string         `json:"suspended,omitempty"` // namespace/name
+}
+
+// StoppedService is a service a fence stopped, and why (storage.DataStale or DataOnlyThere).
+type StoppedService struct {
+	service.Ref
+	Why string `json:"why"`
 }
 
 // Nodes is the record kipper.run/nodes on kipper-records (format 1): the cluster's network mode

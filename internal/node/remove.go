@@ -23,7 +23,6 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -287,15 +286,24 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 		}
 		return nil
 	}
-	res, err := c.Run(ctx, sshx.Command("systemctl", "is-active", "--quiet", k3s.AgentUnit))
-	if err != nil {
-		return err
-	}
-	if status != cluster.NodeOutOfService && !resumed || res.ExitStatus == 0 {
+	if status != cluster.NodeOutOfService && !resumed {
 		return fmt.Errorf("%s still answers over SSH at %s, and --force removes a worker that answers only while a fence holds it stopped: "+
 			"run kip node remove %s without --force, which moves its copies off and drains it first", name, w.Host, name)
 	}
-	return nil
+	res, err := c.Run(ctx, k3s.FencedCommand())
+	if err != nil || res.ExitStatus == 0 {
+		return err
+	}
+	if resumed {
+		// This remove wiped the host already, the fence's drop-in with it.
+		gone, err := c.Run(ctx, k3s.AgentGoneCommand())
+		if err != nil || gone.ExitStatus == 0 {
+			return err
+		}
+	}
+	return fmt.Errorf("%s still answers over SSH at %s, and the fence no longer holds it stopped (%s): "+
+		"run kip node fence %s again, then kip node remove %s --force", name, w.Host,
+		strings.ReplaceAll(strings.TrimSpace(string(res.Stdout)), "\n", "; "), name, name)
 }
 
 // drainer is the drain kip node remove and reboot run: every pod on the node evicted through the

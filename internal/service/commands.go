@@ -45,6 +45,9 @@ func (s *Service) MoveGate(action string) error {
 type ServiceOptions struct {
 	Options
 	Ref
+	// AcceptStale (kip service start --accept-stale-data) starts a service the fence stopped on
+	// copies of its data that may be older.
+	AcceptStale bool
 }
 
 func (o *ServiceOptions) load(ctx context.Context) (*kube.Clients, *Service, error) {
@@ -83,10 +86,17 @@ func (o *ServiceOptions) switchService(ctx context.Context, stop bool) error {
 		o.Printer.StepAlready("Service " + s.Ref.String() + " already " + already)
 		return nil
 	}
-	o.Printer.StepStarted(verb + " service " + s.Ref.String())
 	start := time.Now()
-	if err := SetStopped(ctx, cl.Dynamic, s.Ref, stop); err != nil {
-		return err
+	if !stop && s.FenceStop != "" {
+		if err := o.startFenced(ctx, cl, s); err != nil {
+			return err
+		}
+		o.Printer.StepStarted(verb + " service " + s.Ref.String())
+	} else {
+		o.Printer.StepStarted(verb + " service " + s.Ref.String())
+		if err := SetStopped(ctx, cl.Dynamic, s.Ref, stop); err != nil {
+			return err
+		}
 	}
 	if err := wait(ctx, cl.Dynamic, cl.Kube, s.Ref, timeout); err != nil {
 		return err

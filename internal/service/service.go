@@ -107,7 +107,9 @@ type Service struct {
 	Generation         int64
 	// Move is the MoveAnnotation's value, "" when no move is unfinished.
 	Move string
-	UID  types.UID
+	// FenceStop is the FenceAnnotation's value: the fenced worker that stopped it, or "".
+	FenceStop string
+	UID       types.UID
 }
 
 // StatefulSet is the name of the service's StatefulSet.
@@ -185,7 +187,7 @@ func FromObject(ref Ref, u *unstructured.Unstructured) (*Service, error) {
 	return &Service{Ref: ref, Type: obj.Spec.Type, Version: obj.Spec.Version, Storage: obj.Spec.Storage,
 		StorageClass: obj.Spec.StorageClass, Stopped: obj.Spec.Stopped, Resources: obj.Spec.Resources,
 		Phase: obj.Status.Phase, ObservedGeneration: obj.Status.ObservedGeneration, Generation: u.GetGeneration(),
-		Move: u.GetAnnotations()[MoveAnnotation], UID: u.GetUID()}, nil
+		Move: u.GetAnnotations()[MoveAnnotation], FenceStop: u.GetAnnotations()[FenceAnnotation], UID: u.GetUID()}, nil
 }
 
 // ProjectLabel is on every environment namespace, with its project's name.

@@ -835,6 +835,10 @@ func (m *mv) started(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if svc.FenceStop != "" {
+		// kip node fence stopped it meanwhile: it stays stopped until the fence's check lets it start.
+		return svc.Move == "" && svc.Stopped, nil
+	}
 	if svc.Move != "" || svc.Stopped != m.in.WasStopped {
 		return false, nil
 	}
@@ -853,6 +857,14 @@ func (m *mv) start(ctx context.Context) error {
 	}
 	if m.in.WasStopped {
 		m.report.Info("The service was stopped before the move and stays stopped: 'kip service start " + m.o.Flags() + "' starts it")
+		return nil
+	}
+	svc, err := service.Get(ctx, m.cl.Dynamic, m.ref())
+	if err != nil {
+		return err
+	}
+	if svc.FenceStop != "" {
+		m.report.Warn("kip node fence of " + svc.FenceStop + " stopped the service, and it stays stopped: 'kip service start " + m.o.Flags() + "' starts it after the fence's copies check")
 		return nil
 	}
 	if err := service.SetStopped(ctx, m.cl.Dynamic, m.ref(), false); err != nil {

@@ -1,0 +1,122 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/storage"
+)
+
+// FenceAnnotation is on a Service that kip node fence stopped, with the fenced worker's name.
+// The service stays stopped while it is there: kip service start lifts it only after the copies
+// check (and consent to older data), a rejoin of the worker lifts it, and a move of the
+// service's data leaves a service that carries it stopped.
+const FenceAnnotation = "kipper.run/fence-stop"
+
+// Claims are the claims of the service's volumes: its data, and its dump volume if its type has
+// one.
+func (s *Service) Claims() []string {
+	claims := []string{s.DataClaim()}
+	if d := s.DumpClaim(); d != "" {
+		claims = append(claims, d)
+	}
+	return claims
+}
+
+// SetFenceStop stops the service for the fence of worker, recording it in FenceAnnotation.
+func SetFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref, worker string) error {
+	return patchSpec(ctx, dyn, ref, map[string]any{"stopped": true}, map[string]any{FenceAnnotation: worker})
+}
+
+// LiftFenceStop starts a service the fence stopped: FenceAnnotation removed and spec.stopped
+// false, in one write.
+func LiftFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref) error {
+	return patchSpec(ctx, dyn, ref, map[string]any{"stopped": false}, map[string]any{FenceAnnotation: nil})
+}
+
+// FencedData is how the data of the service stands with worker fenced: storage.Judge of the
+// copies of its volumes, which it returns too.
+func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string) (string, []storage.VolumeCopies, error) {
+	copies, err := storage.ReadCopies(ctx, cl, s.Namespace(), s.Claims())
+	if err != nil {
+		return "", nil, err
+	}
+	return storage.Judge(copies, worker), copies, nil
+}
+
+// StaleQuestion asks the operator to accept the older data of the service, every copy shown
+// with its timestamps.
+func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) string {
+	but, lost := "", ""
+	if gone != "" {
+		but, lost = " but "+gone, ", losing what only "+gone+" held"
+	}
+	return fmt.Sprintf("No node%s holds a copy of the data of service %s known to be current; the copies Longhorn keeps:\n  %s\n"+
+		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(storage.Describe(copies), "\n  "), lost)
+}
+
+// OnlyThereRecipe says how to bring back a service whose only copy is on a worker that is lost:
+// delete it and restore it from a backup taken before the fence, while it ran.
+func OnlyThereRecipe(s *Service, worker string) string {
+	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add <its host>); if %s is lost, "+
+		"delete the service with 'kip service delete %s' and restore it with 'kip backup restore <backup> --namespace %s', "+
+		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
+		"and a later backup holds none of its files", worker, worker, worker, s.Flags(), s.Namespace(), s.Project)
+}
+
+// MayStart decides whether a service the fence stopped may start again, by the fence's own check
+// of the copies of its volumes with gone (the fenced worker, or "" once it is back): yes when
+// other nodes hold a current copy of every volume; with accept (--accept-stale-data) or a yes
+// on a terminal when some hold only copies that may be older; never when a volume's only copy
+// is on gone. why says what keeps it stopped.
+func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone string, accept bool) (ok bool, why string, err error) {
+	verdict, copies, err := FencedData(ctx, cl, s, gone)
+	if err != nil {
+		return false, "", err
+	}
+	switch verdict {
+	case storage.DataOnlyThere:
+		return false, OnlyThereRecipe(s, gone), nil
+	case storage.DataStale:
+		if !accept {
+			if accept, err = p.Consent(StaleQuestion(s, gone, copies)); err != nil {
+				return false, "", err
+			}
+		}
+		if !accept {
+			return false, fmt.Sprintf("no node holds a copy of its data known to be current: to start it on copies that may be older, run kip service start %s --accept-stale-data "+
+				"(kip service info shows where its data is)", s.Flags()), nil
+		}
+	}
+	return true, "", nil
+}
+
+// startFenced lifts the fence's stop from a service kip node fence stopped, after MayStart's
+// check: with the worker still fenced (or gone), judged without it; once it rejoined, with every
+// node.
+func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *Service) error {
+	gone := s.FenceStop
+	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{})
+	switch {
+	case err == nil && cluster.NodeStatus(n) != cluster.NodeOutOfService:
+		gone = ""
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("read node %s: %w", gone, err)
+	}
+	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, o.AcceptStale)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("kip node fence of %s stopped service %s, and %s", s.FenceStop, s.Ref, why)
+	}
+	return LiftFenceStop(ctx, cl.Dynamic, s.Ref)
+}

@@ -1,0 +1,190 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/kube"
+)
+
+// LonghornDriver is Longhorn's CSI driver, the provisioner of its volumes.
+const LonghornDriver = "driver.longhorn.io"
+
+// Copy is one copy (Longhorn replica) of a volume's data, with Longhorn's timestamps of it.
+type Copy struct {
+	Node string `json:"node"`
+	// Current is a copy healthy since it last failed (CurrentReplica).
+	Current       bool   `json:"current"`
+	HealthyAt     string `json:"healthyAt,omitempty"`
+	LastHealthyAt string `json:"lastHealthyAt,omitempty"`
+	FailedAt      string `json:"failedAt,omitempty"`
+	LastFailedAt  string `json:"lastFailedAt,omitempty"`
+}
+
+func (c Copy) String() string {
+	state := "not current"
+	if c.Current {
+		state = "current"
+	}
+	return fmt.Sprintf("on %s: %s (healthy at %s, last healthy at %s, failed at %s, last failed at %s)",
+		c.Node, state, orNever(c.HealthyAt), orNever(c.LastHealthyAt), orNever(c.FailedAt), orNever(c.LastFailedAt))
+}
+
+func orNever(t string) string {
+	if t == "" {
+		return "never"
+	}
+	return t
+}
+
+// VolumeCopies is a claim's Longhorn volume and the copies Longhorn keeps of it.
+type VolumeCopies struct {
+	Claim  string `json:"claim"`
+	Volume string `json:"volume"`
+	Copies []Copy `json:"copies"`
+}
+
+// How a workload's data stands when one node is gone (Judge).
+const (
+	// DataCurrent: another node holds a current copy of every volume.
+	DataCurrent = "current"
+	// DataStale: every volume has a copy on another node, but some only copies that may be older.
+	DataStale = "stale"
+	// DataOnlyThere: some volume has no copy on any other node.
+	DataOnlyThere = "only-there"
+)
+
+// Judge says how the data of vols stands without node gone: DataCurrent, DataStale or
+// DataOnlyThere, the worst of its volumes.
+func Judge(vols []VolumeCopies, gone string) string {
+	verdict := DataCurrent
+	for _, v := range vols {
+		elsewhere, current := false, false
+		for _, c := range v.Copies {
+			if c.Node != "" && c.Node != gone {
+				elsewhere = true
+				current = current || c.Current
+			}
+		}
+		switch {
+		case !elsewhere:
+			return DataOnlyThere
+		case !current:
+			verdict = DataStale
+		}
+	}
+	return verdict
+}
+
+// CurrentOn names the nodes other than gone that hold a current copy of every volume of vols,
+// sorted.
+func CurrentOn(vols []VolumeCopies, gone string) []string {
+	var nodes []string
+	for i, v := range vols {
+		var here []string
+		for _, c := range v.Copies {
+			if c.Current && c.Node != gone && c.Node != "" {
+				here = append(here, c.Node)
+			}
+		}
+		if i == 0 {
+			nodes = here
+		} else {
+			nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(here, n) })
+		}
+	}
+	slices.Sort(nodes)
+	return slices.Compact(nodes)
+}
+
+// Describe lists every copy of vols with its timestamps, a line each, for an operator deciding
+// whether to accept older data.
+func Describe(vols []VolumeCopies) []string {
+	var lines []string
+	for _, v := range vols {
+		if len(v.Copies) == 0 {
+			lines = append(lines, fmt.Sprintf("claim %s (Longhorn volume %s): no copy", v.Claim, v.Volume))
+		}
+		for _, c := range v.Copies {
+			lines = append(lines, fmt.Sprintf("claim %s (Longhorn volume %s) %s", v.Claim, v.Volume, c))
+		}
+	}
+	return lines
+}
+
+// LonghornVolume is the Longhorn volume behind pv, "" when pv is not Longhorn's.
+func LonghornVolume(pv *corev1.PersistentVolume) string {
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != LonghornDriver {
+		return ""
+	}
+	return pv.Spec.CSI.VolumeHandle
+}
+
+// SingleNode reports whether pv can be attached to one node at a time (ReadWriteOnce or
+// ReadWriteOncePod): its data follows the node it is attached to.
+func SingleNode(pv *corev1.PersistentVolume) bool {
+	return !slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteMany) && !slices.Contains(pv.Spec.AccessModes, corev1.ReadOnlyMany)
+}
+
+// ReadCopies reads the Longhorn volumes behind the claims of namespace that exist and are bound
+// to a Longhorn volume, with their copies, in the order of claims.
+func ReadCopies(ctx context.Context, cl *kube.Clients, namespace string, claims []string) ([]VolumeCopies, error) {
+	var out []VolumeCopies
+	for _, claim := range claims {
+		pvc, err := cl.Kube.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read claim %s/%s: %w", namespace, claim, err)
+		}
+		if pvc.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read volume %s of claim %s/%s: %w", pvc.Spec.VolumeName, namespace, claim, err)
+		}
+		vol := LonghornVolume(pv)
+		if vol == "" {
+			continue
+		}
+		copies, err := VolumeReplicas(ctx, cl, vol)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, VolumeCopies{Claim: claim, Volume: vol, Copies: copies})
+	}
+	return out, nil
+}
+
+// VolumeReplicas are the copies Longhorn keeps of volume, by node.
+func VolumeReplicas(ctx context.Context, cl *kube.Clients, volume string) ([]Copy, error) {
+	// Longhorn labels each replica with its volume.
+	list, err := cl.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + volume})
+	if err != nil {
+		return nil, fmt.Errorf("list the replicas of Longhorn volume %s: %w", volume, err)
+	}
+	var copies []Copy
+	for i := range list.Items {
+		r := &list.Items[i]
+		if r.Spec.VolumeName != volume {
+			continue
+		}
+		copies = append(copies, copyOf(r))
+	}
+	slices.SortFunc(copies, func(a, b Copy) int { return strings.Compare(a.Node, b.Node) })
+	return copies, nil
+}
+
+func copyOf(r *longhornv1beta2.Replica) Copy {
+	return Copy{Node: r.Spec.NodeID, Current: CurrentReplica(r), HealthyAt: r.Spec.HealthyAt, LastHealthyAt: r.Spec.LastHealthyAt,
+		FailedAt: r.Spec.FailedAt, LastFailedAt: r.Spec.LastFailedAt}
+}
