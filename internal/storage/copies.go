@@ -100,6 +100,9 @@ func CurrentOn(vols []VolumeCopies, gone string) []string {
 			nodes = slices.DeleteFunc(nodes, func(n string) bool { return !slices.Contains(here, n) })
 		}
 	}
+	if len(nodes) == 0 {
+		return nil
+	}
 	slices.Sort(nodes)
 	return slices.Compact(nodes)
 }

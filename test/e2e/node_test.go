@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
@@ -219,7 +220,127 @@ func TestNodeAdd(t *testing.T) {
 	}
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
 	secondWorker(ctx, t, s, home, c, srv, w, s.Lab.Hosts[nodeWorker2Host], outsider)
+	fenceWorker(ctx, t, s, home, c, srv, w)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
+}
+
+// fenceWorker fences the worker once it stopped reporting, and rejoins it. Cut off from the
+// server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been for
+// a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off is
+// refused because its kubelet still answers the server. With SSH back, the fence stops k3s-agent
+// and every container behind the drop-in, killed after each of its steps and run again; the
+// drop-in keeps k3s-agent stopped across a reboot of the host; the fenced node lists as
+// OutOfService, and kip node reboot and remove refuse it. kip node add then rejoins it (no
+// reboot: it booted since the fence), lifting the fence step by step: Ready, untainted,
+// uncordoned, the fence forgotten. The fence's taint had Kubernetes delete the bare pod
+// "ordinary", which removeWorker's first check needs on the worker: it is made again.
+func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
+	t.Helper()
+	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
+	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
+		t.Fatal(err)
+	}
+	notReadyForAMinute(ctx, t, c, w)
+	fence := []string{"node", "fence", w.Name, "--yes"}
+
+	// Partitioned: kip cannot reach it over SSH, but its kubelet answers the server.
+	if err := w.Partition(ctx, "public"); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, append(fence, "--powered-off")...)
+	if want := "the kubelet of " + w.Name + " still answers the server at " + w.PrivateIP.String() + ":10250"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("fence of a partitioned worker: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	if err := w.Heal(ctx, "public"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil {
+		t.Fatalf("the refused fence recorded %+v (%v)", rec.Workers[w.Name], err)
+	}
+
+	// It answers: the fence stops it, killed after each step it applies and run again.
+	for _, step := range []string{"record", "stop", "services", "taint"} {
+		r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:" + step}, fence...)
+		if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at after:"+step+" ") {
+			t.Fatalf("fence killed after %s: exit %d (signal %v)\n%s", step, r.ExitCode, r.Signal, r.Stderr)
+		}
+	}
+	r = s.Kip(t, home, fence...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "k3s is already stopped on "+w.Name+" by the fence") ||
+		!strings.Contains(r.Stderr, "Fenced worker "+w.Name+": it stays out of service until kip node add "+w.PublicIP.String()+" rejoins it") {
+		t.Fatalf("fence resumed: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
+		t.Fatal(err)
+	}
+	stopped := "test -f " + k3s.FenceDropIn + " && ! systemctl is-active --quiet k3s-agent && ! systemctl is-active --quiet " + standin.Unit +
+		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q ' /var/lib/kubelet/pods/' /proc/self/mounts"
+	if out, err := w.Run(ctx, stopped); err != nil {
+		t.Errorf("the fenced worker still runs k3s, a container or a kubelet mount: %v\n%s", err, out)
+	}
+	// The drop-in holds across a reboot of the host.
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := w.Run(ctx, stopped); err != nil {
+		t.Errorf("after a reboot the fenced worker runs k3s, a container or a kubelet mount: %v\n%s", err, out)
+	}
+	r = s.Kip(t, home, "node", "list", "-o", "json")
+	var listed []node.Listed
+	if err := json.Unmarshal([]byte(r.Stdout), &listed); r.ExitCode != 0 || err != nil ||
+		!slices.ContainsFunc(listed, func(l node.Listed) bool { return l.Name == w.Name && l.Status == cluster.NodeOutOfService }) {
+		t.Errorf("kip node list -o json with %s fenced: exit %d, %v\n%s", w.Name, r.ExitCode, err, r.Stdout)
+	}
+	for _, cmd := range [][]string{{"node", "reboot", w.Name, "--yes"}, {"node", "remove", w.Name, "--yes"}} {
+		if r := s.Kip(t, home, cmd...); r.ExitCode != 1 || !strings.Contains(r.Stderr, "worker "+w.Name+" is fenced (out of service)") {
+			t.Errorf("kip %s of the fenced worker: exit %d, last line %q", strings.Join(cmd, " "), r.ExitCode, r.LastLine())
+		}
+	}
+
+	// The rejoin lifts the fence.
+	r = s.Kip(t, home, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, w.Name+" booted since its fence") || !strings.Contains(r.Stderr, "Lifted the out-of-service taint from "+w.Name) ||
+		!strings.Contains(r.Stderr, "Lifted the fence of "+w.Name) {
+		t.Fatalf("rejoin of the fenced worker: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil || cluster.NodeStatus(n) != cluster.NodeReady || n.Spec.Unschedulable {
+		t.Errorf("the worker after its rejoin: %v", err)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil || rec.Workers[w.Name].State != node.WorkerReady {
+		t.Errorf("the worker's record after its rejoin: %+v (%v)", rec.Workers[w.Name], err)
+	}
+	if _, err := w.Run(ctx, sshx.Command("test", "!", "-e", k3s.FenceDropIn)); err != nil {
+		t.Errorf("the fence's drop-in is still on the rejoined worker: %v", err)
+	}
+	ordinary := podOn("ordinary", w.Name, "sleep 3600")
+	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, ordinary, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 2*time.Minute)
+}
+
+// notReadyForAMinute waits until w's node has been NotReady (or Unknown) for over a minute, as a
+// fence requires.
+func notReadyForAMinute(ctx context.Context, t *testing.T, c *kube.Clients, w *lab.Host) {
+	t.Helper()
+	if err := poll(ctx, 5*time.Minute, "node "+w.Name+" NotReady for over a minute", func(ctx context.Context) (bool, error) {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status != corev1.ConditionTrue && time.Since(cond.LastTransitionTime.Time) > node.FenceAfter+time.Second, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rebootWorker reboots the worker with kip node reboot, the Deployment "drained" running there.
@@ -341,7 +462,8 @@ func TestNodeAddPublic(t *testing.T) {
 }
 
 // forceRemove powers the worker off for good (a power cut): once its node is NotReady, a remove
-// without --force is refused, naming --force; with --force kip deregisters it (the node and the
+// without --force is refused, naming --force; kip node fence --powered-off fences it once it has
+// been NotReady for a minute; with --force kip deregisters it (the node and the
 // record gone), takes its address off the server's firewall, and warns that the host still holds
 // k3s-agent.
 func forceRemove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
@@ -358,6 +480,20 @@ func forceRemove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	r := s.Kip(t, home, "node", "remove", w.Name, "--yes")
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip cannot reach "+w.Name) || !strings.Contains(r.Stderr, "run kip node remove "+w.Name+" --force") {
 		t.Fatalf("remove of a powered-off worker without --force: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	// Fenced first: off a terminal the power-off is confirmed only by --powered-off; the server
+	// then finds its kubelet gone.
+	notReadyForAMinute(ctx, t, c, w)
+	r = s.Kip(t, home, "node", "fence", w.Name, "--yes")
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "run kip node fence "+w.Name+" --powered-off") {
+		t.Fatalf("fence of a powered-off worker without --powered-off: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	r = s.Kip(t, home, "node", "fence", w.Name, "--powered-off", "--yes")
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Tainted "+w.Name+" out of service") || !strings.Contains(r.Stderr, "Fenced worker "+w.Name) {
+		t.Fatalf("fence --powered-off: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	}
+	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || cluster.NodeStatus(n) != cluster.NodeOutOfService {
+		t.Errorf("the fenced worker's node: %v", err)
 	}
 	r = s.Kip(t, home, "node", "remove", w.Name, "--force", "--yes")
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, w.Name+" does not answer over SSH") || !strings.Contains(r.Stderr, "k3s-agent is still installed there") {

@@ -120,7 +120,7 @@ func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byt
 		}
 	}
 	units := []string{Unit}
-	if err := writeUnit(h, Unit, pluginUnit(h.Name, kubeconfigPath)); err != nil {
+	if err := writeUnit(h, Unit, pluginUnit(h.Name, kubeconfigPath, kubeconfig != nil)); err != nil {
 		return err
 	}
 	if kubeconfig == nil {
@@ -159,11 +159,18 @@ func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byt
 	return nil
 }
 
-func pluginUnit(node, kubeconfig string) string {
+// pluginUnit is the plugin's unit. On a worker it runs only while k3s-agent runs, as Longhorn's
+// node plugin is a pod there: started with it, stopped with it (and so by kip node fence, which
+// stops k3s-agent and every container), and not started while its start is skipped (a fenced
+// worker's drop-in), also at boot.
+func pluginUnit(node, kubeconfig string, worker bool) string {
+	deps, wantedBy := "After=k3s.service\nWants=k3s.service", "multi-user.target"
+	if worker {
+		deps, wantedBy = "After=k3s-agent.service\nBindsTo=k3s-agent.service", "k3s-agent.service"
+	}
 	return fmt.Sprintf(`[Unit]
 Description=The lab's Longhorn stand-in: CSI plugin for %[1]s (test only)
-After=k3s.service
-Wants=k3s.service
+%[5]s
 
 [Service]
 ExecStart=%[2]s/longhorn-standin -node %[3]s -kubeconfig %[4]s -crds %[2]s/crds.yaml
@@ -173,8 +180,8 @@ Restart=on-failure
 RestartSec=1
 
 [Install]
-WantedBy=multi-user.target
-`, Driver, Dir, node, kubeconfig)
+WantedBy=%[6]s
+`, Driver, Dir, node, kubeconfig, deps, wantedBy)
 }
 
 func sidecarUnit(name, flags string) string {

@@ -1,0 +1,368 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage"
+	"kipper.run/kip/test/sshd"
+	"kipper.run/kip/test/testenv"
+)
+
+// fenceKubelet is the fenced worker's recorded address in TestFence: the test listens on its
+// kubelet port to play a kubelet that still answers.
+const fenceKubelet = "127.0.0.37"
+
+// TestFence fences a worker that does not answer over SSH against the real API server and
+// controller-manager, with a real sshd on this machine as the server the kubelet check runs on.
+// The worker is a Node the test writes NotReady for two minutes (kwok no longer manages it);
+// its Longhorn replicas, volume attachments and the pod of a service that moved are objects the
+// test writes, as no Longhorn or console runs here.
+//
+// Refused first: without --powered-off off a terminal; with the "kubelet" (a listener) still
+// answering the server at the worker's recorded address; with the server unreachable, so that
+// the check cannot run. Then the fence: recorded with the node's boot, the service with a current
+// copy elsewhere left to start there and reported running there, the one whose other copy may be
+// older and the one whose dump volume's only copy is on the worker stopped and marked, a service
+// the operator had stopped left alone, the Job with a single-node volume there suspended, a
+// non-Kipper pod warned about, the node tainted out of service, and no Kipper pod left on it.
+// Run again, it finds everything done. Then kip service start refuses the service whose only copy
+// is on the worker and starts the stale one with --accept-stale-data.
+func TestFence(t *testing.T) {
+	env := testenv.Get(t)
+	srv := sshd.Start(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	env.AddNode(t, "fx-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
+	env.AddNode(t, "fx-two", testenv.NodeOptions{})
+	w := env.AddNode(t, "fx-w", testenv.NodeOptions{})
+	stopReporting(t, cl, w)
+
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
+		rec.Profile, rec.Storage, rec.Server, rec.Backups = "small", cluster.StorageLonghorn, srv.Host, cluster.BackupsNone
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
+		n.Workers["fx-w"] = Worker{Host: "192.0.2.51", State: WorkerReady,
+			Path: Path{Mode: ModePrivate, Server: netip.MustParseAddr(srv.Host), Node: netip.MustParseAddr(fenceKubelet)}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = UpdateNodes(context.Background(), cl.Dynamic, func(n *Nodes) error { delete(n.Workers, "fx-w"); return nil })
+	})
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "fx-prod", Labels: map[string]string{service.ProjectLabel: "fx"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "fx-other"}},
+	} {
+		if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		if ns.Name != longhornSpace {
+			t.Cleanup(func() {
+				_ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+			})
+		}
+	}
+
+	// The services and their volumes. cur's copy on fx-two is current; stale's other copy
+	// failed; only's data has a current copy elsewhere but its dump volume's only copy is on
+	// fx-w; off was stopped by its operator.
+	vols := []struct {
+		ns, claim string
+		copies    map[string]bool // node: current
+		attached  bool            // to fx-w
+	}{
+		{"fx-prod", "data-cur-0", map[string]bool{"fx-w": true, "fx-two": true}, true},
+		{"fx-prod", "data-stale-0", map[string]bool{"fx-w": true, "fx-srv": false}, true},
+		{"fx-prod", "data-only-0", map[string]bool{"fx-w": true, "fx-srv": true}, true},
+		{"fx-prod", "dump-only-0", map[string]bool{"fx-w": true}, true},
+		{"fx-prod", "data-off-0", map[string]bool{"fx-w": true}, true},
+		{"fx-prod", "job-data", map[string]bool{"fx-w": true}, false},
+		{"fx-other", "app-data", map[string]bool{"fx-w": true}, false},
+	}
+	for _, v := range vols {
+		pv := longhornClaim(t, cl, v.ns, v.claim)
+		for node, current := range v.copies {
+			replica(t, cl, pv+"-"+node, pv, node, current)
+		}
+		if v.attached {
+			attach(t, cl, pv, "fx-w")
+		}
+	}
+	kipperService(t, cl, "fx-prod", "cur", "redis", false)
+	kipperService(t, cl, "fx-prod", "stale", "redis", false)
+	kipperService(t, cl, "fx-prod", "only", "postgres", false)
+	kipperService(t, cl, "fx-prod", "off", "redis", true)
+	// cur's pod as console-api runs it again on fx-two once the fence lets it go.
+	pod(t, cl, "fx-prod", "cur-0", "fx-two", map[string]string{service.Label: "cur"}, "")
+	// A pod on fx-w that no Kipper service owns, and a Job's pod there.
+	pod(t, cl, "fx-other", "app", "fx-w", nil, "app-data")
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "fx-prod"},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			NodeName: "fx-w", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "kip.invalid/job"}},
+			Volumes:    []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "job-data"}}}},
+		}}}}
+	if _, err := cl.Kube.BatchV1().Jobs("fx-prod").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "the Job's pod on fx-w", func(ctx context.Context) (bool, string, error) {
+		pods, err := cl.Kube.CoreV1().Pods("fx-prod").List(ctx, metav1.ListOptions{LabelSelector: "job-name=nightly"})
+		return err == nil && len(pods.Items) > 0, "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := &bytes.Buffer{}
+	ios := &cli.IOStreams{Out: out, ErrOut: out, Getenv: func(string) string { return "" }}
+	knownHosts := t.TempDir() + "/known_hosts"
+	var dialled []*sshx.Client
+	t.Cleanup(func() {
+		for _, c := range dialled {
+			c.Close()
+		}
+	})
+	serverUp := true
+	env2 := Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, true),
+		CommandLine: "kip node fence fx-w", KipVersion: "test", Debugf: func(string, ...any) {},
+		Dial: func(ctx context.Context, host string) (*sshx.Client, error) {
+			if host != srv.Host || !serverUp {
+				return nil, fmt.Errorf("dial tcp %s:22: connect: no route to host", host)
+			}
+			c, err := sshx.Dial(ctx, sshx.Config{Host: srv.Host, Port: srv.Port, User: sshd.User, KeyPath: srv.ClientKeyPath,
+				KnownHostsPath: knownHosts, Timeout: 5 * time.Second, SSHConfigPath: "/dev/null", Notify: func(string) {}})
+			if err == nil {
+				dialled = append(dialled, c)
+			}
+			return c, err
+		}}
+	fenceWith := func(o FenceOptions) error {
+		o.Worker, o.Env = "fx-w", env2
+		out.Reset()
+		return Fence(ctx, &o)
+	}
+
+	// Refusals, before anything changes.
+	if err := fenceWith(FenceOptions{}); err == nil || !strings.Contains(err.Error(), "run kip node fence fx-w --powered-off") {
+		t.Errorf("fence without --powered-off off a terminal: %v", err)
+	}
+	kubelet, err := net.Listen("tcp", fenceKubelet+":10250")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fenceWith(FenceOptions{PoweredOff: true}); err == nil || !strings.Contains(err.Error(), "the kubelet of fx-w still answers the server at 127.0.0.37:10250") {
+		t.Errorf("fence while the kubelet answers: %v", err)
+	}
+	kubelet.Close()
+	serverUp = false
+	if err := fenceWith(FenceOptions{PoweredOff: true}); err == nil || !strings.Contains(err.Error(), "the fence cannot go ahead without that check") {
+		t.Errorf("fence with the server unreachable: %v", err)
+	}
+	serverUp = true
+	if rec, err := ReadNodes(ctx, cl.Dynamic); err != nil || rec.Workers["fx-w"].Fence != nil {
+		t.Fatalf("the refusals recorded a fence: %+v (%v)", rec.Workers["fx-w"], err)
+	}
+
+	// The fence.
+	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil {
+		t.Fatalf("fence: %v\n%s", err, out)
+	}
+	t.Logf("kip node fence fx-w --powered-off:\n%s", out)
+	for _, want := range []string{
+		"service cur in fx-prod starts on another node (current copies on fx-two)",
+		"service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted",
+		"service only in fx-prod stays stopped: its only copy of some volume is on fx-w",
+		"Job fx-prod/nightly is suspended",
+		"Service cur in fx-prod runs again on fx-two (current copies on fx-two)",
+		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
+		"delete the service with 'kip service delete only --project fx --environment prod' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
+		"Pod fx-other/app is no Kipper workload and holds a single-node volume on fx-w",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the fence's output lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "service off in") {
+		t.Errorf("the fence acted on service off, which its operator had stopped")
+	}
+	rec, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := rec.Workers["fx-w"].Fence
+	if fence == nil || fence.BootID != w.Status.NodeInfo.BootID || !fence.PoweredOff ||
+		!slices.Equal(fence.Suspended, []string{"fx-prod/nightly"}) || len(fence.Stopped) != 2 ||
+		fence.Stopped[0].Name != "stale" || fence.Stopped[0].Why != storage.DataStale || fence.Stopped[1].Name != "only" || fence.Stopped[1].Why != storage.DataOnlyThere {
+		t.Errorf("the fence's record: %+v", fence)
+	}
+	for name, want := range map[string]string{"cur": "", "stale": "fx-w", "only": "fx-w", "off": ""} {
+		s, err := service.Get(ctx, cl.Dynamic, service.Ref{Project: "fx", Environment: "prod", Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.FenceStop != want || s.Stopped != (want != "" || name == "off") {
+			t.Errorf("service %s after the fence: stopped %v, fence mark %q, want %q", name, s.Stopped, s.FenceStop, want)
+		}
+	}
+	if j, err := cl.Kube.BatchV1().Jobs("fx-prod").Get(ctx, "nightly", metav1.GetOptions{}); err != nil || !ptr.Deref(j.Spec.Suspend, false) {
+		t.Errorf("Job nightly not suspended (%v)", err)
+	}
+	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "fx-w", metav1.GetOptions{})
+	if err != nil || cluster.NodeStatus(n) != cluster.NodeOutOfService {
+		t.Errorf("fx-w after the fence: %v", err)
+	}
+	if left, err := kipperPodsOn(ctx, cl, "fx-w"); err != nil || len(left) > 0 {
+		t.Errorf("Kipper pods left on fx-w: %d (%v)", len(left), err)
+	}
+
+	// Run again: every step already done.
+	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil || strings.Count(out.String(), "already") < 4 {
+		t.Errorf("the fence run again: %v\n%s", err, out)
+	}
+
+	// kip service start: the fence's check.
+	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, Printer: env2.Printer, Prompter: env2.Prompter}}
+	so.Ref = service.Ref{Project: "fx", Environment: "prod", Name: "only"}
+	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w") {
+		t.Errorf("start only: %v", err)
+	}
+	so.Ref.Name = "stale"
+	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "run kip service start stale --project fx --environment prod --accept-stale-data") {
+		t.Errorf("start stale without consent: %v", err)
+	}
+	so.AcceptStale = true
+	// No console-api runs here, so the start itself times out waiting; the fence's mark is gone.
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_ = service.Start(sctx, so)
+	if s, err := service.Get(ctx, cl.Dynamic, so.Ref); err != nil || s.FenceStop != "" || s.Stopped {
+		t.Errorf("stale after kip service start --accept-stale-data: %+v (%v)", s, err)
+	}
+}
+
+// stopReporting takes n from kwok and writes it NotReady for two minutes, as the node lifecycle
+// controller sees a worker that stopped reporting; it is cordoned, so that nothing is scheduled
+// there meanwhile.
+func stopReporting(t *testing.T, cl *kube.Clients, n *corev1.Node) {
+	t.Helper()
+	ctx := t.Context()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":true}}`, testenv.KwokNodeAnnotation)
+	n, err := cl.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ago := metav1.NewTime(time.Now().Add(-2 * time.Minute))
+	for i, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletStopped",
+				LastHeartbeatTime: ago, LastTransitionTime: ago}
+		}
+	}
+	if n.Status.NodeInfo.BootID == "" {
+		n.Status.NodeInfo.BootID = "fx-w-boot-1"
+	}
+	if _, err := cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// longhornClaim makes a claim of ns bound to a Longhorn volume (ReadWriteOnce) and returns the
+// volume's name, which is also its Longhorn volume's.
+func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
+	t.Helper()
+	ctx := t.Context()
+	name := "pvc-" + ns + "-" + claim
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: storage.LonghornDriver, VolumeHandle: name}},
+	}}
+	if _, err := cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: name, StorageClassName: ptr.To(""),
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+	}}
+	if _, err := cl.Kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), claim, metav1.DeleteOptions{})
+		_ = cl.Kube.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// attach writes the volume attachment Kubernetes keeps for pv on node.
+func attach(t *testing.T, cl *kube.Clients, pv, node string) {
+	t.Helper()
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-" + pv}, Spec: storagev1.VolumeAttachmentSpec{
+		Attacher: storage.LonghornDriver, NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+	if _, err := cl.Kube.StorageV1().VolumeAttachments().Create(t.Context(), va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Kube.StorageV1().VolumeAttachments().Delete(context.Background(), va.Name, metav1.DeleteOptions{})
+	})
+}
+
+// kipperService writes a Kipper Service object.
+func kipperService(t *testing.T, cl *kube.Clients, ns, name, typ string, stopped bool) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"type": typ, "storage": "1Gi", "stopped": stopped}}}
+	if _, err := cl.Dynamic.Resource(service.ServicesGVR).Namespace(ns).Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pod runs a bare pod on node (kwok's, or none when kwok no longer manages the node), mounting
+// claim when it is not "".
+func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[string]string, claim string) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: corev1.PodSpec{
+		NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "kip.invalid/app"}}}}
+	if claim != "" {
+		p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	}
+	if _, err := cl.Kube.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+}
