@@ -84,7 +84,7 @@ func TestNodeAddWiring(t *testing.T) {
 	}
 }
 
-// TestNodeWorkerCommandsWiring checks what kip node remove and reboot hand to internal/node,
+// TestNodeWorkerCommandsWiring checks what kip node remove, reboot and fence hand to internal/node,
 // and that each takes exactly one worker.
 func TestNodeWorkerCommandsWiring(t *testing.T) {
 	type got struct {
@@ -112,6 +112,14 @@ func TestNodeWorkerCommandsWiring(t *testing.T) {
 			}}
 		}, func(ctx context.Context, f *cli.Factory, worker string) error {
 			return node.Reboot(ctx, &node.RebootOptions{Worker: worker, Env: node.Env{Prompter: f.Prompter()}})
+		}},
+		{"fence", "--powered-off", func(g *got) nodeRunners {
+			return nodeRunners{fence: func(o *node.FenceOptions) error {
+				*g = got{o.Worker, o.PoweredOff, o.DryRun, o.Kube != nil, o.Dial != nil && o.Prompter != nil}
+				return nil
+			}}
+		}, func(ctx context.Context, f *cli.Factory, worker string) error {
+			return node.Fence(ctx, &node.FenceOptions{Worker: worker, Env: node.Env{Prompter: f.Prompter()}})
 		}},
 	} {
 		for _, tt := range []struct {

@@ -275,6 +275,34 @@ func (f *fencer) decide(ctx context.Context) error {
 	return nil
 }
 
+// StrandedService is a Kipper service with a single-node volume on a worker that stopped
+// reporting or is fenced: how its data stands without the worker (storage.Judge), the nodes
+// with a current copy of all of it, and whether the worker's fence stopped it.
+type StrandedService struct {
+	service.Ref
+	Data      string   `json:"data"`
+	CurrentOn []string `json:"currentOn,omitempty"`
+	FenceStop bool     `json:"fenceStop,omitempty"`
+}
+
+// StrandedOn lists the Kipper services stranded on worker (kip status): those with a
+// single-node volume there, and those its fence stopped.
+func StrandedOn(ctx context.Context, cl *kube.Clients, worker string) ([]StrandedService, error) {
+	found, err := onWorker(ctx, cl, worker)
+	if err != nil {
+		return nil, err
+	}
+	var out []StrandedService
+	for _, s := range found.services {
+		verdict, copies, err := service.FencedData(ctx, cl, s, worker)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, StrandedService{Ref: s.Ref, Data: verdict, CurrentOn: storage.CurrentOn(copies, worker), FenceStop: s.FenceStop == worker})
+	}
+	return out, nil
+}
+
 // found is what runs on a worker with a single-node volume.
 type found struct {
 	services []*service.Service
@@ -283,8 +311,8 @@ type found struct {
 }
 
 // onWorker finds the Kipper services, Jobs and other pods with a single-node (ReadWriteOnce)
-// volume attached to node or mounted by a pod there. A service already stopped by its operator
-// is left out: it stays stopped anyway.
+// volume attached to node or mounted by a pod there, and the services node's fence stopped. A
+// service already stopped by its operator is left out: it stays stopped anyway.
 func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error) {
 	var out found
 	pvs := map[string]*corev1.PersistentVolume{} // single-node volumes on node, by claim ns/name
@@ -343,7 +371,7 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 			claimed[key] = true
 			hit = hit || pvs[key] != nil
 		}
-		if hit && (!s.Stopped || s.FenceStop == node) {
+		if hit && !s.Stopped || s.FenceStop == node {
 			out.services = append(out.services, s)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -172,6 +173,21 @@ func TestFence(t *testing.T) {
 		return Fence(ctx, &o)
 	}
 
+	// kip status's view of the stranded services, before the fence.
+	stranded, err := StrandedOn(ctx, cl, "fx-w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStranded := []StrandedService{
+		{Ref: service.Ref{Project: "fx", Environment: "prod", Name: "cur"}, Data: storage.DataCurrent, CurrentOn: []string{"fx-two"}},
+		{Ref: service.Ref{Project: "fx", Environment: "prod", Name: "only"}, Data: storage.DataOnlyThere, CurrentOn: nil},
+		{Ref: service.Ref{Project: "fx", Environment: "prod", Name: "stale"}, Data: storage.DataStale},
+	}
+	slices.SortFunc(stranded, func(a, b StrandedService) int { return strings.Compare(a.Name, b.Name) })
+	if !reflect.DeepEqual(stranded, wantStranded) {
+		t.Errorf("StrandedOn(fx-w) = %+v, want %+v", stranded, wantStranded)
+	}
+
 	// Refusals, before anything changes.
 	if err := fenceWith(FenceOptions{}); err == nil || !strings.Contains(err.Error(), "run kip node fence fx-w --powered-off") {
 		t.Errorf("fence without --powered-off off a terminal: %v", err)
@@ -240,6 +256,10 @@ func TestFence(t *testing.T) {
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "fx-w", metav1.GetOptions{})
 	if err != nil || cluster.NodeStatus(n) != cluster.NodeOutOfService {
 		t.Errorf("fx-w after the fence: %v", err)
+	}
+	// After the fence, kip status names the services its fence stopped.
+	if stranded, err := StrandedOn(ctx, cl, "fx-w"); err != nil || !slices.ContainsFunc(stranded, func(s StrandedService) bool { return s.Name == "only" && s.FenceStop }) {
+		t.Errorf("StrandedOn(fx-w) after the fence = %+v (%v)", stranded, err)
 	}
 	if left, err := kipperPodsOn(ctx, cl, "fx-w"); err != nil || len(left) > 0 {
 		t.Errorf("Kipper pods left on fx-w: %d (%v)", len(left), err)

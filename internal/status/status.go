@@ -91,7 +91,8 @@ type Report struct {
 	// (docs/prune.md); KeptCopiesBytes is the space those whose size is known use.
 	KeptCopies      []prune.Copy `json:"keptCopies"`
 	KeptCopiesBytes int64        `json:"keptCopiesBytes"`
-	// Stranded are the services whose data volume is missing.
+	// Stranded are the services whose data volume is missing, and those stranded on a worker
+	// that stopped reporting or is fenced.
 	Stranded []Stranded `json:"strandedServices"`
 	// WorkerCopies are the Longhorn volumes with no current copy on the server, only on workers;
 	// each is also a warning.
@@ -105,11 +106,16 @@ type Report struct {
 	Skipped []string `json:"skipped"`
 }
 
-// Stranded is a service whose data claim is lost or names a volume that does not exist.
+// Stranded is a service whose data claim is lost or names a volume that does not exist, or one
+// with a single-node volume on a worker that stopped reporting or is fenced (Node).
 type Stranded struct {
 	Service service.Ref `json:"service"`
 	Claim   string      `json:"claim"`
 	Reason  string      `json:"reason"`
+	// Node is the worker it is stranded on, CurrentOn the nodes that hold a current copy of all
+	// its data.
+	Node      string   `json:"node,omitempty"`
+	CurrentOn []string `json:"currentOn,omitempty"`
 }
 
 // ClusterInfo is what the cluster record says (kipper.run/cluster, docs/records.md).
@@ -317,8 +323,52 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		if err := stranded(ctx, v, r); err != nil {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
+		if err := strandedOnWorkers(ctx, v, r); err != nil {
+			r.Warnings = append(r.Warnings, err.Error())
+		}
 	}
 	return r, nil
+}
+
+// strandedOnWorkers lists the services stranded on each worker that is not Ready: those with a
+// single-node volume there, with the nodes that hold a current copy of their data, and those
+// its fence stopped.
+func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
+	for i := range v.nodes {
+		n := &v.nodes[i]
+		st := cluster.NodeStatus(n)
+		if cluster.NodeRole(n) != cluster.RoleWorker || st == cluster.NodeReady {
+			continue
+		}
+		list, err := kipnode.StrandedOn(ctx, v.c, n.Name)
+		if err != nil {
+			return fmt.Errorf("the services stranded on %s: %w", n.Name, err)
+		}
+		for _, s := range list {
+			why := strandedWhy(n.Name, st, s)
+			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: service.DataClaimOf(s.Name), Reason: why, Node: n.Name, CurrentOn: s.CurrentOn})
+			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
+		}
+	}
+	return nil
+}
+
+// strandedWhy says why a service is stranded on worker, in state st, and what brings it back.
+func strandedWhy(worker, st string, s kipnode.StrandedService) string {
+	copies := "no node but " + worker + " holds a copy of its data known to be current"
+	switch {
+	case s.Data == kipstorage.DataOnlyThere:
+		copies = "its only copy of some volume is on " + worker
+	case s.Data == kipstorage.DataCurrent && len(s.CurrentOn) > 0:
+		copies = "current copies of its data are on " + strings.Join(s.CurrentOn, ", ")
+	}
+	if st == cluster.NodeOutOfService {
+		if s.FenceStop {
+			return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add <its host>, or see kip service start %s", worker, copies, worker, s.Flags())
+		}
+		return fmt.Sprintf("%s is fenced (%s)", worker, copies)
+	}
+	return fmt.Sprintf("it has a volume on %s, which is %s (%s): once you know %s is down, run kip node fence %s", worker, st, copies, worker, worker)
 }
 
 // keptCopies lists the local copies moves kept, with the space each uses where the host checks

@@ -8,8 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kipper.run/kip/internal/cluster"
 	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
+	kipstorage "kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/prune"
 )
 
@@ -87,6 +89,28 @@ func TestSSHAddr(t *testing.T) {
 	} {
 		if got := v.sshAddr(&Options{}, &tc.n); got != tc.want {
 			t.Errorf("sshAddr(%s) = %s, want %s", tc.n.Name, got, tc.want)
+		}
+	}
+}
+
+// TestStrandedWhy says why a service is stranded on a worker and what brings it back: a fence
+// while the worker is NotReady, the rejoin once its fence stopped the service.
+func TestStrandedWhy(t *testing.T) {
+	ref := service.Ref{Project: "shop", Environment: "prod", Name: "db"}
+	for _, tt := range []struct {
+		st   string
+		s    kipnode.StrandedService
+		want string
+	}{
+		{cluster.NodeNotReady, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataCurrent, CurrentOn: []string{"srv"}},
+			"it has a volume on w1, which is NotReady (current copies of its data are on srv): once you know w1 is down, run kip node fence w1"},
+		{cluster.NodeUnknown, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataStale},
+			"it has a volume on w1, which is Unknown (no node but w1 holds a copy of its data known to be current): once you know w1 is down, run kip node fence w1"},
+		{cluster.NodeOutOfService, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataOnlyThere, FenceStop: true},
+			"the fence of w1 stopped it (its only copy of some volume is on w1): rejoin w1 with kip node add <its host>, or see kip service start db --project shop --environment prod"},
+	} {
+		if got := strandedWhy("w1", tt.st, tt.s); got != tt.want {
+			t.Errorf("strandedWhy(%s, %+v) =\n%q, want\n%q", tt.st, tt.s, got, tt.want)
 		}
 	}
 }
