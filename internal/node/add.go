@@ -512,6 +512,13 @@ func (j *joiner) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkRejoinAddress(recorded, choice.Path, j.intent.Node); err != nil {
+		return err
+	}
+	if recorded != nil && recorded.Node != choice.Path.Node {
+		j.p.Info(fmt.Sprintf("Worker %s answers at %s on the private network, not at its recorded %s: kip records the new address, and the join makes its node publish it",
+			j.intent.Node, choice.Path.Node, recorded.Node))
+	}
 	j.intent.Path = choice.Path
 	if choice.Path.Mode == ModePrivate {
 		if err := CheckPath(ctx, j.server, j.node, choice.Path, sshPort(j.node)); err != nil {
@@ -592,6 +599,17 @@ func (j *joiner) decide(ctx context.Context) error {
 		return fmt.Errorf("read the server's join token (%s): %w", k3s.ServerTokenPath, err)
 	}
 	return nil
+}
+
+// checkRejoinAddress refuses to rejoin a worker at a new address in public mode: the other
+// nodes reach it at its recorded one. In private mode the new address is recorded and published.
+func checkRejoinAddress(recorded *Path, chosen Path, node string) error {
+	if recorded == nil || recorded.Mode != ModePublic || chosen.Node == recorded.Node {
+		return nil
+	}
+	return fmt.Errorf("worker %s answers at %s, and its recorded public address is %s: in public mode the other nodes reach it at that address, so kip does not rejoin it at another; "+
+		"give the host its old address back, or remove the worker with kip node remove %s --force and add the host as a new worker",
+		node, chosen.Node, recorded.Node, node)
 }
 
 func sshPort(c *sshx.Client) int {

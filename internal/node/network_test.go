@@ -129,3 +129,27 @@ func TestCheckNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRejoinAddress refuses a worker rejoining at a new public address, and lets one rejoin
+// at a new private address (recorded and published) or at its recorded public one.
+func TestCheckRejoinAddress(t *testing.T) {
+	pub := func(node string) *Path {
+		return &Path{Mode: ModePublic, Server: netip.MustParseAddr("203.0.113.10"), Node: netip.MustParseAddr(node)}
+	}
+	priv := func(node string) *Path {
+		return &Path{Mode: ModePrivate, Network: netip.MustParsePrefix("10.0.0.0/16"), Server: netip.MustParseAddr("10.0.0.2"), Node: netip.MustParseAddr(node)}
+	}
+	if err := checkRejoinAddress(nil, *pub("198.51.100.7"), "w1"); err != nil {
+		t.Errorf("a new worker: %v", err)
+	}
+	if err := checkRejoinAddress(pub("198.51.100.7"), *pub("198.51.100.7"), "w1"); err != nil {
+		t.Errorf("the same public address: %v", err)
+	}
+	if err := checkRejoinAddress(priv("10.0.0.7"), *priv("10.0.0.9"), "w1"); err != nil {
+		t.Errorf("a new private address: %v", err)
+	}
+	err := checkRejoinAddress(pub("198.51.100.7"), *pub("198.51.100.9"), "w1")
+	if want := "worker w1 answers at 198.51.100.9, and its recorded public address is 198.51.100.7: in public mode the other nodes reach it at that address"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a new public address: %v, want %q", err, want)
+	}
+}
