@@ -12,23 +12,25 @@ import (
 
 // nodeRunners replace what kip node's subcommands run, for tests; nil fields run the real thing.
 type nodeRunners struct {
-	list   func(*node.ListOptions) error
-	add    func(*node.AddOptions) error
-	remove func(*node.RemoveOptions) error
-	reboot func(*node.RebootOptions) error
-	fence  func(*node.FenceOptions) error
+	list    func(*node.ListOptions) error
+	add     func(*node.AddOptions) error
+	remove  func(*node.RemoveOptions) error
+	reboot  func(*node.RebootOptions) error
+	fence   func(*node.FenceOptions) error
+	storage func(*node.StorageOptions) error
 }
 
 func newNodeCmd(f *cli.Factory, run nodeRunners) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "Add, list, reboot, fence and remove the cluster's nodes",
+		Short: "Add, list, reboot, fence and remove the cluster's nodes, and check their disks",
 		Long: `The cluster's nodes: the server, which runs the control plane and ingress and holds database,
 registry and in-cluster backup volumes, and the workers kip joined. See docs/nodes.md.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove), newNodeRebootCmd(f, run.reboot), newNodeFenceCmd(f, run.fence))
+	cmd.AddCommand(newNodeAddCmd(f, run.add), newNodeListCmd(f, run.list), newNodeRemoveCmd(f, run.remove), newNodeRebootCmd(f, run.reboot), newNodeFenceCmd(f, run.fence),
+		newNodeStorageCmd(f, run.storage))
 	return cmd
 }
 
@@ -188,6 +190,29 @@ docs/nodes.md.`,
 	fs.BoolVar(&o.PoweredOff, "powered-off", false, "confirm that the worker's host, which does not answer over SSH, is powered off and stays off until it rejoins")
 	fs.BoolVar(&o.AcceptStale, "accept-stale-data", false, "let a service whose other copies may be older start on them")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+	return cmd
+}
+
+func newNodeStorageCmd(f *cli.Factory, runF func(*node.StorageOptions) error) *cobra.Command {
+	o := &node.StorageOptions{}
+	cmd := &cobra.Command{
+		Use:   "storage WORKER --copies",
+		Short: "Check whether a worker's disk may hold copies of volumes",
+		Long: `With --copies, repeat the disk check kip node add runs at the end of each join (unless
+--no-copies): kip measures how long the disk under /var/lib/longhorn takes to sync small writes
+(8 batches of 16 writes of 4 KiB, each synced before the next), because a copy on a slow disk
+stalls every write to its volume. A disk whose writes take more than 5ms each on average is
+slow: local SSD and NVMe disks pass, network block storage is usually refused. --ignore-slow-disk
+accepts a slow disk and records the override, except when a batch stalls for half of Longhorn's
+replica timeout (engine-replica-timeout, 8 seconds by default) or longer. The result is recorded
+and shown by kip node list; the server may always hold copies. See docs/nodes.md.`,
+		Example: "  kip node storage lab12 --copies\n  kip node storage lab12 --copies --ignore-slow-disk",
+		Args:    usageArgs(cobra.ExactArgs(1)),
+		RunE:    workerRunE(f, o, &o.Worker, &o.Env, runF, node.Storage),
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.Copies, "copies", false, "check whether the worker's disk may hold copies of volumes")
+	fs.BoolVar(&o.IgnoreSlowDisk, "ignore-slow-disk", false, "accept a slow disk (recorded as an override), unless it stalls for half of Longhorn's replica timeout")
 	return cmd
 }
 

@@ -61,6 +61,9 @@ func (j *joiner) steps() []workflow.Step {
 	}
 	steps = append(steps, j.k3sSteps()...)
 	steps = append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep(), j.readyStep())
+	if !j.o.NoCopies {
+		steps = append(steps, j.copiesStep())
+	}
 	if j.fenced != nil {
 		steps = append(steps, j.unfenceStep())
 	}
@@ -597,6 +600,29 @@ func (j *joiner) readyStep() workflow.Step {
 				return nil
 			})
 			return err
+		},
+	}
+}
+
+// copiesStep runs the disk-sync check at the end of each join and records whether the worker
+// may hold copies of volumes; a disk that fails it does not fail the join.
+func (j *joiner) copiesStep() workflow.Step {
+	name := j.intent.Node
+	checked := false // in this run: each join measures again
+	return workflow.Step{
+		Name: "copies", Title: "Check whether " + name + "'s disk may hold copies of volumes (how long it takes to sync small writes)",
+		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked",
+		Check: func(context.Context) (bool, error) { return checked, nil },
+		Apply: func(ctx context.Context) error {
+			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false)
+			if err != nil {
+				return err
+			}
+			checked = true
+			if err := reportCopies(j.p, name, copies, why); err != nil {
+				j.p.Warn(err.Error())
+			}
+			return nil
 		},
 	}
 }

@@ -108,8 +108,8 @@ type workerCommand struct {
 // runWorkerCommand runs c: WORKER checked as a node name, the operator able to answer (unless a
 // dry run), c's checks, its question, then its workflow.
 func (e Env) runWorkerCommand(ctx context.Context, c workerCommand) error {
-	if errs := validation.IsDNS1123Subdomain(c.worker); len(errs) > 0 {
-		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", c.worker, strings.Join(errs, "; "))
+	if err := checkWorkerName(c.worker); err != nil {
+		return err
 	}
 	if !c.dryRun {
 		if err := e.Prompter.CanConfirm(); err != nil {
@@ -130,6 +130,14 @@ func (e Env) runWorkerCommand(ctx context.Context, c workerCommand) error {
 		}
 	}
 	return e.runner(cl, c.dryRun, kube.LockOptions{}).Run(ctx, c.workflow())
+}
+
+// checkWorkerName refuses a WORKER argument that is no node name.
+func checkWorkerName(name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", name, strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // examine reads the cluster and reaches the hosts the remove touches, refusing what kip node

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -18,29 +19,43 @@ const (
 	LonghornNamespace          = "longhorn-system"
 	settingMinimalAvailable    = "storage-minimal-available-percentage"
 	settingOverProvisioning    = "storage-over-provisioning-percentage"
+	settingReplicaTimeout      = "engine-replica-timeout"
 	defaultMinimalAvailable    = 25
 	defaultOverProvisioningPct = 100
+	defaultReplicaTimeout      = 8
 )
 
-// LonghornSettings are the scheduling settings, read with one list of Longhorn's settings.
-type LonghornSettings struct{ MinimalAvailable, OverProvisioning int64 }
+// LonghornSettings are the settings kip reads, with one list of Longhorn's settings: the
+// scheduling ones, and how many seconds an engine waits for a replica before marking it failed.
+type LonghornSettings struct{ MinimalAvailable, OverProvisioning, ReplicaTimeout int64 }
 
-// ReadLonghornSettings reads them, with Longhorn's defaults for those not set.
+// ReadLonghornSettings reads them, with Longhorn's defaults for those not set. A setting stored
+// per data engine ({"v1":"8","v2":"8"}) is read for the v1 engine, which kip's volumes use.
 func ReadLonghornSettings(ctx context.Context, c *kube.Clients) (LonghornSettings, error) {
-	s := LonghornSettings{MinimalAvailable: defaultMinimalAvailable, OverProvisioning: defaultOverProvisioningPct}
+	s := LonghornSettings{MinimalAvailable: defaultMinimalAvailable, OverProvisioning: defaultOverProvisioningPct, ReplicaTimeout: defaultReplicaTimeout}
 	list, err := c.Longhorn.LonghornV1beta2().Settings(LonghornNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("list longhorn settings: %w", err)
 	}
-	dst := map[string]*int64{settingMinimalAvailable: &s.MinimalAvailable, settingOverProvisioning: &s.OverProvisioning}
+	dst := map[string]*int64{settingMinimalAvailable: &s.MinimalAvailable, settingOverProvisioning: &s.OverProvisioning, settingReplicaTimeout: &s.ReplicaTimeout}
 	for _, st := range list.Items {
 		if p := dst[st.Name]; p != nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(st.Value), 10, 64); err == nil {
+			if n, err := strconv.ParseInt(v1Value(st.Value), 10, 64); err == nil {
 				*p = n
 			}
 		}
 	}
 	return s, nil
+}
+
+// v1Value is a setting's value for the v1 data engine: the value itself, or the v1 entry of the
+// per-engine form.
+func v1Value(stored string) string {
+	var perEngine map[string]string
+	if err := json.Unmarshal([]byte(stored), &perEngine); err == nil {
+		return strings.TrimSpace(perEngine["v1"])
+	}
+	return strings.TrimSpace(stored)
 }
 
 // Schedulable is what Longhorn can still schedule onto a disk, by the two rules of its replica

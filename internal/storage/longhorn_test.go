@@ -55,3 +55,12 @@ func TestWorkerCopies(t *testing.T) {
 		t.Errorf("Sentence = %q", s)
 	}
 }
+
+// TestV1Value reads a Longhorn setting for the v1 data engine, plain or per engine.
+func TestV1Value(t *testing.T) {
+	for stored, want := range map[string]string{"8": "8", ` 12 `: "12", `{"v1":"10","v2":"8"}`: "10", `{"v2":"8"}`: ""} {
+		if got := v1Value(stored); got != want {
+			t.Errorf("v1Value(%q) = %q, want %q", stored, got, want)
+		}
+	}
+}

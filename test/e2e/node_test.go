@@ -218,6 +218,7 @@ func TestNodeAdd(t *testing.T) {
 	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
 		t.Errorf("the worker after the rejoin is still cordoned: %v", err)
 	}
+	diskCheck(ctx, t, s, home, c, w)
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
 	secondWorker(ctx, t, s, home, c, srv, w, s.Lab.Hosts[nodeWorker2Host], outsider)
 	fenceWorker(ctx, t, s, home, c, srv, w)
@@ -321,6 +322,59 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		t.Fatal(err)
 	}
 	waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 2*time.Minute)
+}
+
+// diskCheck runs kip node storage --copies on the worker's disk made fast and slow on purpose:
+// a tmpfs over its Longhorn directory (syncs cost nothing) is eligible; its Longhorn disk held to
+// 10 writes a second (the lab host's blkio cgroup) is slow, refused, then accepted with
+// --ignore-slow-disk and recorded as overridden; held to 2 writes a second, a batch of 16 writes
+// stalls for 8 s, half of Longhorn's replica timeout or more, refused even with the flag.
+func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w *lab.Host) {
+	t.Helper()
+	check := []string{"node", "storage", w.Name, "--copies"}
+	recorded := func(want string) {
+		t.Helper()
+		if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Copies != want {
+			t.Errorf("the worker's copies after the disk check: %+v (%v), want %s", rec.Workers[w.Name], err, want)
+		}
+	}
+	if _, err := w.Run(ctx, "mount -t tmpfs -o size=8m kip-fast-disk /var/lib/longhorn"); err != nil {
+		t.Fatal(err)
+	}
+	r := s.Kip(t, home, check...)
+	if _, err := w.Run(ctx, "umount /var/lib/longhorn"); err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" may hold copies of volumes: 128 synced 4 KiB writes on kip-fast-disk (tmpfs)") {
+		t.Errorf("disk check on a tmpfs: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	recorded(node.CopiesEligible)
+	t.Cleanup(func() { _ = w.ThrottleLonghornDisk(0) })
+	if err := w.ThrottleLonghornDisk(10); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, check...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "to accept it anyway, run kip node storage "+w.Name+" --copies --ignore-slow-disk") {
+		t.Errorf("disk check on a slow disk: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	t.Logf("measured on the disk held to 10 writes a second: %s", r.LastLine())
+	recorded(node.CopiesRefused)
+	r = s.Kip(t, home, append(check, "--ignore-slow-disk")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "accepted with --ignore-slow-disk") {
+		t.Errorf("disk check on a slow disk with --ignore-slow-disk: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	recorded(node.CopiesOverridden)
+	if err := w.ThrottleLonghornDisk(2); err != nil {
+		t.Fatal(err)
+	}
+	r = s.Kip(t, home, append(check, "--ignore-slow-disk")...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "reaches half of Longhorn's replica timeout (8s)") {
+		t.Errorf("disk check on a stalling disk: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	recorded(node.CopiesRefused)
+	if err := w.ThrottleLonghornDisk(0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // notReadyForAMinute waits until w's node has been NotReady (or Unknown) for over a minute, as a
@@ -755,7 +809,7 @@ func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, po
 
 // joinSteps are the steps a first join applies, in order.
 var joinSteps = []string{"record", "server-network", "server-firewall", "host-packages", "host-modules", "host-sysctls",
-	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "recorded"}
+	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "recorded", "copies"}
 
 // logStep logs what kip node add -v measured of step (its remote commands and time) and returns
 // the time.

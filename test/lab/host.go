@@ -743,6 +743,32 @@ func (h *Host) setLinks(ctx context.Context, network, state string) error {
 	return nil
 }
 
+// ThrottleLonghornDisk limits the writes the host's processes make to its Longhorn disk to iops
+// a second, or lifts the limit with 0, through the cgroup v1 blkio controller of the host's own
+// cgroup: a slow disk whatever this machine's own disk is like. Only the host's own processes are
+// limited (those its SSH sessions run among them); containers in cgroups of their own are not.
+func (h *Host) ThrottleLonghornDisk(iops int) error {
+	loops := loopsBacking("/sys/block", h.longhornImage())
+	if len(loops) != 1 {
+		return fmt.Errorf("throttle %s's Longhorn disk: %d loop devices back %s", h.Name, len(loops), h.longhornImage())
+	}
+	dev, err := os.ReadFile(filepath.Join("/sys/block", loops[0], "dev"))
+	if err != nil {
+		return err
+	}
+	dirs, err := cgroupDirs(h.Name)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		f := filepath.Join(d, "blkio.throttle.write_iops_device")
+		if _, err := os.Stat(f); err == nil {
+			return os.WriteFile(f, fmt.Appendf(nil, "%s %d\n", strings.TrimSpace(string(dev)), iops), 0o644)
+		}
+	}
+	return fmt.Errorf("throttle %s's Longhorn disk: the host has no blkio cgroup of its own (%v)", h.Name, dirs)
+}
+
 // RSS returns the resident anonymous memory of the host, in bytes: total_rss of its own memory
 // cgroup, which holds every process of the host, its containers' too, each page counted once.
 // Pages mapped from files (the programs themselves) are the cgroup's cache, not counted here.
