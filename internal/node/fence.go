@@ -535,15 +535,21 @@ func (f *fencer) servicesStep() workflow.Step {
 			}
 			n, err := ReadNodes(ctx, f.cl.Dynamic)
 			fence := n.Workers[name].Fence
-			return err == nil && fence != nil && len(fence.Stopped) == len(stays()) && len(fence.Suspended) == len(f.intent.Jobs), err
+			if err != nil || fence == nil {
+				return false, err
+			}
+			for _, fs := range stays() {
+				if !slices.ContainsFunc(fence.Stopped, func(s StoppedService) bool { return s.Ref == fs.Ref }) {
+					return false, nil
+				}
+			}
+			return !slices.ContainsFunc(f.intent.Jobs, func(j string) bool { return !slices.Contains(fence.Suspended, j) }), nil
 		},
 		Apply: func(ctx context.Context) error {
-			var stopped []StoppedService
 			for _, fs := range stays() {
 				if err := service.SetFenceStop(ctx, f.cl.Dynamic, fs.Ref, name); err != nil && !apierrors.IsNotFound(err) {
 					return err
 				}
-				stopped = append(stopped, StoppedService{Ref: fs.Ref, Why: fs.Data})
 			}
 			for _, j := range f.intent.Jobs {
 				ns, jn, _ := strings.Cut(j, "/")
@@ -557,7 +563,17 @@ func (f *fencer) servicesStep() workflow.Step {
 				if w.Fence == nil {
 					return fmt.Errorf("the fence of %s is no longer recorded", name)
 				}
-				w.Fence.Stopped, w.Fence.Suspended = stopped, f.intent.Jobs
+				// Added to what an earlier run of the fence recorded, which a rejoin undoes.
+				for _, fs := range stays() {
+					if !slices.ContainsFunc(w.Fence.Stopped, func(s StoppedService) bool { return s.Ref == fs.Ref }) {
+						w.Fence.Stopped = append(w.Fence.Stopped, StoppedService{Ref: fs.Ref, Why: fs.Data})
+					}
+				}
+				for _, j := range f.intent.Jobs {
+					if !slices.Contains(w.Fence.Suspended, j) {
+						w.Fence.Suspended = append(w.Fence.Suspended, j)
+					}
+				}
 				n.Workers[name] = w
 				return nil
 			})
@@ -738,7 +754,7 @@ func (f *fencer) report(ctx context.Context) {
 	f.p.Success("Fenced worker " + name + ": it stays out of service until kip node add " + f.worker.Host + " rejoins it, or kip node remove " + name + " --force gives it up")
 	for _, fs := range f.intent.Services {
 		if fs.stays() {
-			f.p.Warn(fmt.Sprintf("Service %s stays stopped: %s; %s", fs.Ref, fs.Why, f.staysHint(ctx, fs)))
+			f.p.Warn(fmt.Sprintf("Service %s stays stopped: %s", fs.Ref, f.staysWhy(ctx, fs)))
 			continue
 		}
 		where, err := runsOn(ctx, f.cl, fs.Ref, name)
@@ -758,16 +774,17 @@ func (f *fencer) report(ctx context.Context) {
 	}
 }
 
-// staysHint says how a service the fence stopped comes back.
-func (f *fencer) staysHint(ctx context.Context, fs fencedService) string {
+// staysWhy says why a service the fence stopped stays stopped, and how it comes back.
+func (f *fencer) staysWhy(ctx context.Context, fs fencedService) string {
+	back := fmt.Sprintf("%s; rejoin %s with kip node add %s", fs.Why, f.o.Worker, f.worker.Host)
 	if fs.Data == storage.DataStale {
-		return fmt.Sprintf("rejoin %s with kip node add %s, or start it on the older copies with kip service start %s --accept-stale-data", f.o.Worker, f.worker.Host, fs.Flags())
+		return back + ", or start it on the older copies with kip service start " + fs.Flags() + " --accept-stale-data"
 	}
 	s, err := service.Get(ctx, f.cl.Dynamic, fs.Ref)
 	if err != nil {
-		return "rejoin " + f.o.Worker + " with kip node add " + f.worker.Host
+		return back
 	}
-	return service.OnlyThereRecipe(s, f.o.Worker)
+	return service.OnlyThereRecipe(s, f.o.Worker, f.worker.Host)
 }
 
 // runsOn waits until the service's pod is Ready on a node other than gone, and names that node.

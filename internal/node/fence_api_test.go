@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
@@ -61,8 +60,7 @@ func TestFence(t *testing.T) {
 	ctx := t.Context()
 	env.AddNode(t, "fx-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	env.AddNode(t, "fx-two", testenv.NodeOptions{})
-	w := env.AddNode(t, "fx-w", testenv.NodeOptions{})
-	stopReporting(t, cl, w)
+	w := deadNode(t, cl, "fx-w")
 
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
 		rec.Profile, rec.Storage, rec.Server, rec.Backups = "small", cluster.StorageLonghorn, srv.Host, cluster.BackupsNone
@@ -120,6 +118,12 @@ func TestFence(t *testing.T) {
 			attach(t, cl, pv, "fx-w")
 		}
 	}
+	project := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": "fx"}, "spec": map[string]any{"environments": []any{map[string]any{"name": "prod"}}}}}
+	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, project, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "fx", metav1.DeleteOptions{}) })
 	kipperService(t, cl, "fx-prod", "cur", "redis", false)
 	kipperService(t, cl, "fx-prod", "stale", "redis", false)
 	kipperService(t, cl, "fx-prod", "only", "postgres", false)
@@ -221,7 +225,8 @@ func TestFence(t *testing.T) {
 		"Job fx-prod/nightly is suspended",
 		"Service cur in fx-prod runs again on fx-two (current copies on fx-two)",
 		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
-		"delete the service with 'kip service delete only --project fx --environment prod' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
+		"Service only in fx-prod stays stopped: its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51); if fx-w is lost, " +
+			"delete the service with 'kip service delete only --project fx --environment prod' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
 		"Pod fx-other/app is no Kipper workload and holds a single-node volume on fx-w",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -236,9 +241,16 @@ func TestFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	fence := rec.Workers["fx-w"].Fence
+	stoppedBy := func(f *FenceRecord) map[string]string {
+		m := map[string]string{}
+		for _, s := range f.Stopped {
+			m[s.Name] = s.Why
+		}
+		return m
+	}
+	wantStopped := map[string]string{"stale": storage.DataStale, "only": storage.DataOnlyThere}
 	if fence == nil || fence.BootID != w.Status.NodeInfo.BootID || !fence.PoweredOff ||
-		!slices.Equal(fence.Suspended, []string{"fx-prod/nightly"}) || len(fence.Stopped) != 2 ||
-		fence.Stopped[0].Name != "stale" || fence.Stopped[0].Why != storage.DataStale || fence.Stopped[1].Name != "only" || fence.Stopped[1].Why != storage.DataOnlyThere {
+		!slices.Equal(fence.Suspended, []string{"fx-prod/nightly"}) || !reflect.DeepEqual(stoppedBy(fence), wantStopped) {
 		t.Errorf("the fence's record: %+v", fence)
 	}
 	for name, want := range map[string]string{"cur": "", "stale": "fx-w", "only": "fx-w", "off": ""} {
@@ -265,9 +277,14 @@ func TestFence(t *testing.T) {
 		t.Errorf("Kipper pods left on fx-w: %d (%v)", len(left), err)
 	}
 
-	// Run again: every step already done.
-	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil || strings.Count(out.String(), "already") < 4 {
+	// Run again: every step already done (none started), though the Job's pod is gone from the node now, and
+	// the record still holds what the first run stopped.
+	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil || strings.Contains(out.String(), "…") || strings.Count(out.String(), "✔") != 5 {
 		t.Errorf("the fence run again: %v\n%s", err, out)
+	}
+	if rec, err := ReadNodes(ctx, cl.Dynamic); err != nil || !slices.Equal(rec.Workers["fx-w"].Fence.Suspended, []string{"fx-prod/nightly"}) ||
+		!reflect.DeepEqual(stoppedBy(rec.Workers["fx-w"].Fence), wantStopped) {
+		t.Errorf("the fence's record after it ran again: %+v (%v)", rec.Workers["fx-w"].Fence, err)
 	}
 
 	// kip service start: the fence's check.
@@ -290,30 +307,28 @@ func TestFence(t *testing.T) {
 	}
 }
 
-// stopReporting takes n from kwok and writes it NotReady for two minutes, as the node lifecycle
-// controller sees a worker that stopped reporting; it is cordoned, so that nothing is scheduled
-// there meanwhile.
-func stopReporting(t *testing.T, cl *kube.Clients, n *corev1.Node) {
+// deadNode writes a Node no kwok plays, NotReady for two minutes, as the node lifecycle
+// controller sees a worker that stopped reporting; it is cordoned, so that nothing is
+// scheduled there.
+func deadNode(t *testing.T, cl *kube.Clients, name string) *corev1.Node {
 	t.Helper()
 	ctx := t.Context()
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":true}}`, testenv.KwokNodeAnnotation)
-	n, err := cl.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Spec: corev1.NodeSpec{Unschedulable: true}}
+	n, err := cl.Kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cl.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	ago := metav1.NewTime(time.Now().Add(-2 * time.Minute))
-	for i, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletStopped",
-				LastHeartbeatTime: ago, LastTransitionTime: ago}
-		}
-	}
-	if n.Status.NodeInfo.BootID == "" {
-		n.Status.NodeInfo.BootID = "fx-w-boot-1"
-	}
-	if _, err := cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletStopped",
+		LastHeartbeatTime: ago, LastTransitionTime: ago}}
+	n.Status.NodeInfo.BootID = name + "-boot-1"
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fenceKubelet}}
+	if n, err = cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return n
 }
 
 // longhornClaim makes a claim of ns bound to a Longhorn volume (ReadWriteOnce) and returns the

@@ -65,11 +65,11 @@ func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) strin
 
 // OnlyThereRecipe says how to bring back a service whose only copy is on a worker that is lost:
 // delete it and restore it from a backup taken before the fence, while it ran.
-func OnlyThereRecipe(s *Service, worker string) string {
-	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add <its host>); if %s is lost, "+
+func OnlyThereRecipe(s *Service, worker, host string) string {
+	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add %s); if %s is lost, "+
 		"delete the service with 'kip service delete %s' and restore it with 'kip backup restore <backup> --namespace %s', "+
 		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
-		"and a later backup holds none of its files", worker, worker, worker, s.Flags(), s.Namespace(), s.Project)
+		"and a later backup holds none of its files", worker, worker, host, worker, s.Flags(), s.Namespace(), s.Project)
 }
 
 // MayStart decides whether a service the fence stopped may start again, by the fence's own check
@@ -84,7 +84,7 @@ func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service
 	}
 	switch verdict {
 	case storage.DataOnlyThere:
-		return false, OnlyThereRecipe(s, gone), nil
+		return false, OnlyThereRecipe(s, gone, "<its host>"), nil
 	case storage.DataStale:
 		if !accept {
 			if accept, err = p.Consent(StaleQuestion(s, gone, copies)); err != nil {
