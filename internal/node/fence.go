@@ -275,34 +275,6 @@ func (f *fencer) decide(ctx context.Context) error {
 	return nil
 }
 
-// StrandedService is a Kipper service with a single-node volume on a worker that stopped
-// reporting or is fenced: how its data stands without the worker (storage.Judge), the nodes
-// with a current copy of all of it, and whether the worker's fence stopped it.
-type StrandedService struct {
-	service.Ref
-	Data      string   `json:"data"`
-	CurrentOn []string `json:"currentOn,omitempty"`
-	FenceStop bool     `json:"fenceStop,omitempty"`
-}
-
-// StrandedOn lists the Kipper services stranded on worker (kip status): those with a
-// single-node volume there, and those its fence stopped.
-func StrandedOn(ctx context.Context, cl *kube.Clients, worker string) ([]StrandedService, error) {
-	found, err := onWorker(ctx, cl, worker)
-	if err != nil {
-		return nil, err
-	}
-	var out []StrandedService
-	for _, s := range found.services {
-		verdict, copies, err := service.FencedData(ctx, cl, s, worker)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, StrandedService{Ref: s.Ref, Data: verdict, CurrentOn: storage.CurrentOn(copies, worker), FenceStop: s.FenceStop == worker})
-	}
-	return out, nil
-}
-
 // found is what runs on a worker with a single-node volume.
 type found struct {
 	services []*service.Service
@@ -364,17 +336,16 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 		return out, err
 	}
 	claimed := map[string]bool{} // claims of Kipper services
+	onNode := map[string]bool{}
+	for key := range pvs {
+		onNode[key] = true
+	}
 	for _, s := range services {
-		hit := false
 		for _, c := range s.Claims() {
-			key := s.Namespace() + "/" + c
-			claimed[key] = true
-			hit = hit || pvs[key] != nil
-		}
-		if hit && !s.Stopped || s.FenceStop == node {
-			out.services = append(out.services, s)
+			claimed[s.Namespace()+"/"+c] = true
 		}
 	}
+	out.services = ServicesOn(services, onNode, node)
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		var holds bool
@@ -401,6 +372,20 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 	slices.Sort(out.jobs)
 	slices.Sort(out.others)
 	return out, nil
+}
+
+// ServicesOn are the Kipper services among services with a volume among claims (the
+// namespace/claim of each single-node volume on node), and those node's fence stopped. A service
+// its operator stopped is left out: it stays stopped anyway.
+func ServicesOn(services []*service.Service, claims map[string]bool, node string) []*service.Service {
+	var out []*service.Service
+	for _, s := range services {
+		hit := slices.ContainsFunc(s.Claims(), func(c string) bool { return claims[s.Namespace()+"/"+c] })
+		if hit && !s.Stopped || s.FenceStop == node {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // question asks before the fence changes anything, saying what it does with each service.

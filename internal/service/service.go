@@ -116,10 +116,7 @@ type Service struct {
 func (s *Service) StatefulSet() string { return s.Name }
 
 // DataClaim is the claim of the service's data volume.
-func (s *Service) DataClaim() string { return DataClaimOf(s.Name) }
-
-// DataClaimOf is the claim of the data volume of the service name.
-func DataClaimOf(name string) string { return "data-" + name + "-0" }
+func (s *Service) DataClaim() string { return "data-" + s.Name + "-0" }
 
 // DumpClaim is the claim of its dump volume, "" for a type without one.
 func (s *Service) DumpClaim() string {

@@ -245,6 +245,10 @@ type view struct {
 	// used is the space each local volume's directory uses, by PersistentVolume, where the host
 	// checks measured it.
 	used map[string]*int64
+	// lhVolumes and lhReplicas are Longhorn's volumes and replicas, listed once on a Longhorn
+	// cluster.
+	lhVolumes  []longhornv1beta2.Volume
+	lhReplicas []longhornv1beta2.Replica
 }
 
 // readRecord reads the cluster record and the workers' into v, from one read of the records;
@@ -331,41 +335,61 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 }
 
 // strandedOnWorkers lists the services stranded on each worker that is not Ready: those with a
-// single-node volume there, with the nodes that hold a current copy of their data, and those
-// its fence stopped.
+// Longhorn volume attached there, with the nodes that hold a current copy of all their data, and
+// those its fence stopped. It reads the API (Kipper's services) only when there is one.
 func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
+	claims := map[string]map[string]bool{} // by worker: the namespace/claim of the volumes attached there
 	for i := range v.nodes {
 		n := &v.nodes[i]
-		st := cluster.NodeStatus(n)
-		if cluster.NodeRole(n) != cluster.RoleWorker || st == cluster.NodeReady {
+		if cluster.NodeRole(n) != cluster.RoleWorker || cluster.NodeStatus(n) == cluster.NodeReady {
 			continue
 		}
-		list, err := kipnode.StrandedOn(ctx, v.c, n.Name)
-		if err != nil {
-			return fmt.Errorf("the services stranded on %s: %w", n.Name, err)
+		claims[n.Name] = map[string]bool{}
+		for _, vol := range v.lhVolumes {
+			if ks := vol.Status.KubernetesStatus; vol.Status.CurrentNodeID == n.Name && ks.PVCName != "" {
+				claims[n.Name][ks.Namespace+"/"+ks.PVCName] = true
+			}
 		}
-		for _, s := range list {
-			why := strandedWhy(n.Name, st, s)
-			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: service.DataClaimOf(s.Name), Reason: why, Node: n.Name, CurrentOn: s.CurrentOn})
+		if w := v.workers.Workers[n.Name]; len(claims[n.Name]) == 0 && (w.Fence == nil || len(w.Fence.Stopped) == 0) {
+			delete(claims, n.Name)
+		}
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
+	if err != nil {
+		return err
+	}
+	for i := range v.nodes {
+		n := &v.nodes[i]
+		if claims[n.Name] == nil {
+			continue
+		}
+		for _, s := range kipnode.ServicesOn(svcs, claims[n.Name], n.Name) {
+			copies := kipstorage.CopiesIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
+			why := strandedWhy(n.Name, cluster.NodeStatus(n), s, kipstorage.Judge(copies, n.Name), kipstorage.CurrentOn(copies, n.Name))
+			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: kipstorage.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
 		}
 	}
 	return nil
 }
 
-// strandedWhy says why a service is stranded on worker, in state st, and what brings it back.
-func strandedWhy(worker, st string, s kipnode.StrandedService) string {
+// strandedWhy says why service s is stranded on worker, in state st, how its data stands there
+// (kipstorage.Judge) and on which nodes it is current, and what brings it back.
+func strandedWhy(worker, st string, s *service.Service, data string, currentOn []string) string {
 	copies := "no node but " + worker + " holds a copy of its data known to be current"
 	switch {
-	case s.Data == kipstorage.DataOnlyThere:
+	case data == kipstorage.DataOnlyThere:
 		copies = "its only copy of some volume is on " + worker
-	case s.Data == kipstorage.DataCurrent && len(s.CurrentOn) > 0:
-		copies = "current copies of its data are on " + strings.Join(s.CurrentOn, ", ")
+	case data == kipstorage.DataCurrent && len(currentOn) > 0:
+		copies = "current copies of its data are on " + strings.Join(currentOn, ", ")
 	}
-	if st == cluster.NodeOutOfService {
-		if s.FenceStop {
-			return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add <its host>, or see kip service start %s", worker, copies, worker, s.Flags())
-		}
+	switch {
+	case s.FenceStop == worker:
+		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add <its host>, or see kip service start %s", worker, copies, worker, s.Flags())
+	case st == cluster.NodeOutOfService:
 		return fmt.Sprintf("%s is fenced (%s)", worker, copies)
 	}
 	return fmt.Sprintf("it has a volume on %s, which is %s (%s): once you know %s is down, run kip node fence %s", worker, st, copies, worker, worker)
@@ -733,6 +757,7 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	if err != nil {
 		return fmt.Errorf("list longhorn replicas: %w", err)
 	}
+	v.lhVolumes, v.lhReplicas = vols.Items, replicas.Items
 	byName := map[string]*longhornv1beta2.Volume{}
 	for i := range vols.Items {
 		byName[vols.Items[i].Name] = &vols.Items[i]

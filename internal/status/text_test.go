@@ -1,10 +1,12 @@
 package status
 
 import (
+	"context"
 	"maps"
 	"strings"
 	"testing"
 
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,24 +95,44 @@ func TestSSHAddr(t *testing.T) {
 	}
 }
 
-// TestStrandedWhy says why a service is stranded on a worker and what brings it back: a fence
-// while the worker is NotReady, the rejoin once its fence stopped the service.
-func TestStrandedWhy(t *testing.T) {
+// TestStrandedOnWorkers lists the services stranded on a worker that is not Ready from what
+// status read of Longhorn: a service whose volume is attached to the NotReady worker, with the
+// nodes that hold a current copy, and a service the fence of another worker stopped; it makes no
+// API request when no volume is attached to such a worker and no fence stopped a service (the
+// view has no clients here, so a request would fail).
+func TestStrandedOnWorkers(t *testing.T) {
+	node := func(name string, ready corev1.ConditionStatus, taints ...corev1.Taint) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+	}
+	v := &view{nodes: []corev1.Node{node("w1", corev1.ConditionFalse), node("w2", corev1.ConditionTrue)}}
+	vol := longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}}
+	vol.Status.CurrentNodeID, vol.Status.KubernetesStatus = "w2", longhornv1beta2.KubernetesStatus{Namespace: "shop-prod", PVCName: "data-db-0"}
+	v.lhVolumes = []longhornv1beta2.Volume{vol}
+	r := &Report{}
+	if err := strandedOnWorkers(context.Background(), v, r); err != nil || len(r.Stranded) != 0 {
+		t.Errorf("nothing stranded: %+v (%v)", r.Stranded, err)
+	}
+
 	ref := service.Ref{Project: "shop", Environment: "prod", Name: "db"}
+	s := &service.Service{Ref: ref}
 	for _, tt := range []struct {
-		st   string
-		s    kipnode.StrandedService
-		want string
+		st, data  string
+		fenceStop string
+		on        []string
+		want      string
 	}{
-		{cluster.NodeNotReady, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataCurrent, CurrentOn: []string{"srv"}},
+		{cluster.NodeNotReady, kipstorage.DataCurrent, "", []string{"srv"},
 			"it has a volume on w1, which is NotReady (current copies of its data are on srv): once you know w1 is down, run kip node fence w1"},
-		{cluster.NodeUnknown, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataStale},
+		{cluster.NodeUnknown, kipstorage.DataStale, "", nil,
 			"it has a volume on w1, which is Unknown (no node but w1 holds a copy of its data known to be current): once you know w1 is down, run kip node fence w1"},
-		{cluster.NodeOutOfService, kipnode.StrandedService{Ref: ref, Data: kipstorage.DataOnlyThere, FenceStop: true},
+		{cluster.NodeOutOfService, kipstorage.DataOnlyThere, "w1", nil,
 			"the fence of w1 stopped it (its only copy of some volume is on w1): rejoin w1 with kip node add <its host>, or see kip service start db --project shop --environment prod"},
+		{cluster.NodeOutOfService, kipstorage.DataCurrent, "", []string{"srv"}, "w1 is fenced (current copies of its data are on srv)"},
 	} {
-		if got := strandedWhy("w1", tt.st, tt.s); got != tt.want {
-			t.Errorf("strandedWhy(%s, %+v) =\n%q, want\n%q", tt.st, tt.s, got, tt.want)
+		s.FenceStop = tt.fenceStop
+		if got := strandedWhy("w1", tt.st, s, tt.data, tt.on); got != tt.want {
+			t.Errorf("strandedWhy(%s, %s) =\n%q, want\n%q", tt.st, tt.data, got, tt.want)
 		}
 	}
 }

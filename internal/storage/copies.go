@@ -175,19 +175,35 @@ func VolumeReplicas(ctx context.Context, cl *kube.Clients, volume string) ([]Cop
 	if err != nil {
 		return nil, fmt.Errorf("list the replicas of Longhorn volume %s: %w", volume, err)
 	}
-	var copies []Copy
-	for i := range list.Items {
-		r := &list.Items[i]
-		if r.Spec.VolumeName != volume {
-			continue
-		}
-		copies = append(copies, copyOf(r))
-	}
-	slices.SortFunc(copies, func(a, b Copy) int { return strings.Compare(a.Node, b.Node) })
-	return copies, nil
+	return copiesOf(list.Items, volume), nil
 }
 
-func copyOf(r *longhornv1beta2.Replica) Copy {
-	return Copy{Node: r.Spec.NodeID, Current: CurrentReplica(r), HealthyAt: r.Spec.HealthyAt, LastHealthyAt: r.Spec.LastHealthyAt,
-		FailedAt: r.Spec.FailedAt, LastFailedAt: r.Spec.LastFailedAt}
+// copiesOf are the copies among replicas of volume, by node.
+func copiesOf(replicas []longhornv1beta2.Replica, volume string) []Copy {
+	var copies []Copy
+	for i := range replicas {
+		if r := &replicas[i]; r.Spec.VolumeName == volume {
+			copies = append(copies, Copy{Node: r.Spec.NodeID, Current: CurrentReplica(r), HealthyAt: r.Spec.HealthyAt, LastHealthyAt: r.Spec.LastHealthyAt,
+				FailedAt: r.Spec.FailedAt, LastFailedAt: r.Spec.LastFailedAt})
+		}
+	}
+	slices.SortFunc(copies, func(a, b Copy) int { return strings.Compare(a.Node, b.Node) })
+	return copies
+}
+
+// CopiesIn is ReadCopies from lists already read: the Longhorn volumes (each names its claim in
+// its Kubernetes status) and their replicas.
+func CopiesIn(vols []longhornv1beta2.Volume, replicas []longhornv1beta2.Replica, namespace string, claims []string) []VolumeCopies {
+	var out []VolumeCopies
+	for _, claim := range claims {
+		i := slices.IndexFunc(vols, func(v longhornv1beta2.Volume) bool {
+			ks := v.Status.KubernetesStatus
+			return ks.Namespace == namespace && ks.PVCName == claim
+		})
+		if i < 0 {
+			continue
+		}
+		out = append(out, VolumeCopies{Claim: claim, Volume: vols[i].Name, Copies: copiesOf(replicas, vols[i].Name)})
+	}
+	return out
 }
