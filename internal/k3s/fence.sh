@@ -1,4 +1,4 @@
-# kip node fence on a worker that still answers: keep k3s-agent from starting (a systemd
+# kip node fence on a worker that still answers, after stop.sh: keep k3s-agent from starting (a systemd
 # drop-in, also after a reboot), stop it and every container it ran, and unmount what they
 # mounted; then list what is left. $1 is "stop" (stop, then list) or "check" (list only), $2 the
 # drop-in's path, $3 a pattern matching the command lines of the containers' shims. Prints one
@@ -15,15 +15,9 @@ if [ "$1" = stop ]; then
 	mv "$dropin.tmp" "$dropin"
 	systemctl daemon-reload
 	systemctl stop k3s-agent >/dev/null 2>&1 || true
-	# The containers' shims outlive k3s-agent (its unit kills the process only).
-	for pid in $(pgrep -f "$3" 2>/dev/null); do
-		for child in $(pgrep -P "$pid" 2>/dev/null); do kill -9 "$child" 2>/dev/null || true; done
-		kill -9 "$pid" 2>/dev/null || true
-	done
-	# What the kubelet and the containers mounted, deepest first (as k3s-killall.sh does).
-	awk '{print $2}' /proc/self/mounts | grep -E '^(/run/k3s|/var/lib/kubelet/pods|/var/lib/kubelet/plugins|/run/netns/cni-)' | sort -r | while read -r m; do
-		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-	done
+	stop_containers "$3"
+	# What the kubelet and the containers mounted (as k3s-killall.sh does).
+	unmount_under '^(/run/k3s|/var/lib/kubelet/pods|/var/lib/kubelet/plugins|/run/netns/cni-)'
 fi
 left=0
 say() { echo "$*"; left=1; }

@@ -66,6 +66,11 @@ func UnitPath(name string) string { return "/etc/systemd/system/" + name + ".ser
 // bracket keeps it from matching the shell that runs pgrep with it.
 const shims = "[c]ontainerd-shim.* -address /run/k3s/containerd/containerd.sock"
 
+// stopScript defines the shell functions wipe.sh and fence.sh share; each script runs after it.
+//
+//go:embed stop.sh
+var stopScript string
+
 //go:embed wipe.sh
 var wipeScript string
 
@@ -78,7 +83,7 @@ func WipeAgentCommand(keepLonghorn bool) string {
 	if keepLonghorn {
 		longhorn = "keep-longhorn"
 	}
-	return sshx.Command("sh", "-c", wipeScript, "kip-wipe", BinaryPath, UnitPath(AgentUnit), longhorn, shims)
+	return sshx.Command("sh", "-c", stopScript+wipeScript, "kip-wipe", BinaryPath, UnitPath(AgentUnit), longhorn, shims)
 }
 
 // AgentGoneCommand exits 0 when nothing of k3s-agent is left on the host: the service not
@@ -100,13 +105,13 @@ var fenceScript string
 // (a container, a Longhorn process, a Longhorn or kubelet volume mount) and exits 1 when
 // something is. Run again, it finds nothing to do.
 func FenceAgentCommand() string {
-	return sshx.Command("sh", "-c", fenceScript, "kip-fence", "stop", FenceDropIn, shims)
+	return sshx.Command("sh", "-c", stopScript+fenceScript, "kip-fence", "stop", FenceDropIn, shims)
 }
 
 // FencedCommand exits 0 when the fence holds the worker stopped: the drop-in in place and nothing
 // left running or mounted; otherwise it prints what is left and exits 1.
 func FencedCommand() string {
-	return sshx.Command("sh", "-c", fenceScript, "kip-fence", "check", FenceDropIn, shims)
+	return sshx.Command("sh", "-c", stopScript+fenceScript, "kip-fence", "check", FenceDropIn, shims)
 }
 
 // UnfenceAgentCommand removes the fence's drop-in, so that k3s-agent can start again.

@@ -1,4 +1,4 @@
-# kip's removal of a k3s agent from a host (kip node remove): stop k3s-agent and every container
+# kip's removal of a k3s agent from a host (kip node remove), after stop.sh: stop k3s-agent and every container
 # it ran, unmount what they mounted, remove the network interfaces and iptables rules k3s and
 # its CNI made, and delete k3s's files. $1 is k3s's binary, $2 the agent's unit file, $3
 # "keep-longhorn" to leave /var/lib/longhorn's data in place or "wipe-longhorn" to empty it, $4
@@ -7,16 +7,9 @@
 set -u
 PATH=$PATH:/usr/sbin:/sbin
 systemctl disable --now k3s-agent >/dev/null 2>&1 || true
-# The containers' shims outlive k3s-agent (its unit kills the process only): stop them and what
-# runs under them ($4 matches their command lines).
-for pid in $(pgrep -f "$4" 2>/dev/null); do
-	for child in $(pgrep -P "$pid" 2>/dev/null); do kill -9 "$child" 2>/dev/null || true; done
-	kill -9 "$pid" 2>/dev/null || true
-done
-# Mounts under k3s's and the kubelet's directories, deepest first.
-awk '{print $2}' /proc/self/mounts | grep -E '^(/run/k3s|/var/lib/rancher/k3s|/var/lib/kubelet|/run/netns/cni-)' | sort -r | while read -r m; do
-	umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-done
+stop_containers "$4"
+# Mounts under k3s's and the kubelet's directories.
+unmount_under '^(/run/k3s|/var/lib/rancher/k3s|/var/lib/kubelet|/run/netns/cni-)'
 for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
 for link in cni0 flannel.1 flannel-v6.1 flannel-wg flannel-wg-v6 kube-ipvs0; do
 	ip link delete "$link" 2>/dev/null || true

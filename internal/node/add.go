@@ -631,6 +631,11 @@ func (j *joiner) nodeNow(ctx context.Context) (*corev1.Node, error) {
 	return n, nil
 }
 
+// withoutTaint is taints without those of key.
+func withoutTaint(taints []corev1.Taint, key string) []corev1.Taint {
+	return slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool { return t.Key == key })
+}
+
 func hasTaint(n *corev1.Node, key string) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }

@@ -440,16 +440,9 @@ func (f *fencer) recordStep() workflow.Step {
 			return n.Workers[name].Fence != nil, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, f.cl.Dynamic, func(n *Nodes) error {
-				w, ok := n.Workers[name]
-				if !ok {
-					return fmt.Errorf("worker %s is no longer recorded", name)
-				}
+			return updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
 				w.Fence = &FenceRecord{At: time.Now().UTC(), BootID: f.intent.BootID, PoweredOff: f.intent.PoweredOff}
-				n.Workers[name] = w
-				return nil
 			})
-			return err
 		},
 	}
 }
@@ -543,10 +536,9 @@ func (f *fencer) servicesStep() workflow.Step {
 					return fmt.Errorf("suspend Job %s: %w", j, err)
 				}
 			}
-			_, err := UpdateNodes(ctx, f.cl.Dynamic, func(n *Nodes) error {
-				w := n.Workers[name]
+			return updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
 				if w.Fence == nil {
-					return fmt.Errorf("the fence of %s is no longer recorded", name)
+					w.Fence = &FenceRecord{} // lifted meanwhile: the services stopped now still need a record
 				}
 				// Added to what an earlier run of the fence recorded, which a rejoin undoes.
 				for _, fs := range stays() {
@@ -559,10 +551,7 @@ func (f *fencer) servicesStep() workflow.Step {
 						w.Fence.Suspended = append(w.Fence.Suspended, j)
 					}
 				}
-				n.Workers[name] = w
-				return nil
 			})
-			return err
 		},
 	}
 }

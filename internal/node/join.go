@@ -556,13 +556,7 @@ func (j *joiner) releaseStep() workflow.Step {
 			if n == nil {
 				return errors.New("node " + j.intent.Node + " is gone")
 			}
-			var taints []corev1.Taint
-			for _, t := range n.Spec.Taints {
-				if t.Key != cluster.JoiningTaint {
-					taints = append(taints, t)
-				}
-			}
-			n.Spec.Taints = taints
+			n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.JoiningTaint)
 			if j.intent.Cordoned {
 				n.Spec.Unschedulable = false
 			}
@@ -587,8 +581,7 @@ func (j *joiner) readyStep() workflow.Step {
 			return n.Workers[j.intent.Node].State == WorkerReady, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
-				w := n.Workers[j.intent.Node]
+			return updateWorker(ctx, j.cl.Dynamic, j.intent.Node, func(w *Worker) {
 				w.State = WorkerReady
 				if w.JoinedAt.IsZero() {
 					w.JoinedAt = time.Now().UTC()
@@ -596,10 +589,7 @@ func (j *joiner) readyStep() workflow.Step {
 				if w.Copies == CopiesUnchecked {
 					w.CopiesWhy = why
 				}
-				n.Workers[j.intent.Node] = w
-				return nil
 			})
-			return err
 		},
 	}
 }

@@ -138,6 +138,20 @@ func NodesIn(annotations map[string]string) (Nodes, error) {
 	return rec, err
 }
 
+// updateWorker changes one recorded worker with mutate, refusing a worker no longer recorded.
+func updateWorker(ctx context.Context, dyn dynamic.Interface, name string, mutate func(w *Worker)) error {
+	_, err := UpdateNodes(ctx, dyn, func(n *Nodes) error {
+		w, ok := n.Workers[name]
+		if !ok {
+			return fmt.Errorf("worker %s is no longer recorded", name)
+		}
+		mutate(&w)
+		n.Workers[name] = w
+		return nil
+	})
+	return err
+}
+
 // UpdateNodes changes the record under the API's optimistic concurrency.
 func UpdateNodes(ctx context.Context, dyn dynamic.Interface, mutate func(n *Nodes) error) (Nodes, error) {
 	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), recordName, recordVersion, func(n *Nodes, _ bool) error {

@@ -416,16 +416,7 @@ func (r *remover) recordStep() workflow.Step {
 			return n.Workers[name].State == WorkerRemoving, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, r.cl.Dynamic, func(n *Nodes) error {
-				w, ok := n.Workers[name]
-				if !ok {
-					return fmt.Errorf("worker %s is no longer recorded", name)
-				}
-				w.State = WorkerRemoving
-				n.Workers[name] = w
-				return nil
-			})
-			return err
+			return updateWorker(ctx, r.cl.Dynamic, name, func(w *Worker) { w.State = WorkerRemoving })
 		},
 	}
 }

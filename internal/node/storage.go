@@ -118,15 +118,7 @@ func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker s
 		return "", "", err
 	}
 	copies, why := judgeSync(d, timeout, ignoreSlow, worker)
-	_, err = UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-		w, ok := n.Workers[worker]
-		if !ok {
-			return fmt.Errorf("worker %s is no longer recorded", worker)
-		}
-		w.Copies, w.CopiesWhy = copies, why
-		n.Workers[worker] = w
-		return nil
-	})
+	err = updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy = copies, why })
 	return copies, why, err
 }
 

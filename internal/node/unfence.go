@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -94,13 +93,7 @@ func (j *joiner) unfenceTaintStep() workflow.Step {
 			if err != nil || n == nil {
 				return err
 			}
-			var taints []corev1.Taint
-			for _, t := range n.Spec.Taints {
-				if t.Key != cluster.OutOfServiceTaint {
-					taints = append(taints, t)
-				}
-			}
-			n.Spec.Taints = taints
+			n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.OutOfServiceTaint)
 			if _, err := j.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
 				return fmt.Errorf("lift the out-of-service taint from %s: %w", name, err)
 			}
@@ -151,13 +144,7 @@ func (j *joiner) unfenceStep() workflow.Step {
 					return fmt.Errorf("resume Job %s: %w", job, err)
 				}
 			}
-			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
-				w := n.Workers[name]
-				w.Fence = nil
-				n.Workers[name] = w
-				return nil
-			})
-			return err
+			return updateWorker(ctx, j.cl.Dynamic, name, func(w *Worker) { w.Fence = nil })
 		},
 	}
 }
