@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
 )
 
@@ -154,6 +155,40 @@ func TestNodeWorkerCommandsWiring(t *testing.T) {
 		f, _, _ := testFactory(nil)
 		if err := cmd.run(t.Context(), f, "Not_A_Node"); !errors.As(err, new(*cli.UsageError)) {
 			t.Errorf("kip node %s Not_A_Node = %v, want a usage error", cmd.name, err)
+		}
+	}
+}
+
+// TestNodeStorageWiring checks what kip node storage hands to internal/node, and that without
+// --copies, or with a WORKER that is no node name, it is a usage error before anything connects.
+func TestNodeStorageWiring(t *testing.T) {
+	for _, tt := range []struct {
+		args               []string
+		copies, ignoreSlow bool
+	}{{[]string{"w1", "--copies"}, true, false}, {[]string{"w1", "--copies", "--ignore-slow-disk"}, true, true}} {
+		f, _, _ := testFactory(nil)
+		var got *node.StorageOptions
+		root := newRootCmd(f)
+		for _, c := range root.Commands() {
+			if c.Name() == "node" {
+				root.RemoveCommand(c)
+			}
+		}
+		root.AddCommand(newNodeCmd(f, nodeRunners{storage: func(o *node.StorageOptions) error { got = o; return nil }}))
+		root.SetArgs(append([]string{"node", "storage"}, tt.args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if got == nil || got.Worker != "w1" || got.Copies != tt.copies || got.IgnoreSlowDisk != tt.ignoreSlow || got.Kube == nil || got.Dial == nil {
+			t.Errorf("%v: options %+v", tt.args, got)
+		}
+	}
+	for _, worker := range []string{"w1", "Not_A_Node"} {
+		f, _, _ := testFactory(nil)
+		kube := func() (*kube.Clients, error) { return nil, errors.New("no cluster is reached in this test") }
+		err := node.Storage(t.Context(), &node.StorageOptions{Worker: worker, Env: node.Env{Kube: kube, Printer: f.Printer()}})
+		if !errors.As(err, new(*cli.UsageError)) {
+			t.Errorf("kip node storage %s without --copies = %v, want a usage error", worker, err)
 		}
 	}
 }
