@@ -60,10 +60,11 @@ func (j *joiner) steps() []workflow.Step {
 		steps = append(steps, j.unfenceTaintStep())
 	}
 	steps = append(steps, j.k3sSteps()...)
-	steps = append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep(), j.readyStep())
+	steps = append(steps, j.verifyStep(), j.longhornStep(), j.releaseStep())
 	if !j.o.NoCopies {
 		steps = append(steps, j.copiesStep())
 	}
+	steps = append(steps, j.readyStep())
 	if j.fenced != nil {
 		steps = append(steps, j.unfenceStep())
 	}
@@ -594,21 +595,23 @@ func (j *joiner) readyStep() workflow.Step {
 	}
 }
 
-// copiesStep runs the disk-sync check at the end of each join and records whether the worker
-// may hold copies of volumes; a disk that fails it does not fail the join.
+// copiesStep runs the disk-sync check at the end of each join (a join resumed after it finds it
+// done) and records whether the worker may hold copies of volumes; a disk that fails it does not
+// fail the join.
 func (j *joiner) copiesStep() workflow.Step {
 	name := j.intent.Node
-	checked := false // in this run: each join measures again
 	return workflow.Step{
 		Name: "copies", Title: "Check whether " + name + "'s disk may hold copies of volumes (how long it takes to sync small writes)",
-		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked",
-		Check: func(context.Context) (bool, error) { return checked, nil },
+		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked by this join",
+		Check: func(ctx context.Context) (bool, error) {
+			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			return n.Workers[name].CopiesJoin == j.intent.VerifyID, err
+		},
 		Apply: func(ctx context.Context) error {
-			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false)
+			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false, j.intent.VerifyID)
 			if err != nil {
 				return err
 			}
-			checked = true
 			if err := reportCopies(j.p, name, copies, why); err != nil {
 				j.p.Warn(err.Error())
 			}

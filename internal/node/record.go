@@ -70,6 +70,9 @@ type Worker struct {
 	// Copies is whether it may hold copies of volumes (Copies*), with CopiesWhy saying why not.
 	Copies    string `json:"copies"`
 	CopiesWhy string `json:"copiesWhy,omitempty"`
+	// CopiesJoin is the join whose disk check set Copies (its verification ID), "" when kip node
+	// storage set it: a resumed join finds its check done.
+	CopiesJoin string `json:"copiesJoin,omitempty"`
 	// State is joining, ready or removing.
 	State    string    `json:"state"`
 	JoinedAt time.Time `json:"joinedAt,omitzero"`

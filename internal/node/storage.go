@@ -106,8 +106,8 @@ func judgeSync(d DiskSync, replicaTimeout time.Duration, ignoreSlow bool, worker
 }
 
 // checkCopies runs the disk-sync check on a worker and records whether it may hold copies of
-// volumes.
-func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker string, ignoreSlow bool) (string, string, error) {
+// volumes, and the join that checked (its verification ID; "" for kip node storage).
+func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker string, ignoreSlow bool, join string) (string, string, error) {
 	s, err := storage.ReadLonghornSettings(ctx, cl)
 	if err != nil {
 		return "", "", err
@@ -118,7 +118,7 @@ func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker s
 		return "", "", err
 	}
 	copies, why := judgeSync(d, timeout, ignoreSlow, worker)
-	err = updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy = copies, why })
+	err = updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy, w.CopiesJoin = copies, why, join })
 	return copies, why, err
 }
 
@@ -155,7 +155,7 @@ func Storage(ctx context.Context, o *StorageOptions) error {
 	defer c.Close()
 	o.Printer.StepStarted("Measure how long " + o.Worker + "'s disk takes to sync small writes")
 	start := time.Now()
-	copies, why, err := checkCopies(ctx, t.cl, c, o.Worker, o.IgnoreSlowDisk)
+	copies, why, err := checkCopies(ctx, t.cl, c, o.Worker, o.IgnoreSlowDisk, "")
 	if err != nil {
 		return err
 	}

@@ -809,7 +809,7 @@ func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, po
 
 // joinSteps are the steps a first join applies, in order.
 var joinSteps = []string{"record", "server-network", "server-firewall", "host-packages", "host-modules", "host-sysctls",
-	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "recorded", "copies"}
+	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "copies", "recorded"}
 
 // logStep logs what kip node add -v measured of step (its remote commands and time) and returns
 // the time.
