@@ -6,7 +6,9 @@
 set -eu
 dir=$1
 test -d "$dir"
-echo "mount $(findmnt -n -o SOURCE,FSTYPE --target "$dir" | head -n 1)"
+# The mount that holds the directory is the last findmnt lists: a mount stacked on another is
+# listed after it.
+echo "mount $(findmnt -n -o SOURCE,FSTYPE --target "$dir" | tail -n 1)"
 f="$dir/.kip-sync-check"
 trap 'rm -f "$f"' EXIT
 i=0

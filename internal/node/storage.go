@@ -43,7 +43,7 @@ type DiskSync struct {
 
 func (d DiskSync) String() string {
 	return fmt.Sprintf("%d synced 4 KiB writes on %s (%s) took %s each on average, the slowest %d together %s",
-		d.Writes, d.Source, d.FSType, d.Mean.Round(10*time.Microsecond), syncWrites, d.Stall.Round(time.Millisecond))
+		d.Writes, d.Source, d.FSType, d.Mean.Round(time.Microsecond), syncWrites, d.Stall.Round(time.Microsecond))
 }
 
 // measureSync runs the disk-sync check on the host c reaches, ending early at a batch that

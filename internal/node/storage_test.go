@@ -32,8 +32,8 @@ func TestDiskSync(t *testing.T) {
 		copies     string
 		why        string
 	}{
-		{"fast", DiskSync{Source: "/dev/nvme0n1p3", FSType: "ext4", Writes: 128, Mean: 200 * time.Microsecond, Stall: 5 * time.Millisecond}, false, CopiesEligible,
-			"128 synced 4 KiB writes on /dev/nvme0n1p3 (ext4) took 200µs each on average, the slowest 16 together 5ms"},
+		{"fast", DiskSync{Source: "/dev/nvme0n1p3", FSType: "ext4", Writes: 128, Mean: 200 * time.Microsecond, Stall: 5000600 * time.Nanosecond}, false, CopiesEligible,
+			"128 synced 4 KiB writes on /dev/nvme0n1p3 (ext4) took 200µs each on average, the slowest 16 together 5.001ms"},
 		{"slow", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, false, CopiesRefused,
 			"slower than 5ms: a copy there would slow every write to its volume (network block storage at /var/lib/longhorn usually is this slow); to accept it anyway, run kip node storage w1 --copies --ignore-slow-disk"},
 		{"slow, accepted", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, true, CopiesOverridden,
