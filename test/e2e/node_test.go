@@ -229,11 +229,11 @@ func TestNodeAdd(t *testing.T) {
 // server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been for
 // a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off is
 // refused because its kubelet still answers the server. With SSH back, the fence stops k3s-agent
-// and every container behind the drop-in, killed after each of its steps and run again; the
-// drop-in keeps k3s-agent stopped across a reboot of the host; the fenced node lists as
-// OutOfService, and kip node reboot and remove refuse it. kip node add then rejoins it (no
-// reboot: it booted since the fence), lifting the fence step by step: Ready, untainted,
-// uncordoned, the fence forgotten. The fence's taint had Kubernetes delete the bare pod
+// and every container behind the drop-in, killed after each step it applies and run again; the
+// fenced node lists as OutOfService, and kip node reboot and remove refuse it. kip node add then
+// rejoins it: it reboots the host, which has not booted since the fence (the drop-in keeps
+// k3s-agent stopped through that reboot: checked while the rejoin is paused after it), and lifts
+// the fence step by step: Ready, untainted, uncordoned, the fence forgotten. The fence's taint had Kubernetes delete the bare pod
 // "ordinary", which removeWorker's first check needs on the worker: it is made again.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
@@ -281,16 +281,6 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if out, err := w.Run(ctx, stopped); err != nil {
 		t.Errorf("the fenced worker still runs k3s, a container or a kubelet mount: %v\n%s", err, out)
 	}
-	// The drop-in holds across a reboot of the host.
-	if err := w.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := w.Run(ctx, stopped); err != nil {
-		t.Errorf("after a reboot the fenced worker runs k3s, a container or a kubelet mount: %v\n%s", err, out)
-	}
 	r = s.Kip(t, home, "node", "list", "-o", "json")
 	var listed []node.Listed
 	if err := json.Unmarshal([]byte(r.Stdout), &listed); r.ExitCode != 0 || err != nil ||
@@ -303,9 +293,24 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		}
 	}
 
-	// The rejoin lifts the fence.
-	r = s.Kip(t, home, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, w.Name+" booted since its fence") || !strings.Contains(r.Stderr, "Lifted the out-of-service taint from "+w.Name) ||
+	// The rejoin lifts the fence. The host has not booted since the fence, so kip reboots it
+	// first: paused right after that reboot, the drop-in has held k3s-agent stopped through it.
+	bootBefore, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, pause := s.Paused(t, home, nil, "before:unfence-agent", "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
+	if bootAfter, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id"); err != nil || bootAfter == bootBefore {
+		t.Errorf("the rejoin did not reboot the fenced worker: boot ID %q before, %q after (%v)", bootBefore, bootAfter, err)
+	}
+	if out, err := w.Run(ctx, stopped); err != nil {
+		t.Errorf("after the rejoin's reboot the fenced worker runs k3s, a container or a kubelet mount: %v\n%s", err, out)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	r = p.Wait(t, 15*time.Minute)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Rebooted "+w.Name) || !strings.Contains(r.Stderr, "Lifted the out-of-service taint from "+w.Name) ||
 		!strings.Contains(r.Stderr, "Lifted the fence of "+w.Name) {
 		t.Fatalf("rejoin of the fenced worker: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
