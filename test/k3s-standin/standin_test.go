@@ -213,11 +213,24 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// freePortRange returns the first of n consecutive ports free on loopback now.
+// freePortRange returns the first of n consecutive ports free on loopback now, below the
+// kernel's ephemeral ports: a port there can be taken as a connection's source port (the
+// stand-in's own apiserver talking to its etcd) between this check and the stand-in's bind.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
+	low := 32768 // Linux's default first ephemeral port
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	if low-n <= 20000 {
+		t.Fatalf("the ephemeral ports start at %d, leaving no room for %d ports from 20000", low, n)
+	}
 	for range 50 {
-		base := 20000 + rand.IntN(20000)
+		base := 20000 + rand.IntN(low-n-20000)
 		ok := true
 		var ls []net.Listener
 		for i := range n {
