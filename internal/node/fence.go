@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
@@ -568,13 +569,18 @@ func (f *fencer) taintStep() workflow.Step {
 			return err == nil && hasTaint(n, cluster.OutOfServiceTaint), err
 		},
 		Apply: func(ctx context.Context) error {
-			n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			// On the Node's latest version: the node lifecycle controller taints a NotReady node too.
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+				if err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
+					return err
+				}
+				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: cluster.OutOfServiceTaint, Value: OutOfServiceValue,
+					Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
+				_, err = f.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager})
 				return err
-			}
-			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: cluster.OutOfServiceTaint, Value: OutOfServiceValue,
-				Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
-			if _, err := f.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+			})
+			if err != nil {
 				return fmt.Errorf("taint %s out of service: %w", name, err)
 			}
 			return nil

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
@@ -320,11 +321,20 @@ func deadNode(t *testing.T, cl *kube.Clients, name string) *corev1.Node {
 	}
 	t.Cleanup(func() { _ = cl.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	ago := metav1.NewTime(time.Now().Add(-2 * time.Minute))
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletStopped",
-		LastHeartbeatTime: ago, LastTransitionTime: ago}}
-	n.Status.NodeInfo.BootID = name + "-boot-1"
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fenceKubelet}}
-	if n, err = cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// The node controllers change a new Node too (its pod CIDR, its taints): write its status on
+	// the latest version.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if n, err = cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletStopped",
+			LastHeartbeatTime: ago, LastTransitionTime: ago}}
+		n.Status.NodeInfo.BootID = name + "-boot-1"
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fenceKubelet}}
+		n, err = cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return n
