@@ -17,6 +17,7 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
@@ -226,19 +227,16 @@ func (f *fencer) reach(ctx context.Context, t workerTarget, n *corev1.Node) erro
 		return fmt.Errorf("%w; the fence cannot go ahead without that check", err)
 	}
 	defer server.Close()
-	answers, err := Connects(ctx, server, addr, kubeletPort)
+	answers, err := Connects(ctx, server, addr, host.KubeletPort)
 	if err != nil {
 		return fmt.Errorf("check from the server whether the kubelet of %s answers at %s: %w; the fence cannot go ahead without that check", name, addr, err)
 	}
 	if answers {
 		return fmt.Errorf("the kubelet of %s still answers the server at %s:%d, so its host runs and may still write to its volumes, though kip cannot reach it over SSH at %s: "+
-			"power it off (or fix SSH to it, so that kip stops its k3s), then run kip node fence %s again", name, addr, kubeletPort, w.Host, name)
+			"power it off (or fix SSH to it, so that kip stops its k3s), then run kip node fence %s again", name, addr, host.KubeletPort, w.Host, name)
 	}
 	return nil
 }
-
-// kubeletPort is the kubelet's API port.
-const kubeletPort = 10250
 
 // decide finds the Kipper services, Jobs and other pods with single-node volumes on the worker,
 // and what the fence does with each service: it starts elsewhere when another node holds a
@@ -289,18 +287,18 @@ type found struct {
 func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error) {
 	var out found
 	pvs := map[string]*corev1.PersistentVolume{} // single-node volumes on node, by claim ns/name
-	addPV := func(name string) error {
-		pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+	list, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out, fmt.Errorf("list volumes: %w", err)
+	}
+	byName := map[string]*corev1.PersistentVolume{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	addPV := func(name string) {
+		if pv := byName[name]; pv != nil && pv.Spec.ClaimRef != nil && storage.SingleNode(pv) {
+			pvs[pv.Spec.ClaimRef.Namespace+"/"+pv.Spec.ClaimRef.Name] = pv
 		}
-		if err != nil {
-			return fmt.Errorf("read volume %s: %w", name, err)
-		}
-		if ref := pv.Spec.ClaimRef; ref != nil && storage.SingleNode(pv) {
-			pvs[ref.Namespace+"/"+ref.Name] = pv
-		}
-		return nil
 	}
 	vas, err := cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -308,9 +306,7 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 	}
 	for _, va := range vas.Items {
 		if va.Spec.NodeName == node && va.Spec.Source.PersistentVolumeName != nil {
-			if err := addPV(*va.Spec.Source.PersistentVolumeName); err != nil {
-				return out, err
-			}
+			addPV(*va.Spec.Source.PersistentVolumeName)
 		}
 	}
 	pods, err := cl.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
@@ -324,11 +320,11 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 				continue
 			}
 			pvc, err := cl.Kube.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
-			if err == nil && pvc.Spec.VolumeName != "" {
-				err = addPV(pvc.Spec.VolumeName)
-			}
 			if err != nil && !apierrors.IsNotFound(err) {
-				return out, err
+				return out, fmt.Errorf("read claim %s/%s: %w", p.Namespace, v.PersistentVolumeClaim.ClaimName, err)
+			}
+			if err == nil {
+				addPV(pvc.Spec.VolumeName)
 			}
 		}
 	}

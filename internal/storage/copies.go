@@ -159,7 +159,7 @@ func ReadCopies(ctx context.Context, cl *kube.Clients, namespace string, claims 
 		if vol == "" {
 			continue
 		}
-		copies, err := VolumeReplicas(ctx, cl, vol)
+		copies, err := volumeReplicas(ctx, cl, vol)
 		if err != nil {
 			return nil, err
 		}
@@ -168,8 +168,8 @@ func ReadCopies(ctx context.Context, cl *kube.Clients, namespace string, claims 
 	return out, nil
 }
 
-// VolumeReplicas are the copies Longhorn keeps of volume, by node.
-func VolumeReplicas(ctx context.Context, cl *kube.Clients, volume string) ([]Copy, error) {
+// volumeReplicas are the copies Longhorn keeps of volume, by node.
+func volumeReplicas(ctx context.Context, cl *kube.Clients, volume string) ([]Copy, error) {
 	// Longhorn labels each replica with its volume.
 	list, err := cl.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + volume})
 	if err != nil {
