@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
@@ -629,6 +630,20 @@ func (j *joiner) nodeNow(ctx context.Context) (*corev1.Node, error) {
 		return nil, fmt.Errorf("read node %s: %w", j.intent.Node, err)
 	}
 	return n, nil
+}
+
+// updateNode changes the Node name on its latest version with change, again on a conflict (the
+// kubelet and the node lifecycle controller write the Node too); change reports whether it
+// changed anything. A Node that is gone is an error.
+func updateNode(ctx context.Context, cl *kube.Clients, name string, change func(*corev1.Node) bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || !change(n) {
+			return err
+		}
+		_, err = cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager})
+		return err
+	})
 }
 
 // withoutTaint is taints without those of key.

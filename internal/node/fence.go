@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
@@ -565,16 +564,13 @@ func (f *fencer) taintStep() workflow.Step {
 			return err == nil && hasTaint(n, cluster.OutOfServiceTaint), err
 		},
 		Apply: func(ctx context.Context) error {
-			// On the Node's latest version: the node lifecycle controller taints a NotReady node too.
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-				if err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
-					return err
+			err := updateNode(ctx, f.cl, name, func(n *corev1.Node) bool {
+				if hasTaint(n, cluster.OutOfServiceTaint) {
+					return false
 				}
 				n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: cluster.OutOfServiceTaint, Value: OutOfServiceValue,
 					Effect: corev1.TaintEffectNoExecute, TimeAdded: ptr.To(metav1.Now())})
-				_, err = f.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager})
-				return err
+				return true
 			})
 			if err != nil {
 				return fmt.Errorf("taint %s out of service: %w", name, err)

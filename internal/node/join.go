@@ -550,18 +550,14 @@ func (j *joiner) releaseStep() workflow.Step {
 			return err == nil && n != nil && !hasTaint(n, cluster.JoiningTaint) && !(j.intent.Cordoned && n.Spec.Unschedulable), err
 		},
 		Apply: func(ctx context.Context) error {
-			n, err := j.nodeNow(ctx)
+			err := updateNode(ctx, j.cl, j.intent.Node, func(n *corev1.Node) bool {
+				n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.JoiningTaint)
+				if j.intent.Cordoned {
+					n.Spec.Unschedulable = false
+				}
+				return true
+			})
 			if err != nil {
-				return err
-			}
-			if n == nil {
-				return errors.New("node " + j.intent.Node + " is gone")
-			}
-			n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.JoiningTaint)
-			if j.intent.Cordoned {
-				n.Spec.Unschedulable = false
-			}
-			if _, err := j.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "kip"}); err != nil {
 				return fmt.Errorf("lift the joining taint from %s: %w", j.intent.Node, err)
 			}
 			return nil

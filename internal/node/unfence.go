@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,12 +90,11 @@ func (j *joiner) unfenceTaintStep() workflow.Step {
 			return err == nil && (n == nil || !hasTaint(n, cluster.OutOfServiceTaint)), err
 		},
 		Apply: func(ctx context.Context) error {
-			n, err := j.nodeNow(ctx)
-			if err != nil || n == nil {
-				return err
-			}
-			n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.OutOfServiceTaint)
-			if _, err := j.cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+			err := updateNode(ctx, j.cl, name, func(n *corev1.Node) bool {
+				n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.OutOfServiceTaint)
+				return true
+			})
+			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("lift the out-of-service taint from %s: %w", name, err)
 			}
 			return nil
