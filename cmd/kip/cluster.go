@@ -19,12 +19,26 @@ func newClusterCmd(f *cli.Factory) *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs),
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
+	copies := &platform.CopiesOptions{}
 	storage := &cobra.Command{
-		Use:   "storage",
-		Short: "Switch the cluster's storage to Longhorn, and prune the local copies moves kept",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+		Use:   "storage [--max-copies 2]",
+		Short: "Offer two copies of a service's data, switch the cluster's storage to Longhorn, prune the local copies moves kept",
+		Long: `With --max-copies 2, an admin offers two copies of a service's data, once: kip creates the class of
+two-copy Longhorn volumes (kipper-longhorn-2) and records the offer. A deployer then chooses one or
+two copies when creating a service ('kip service add TYPE --name NAME --copies 2 ...'); two copies
+need two Ready nodes that can hold copies ('kip node list'). Existing services keep their storage
+as it is. The offer needs Longhorn storage, and kip does not take it back.`,
+		Example: "  kip cluster storage --max-copies 2",
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("max-copies") {
+				return cmd.Help()
+			}
+			copies.Options = platformOptions(f)
+			return platform.OfferCopies(cmd.Context(), copies)
+		},
 	}
+	storage.Flags().IntVar(&copies.MaxCopies, "max-copies", 1, "offer this many copies of a service's data (2) to services created from now on")
 	o := &platform.LonghornOptions{}
 	longhorn := &cobra.Command{
 		Use:   "longhorn",

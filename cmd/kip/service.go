@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/move"
 )
@@ -38,6 +40,7 @@ its workload (docs/console.md). Every command names the service with --project a
 			"Refused while a move of the service's data to Longhorn is not finished.", true, service.Delete),
 		newServiceActionCmd(f, "recreate-dump", "Replace a database service's dump volume with an empty one",
 			"The service stops while its dump volume is replaced and starts again if it was running; the next\nscheduled dump fills the new volume. Refused while a move of the service's data is not finished.", true, service.RecreateDump),
+		newServiceAddCmd(f),
 		newServiceUpdateCmd(f),
 		newServiceStorageCmd(f),
 	)
@@ -95,7 +98,7 @@ func serviceFlags(cmd *cobra.Command, ref *service.Ref) {
 }
 
 func serviceOptions(f *cli.Factory) service.Options {
-	return service.Options{Kube: f.Kube, Printer: f.Printer(), Prompter: f.Prompter(),
+	return service.Options{Kube: f.Kube, CopyHolders: node.CopyHolders, Printer: f.Printer(), Prompter: f.Prompter(),
 		JSON: f.Global.Output == cli.OutputJSON, Out: f.IO.Out}
 }
 
@@ -126,18 +129,52 @@ func newServiceActionCmd(f *cli.Factory, use, short, long string, confirms bool,
 	return cmd
 }
 
+func newServiceAddCmd(f *cli.Factory) *cobra.Command {
+	o := &service.AddOptions{}
+	cmd := &cobra.Command{
+		Use:   "add TYPE --name NAME --project P --environment E [--copies 1|2] [--storage SIZE]",
+		Short: "Create a service and wait until it runs",
+		Long: `Create a Kipper service of TYPE (` + strings.Join(service.Types, ", ") + `) in a project's environment, and wait
+until console-api runs it. --copies 2 keeps two copies of its data, each on a different node, so
+the data survives the loss of either node's disk: it needs an admin's offer ('kip cluster storage
+--max-copies 2') and two Ready nodes that can hold copies ('kip node list'). The number of copies
+is chosen once, when the service is created. A database's dump volume keeps one copy.`,
+		Example: "  kip service add postgres --name db --project shop --environment prod\n" +
+			"  kip service add postgres --name db --project shop --environment prod --copies 2",
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Options, o.Type = serviceOptions(f), args[0]
+			return service.Add(cmd.Context(), o)
+		},
+	}
+	serviceFlags(cmd, &o.Ref)
+	fl := cmd.Flags()
+	fl.StringVar(&o.Name, "name", "", "the service's name (required)")
+	_ = cmd.MarkFlagRequired("name")
+	fl.IntVar(&o.Copies, "copies", 1, "copies of its data, each on a different node: 1 or 2")
+	fl.StringVar(&o.Storage, "storage", "", "declared size of the data volume, e.g. 20Gi (console-api's default when unset)")
+	return cmd
+}
+
 func newServiceUpdateCmd(f *cli.Factory) *cobra.Command {
 	o := &service.UpdateOptions{}
 	cmd := &cobra.Command{
-		Use:   "update NAME --project P --environment E [--cpu Q] [--memory Q] [--storage SIZE]",
-		Short: "Change a service's CPU or memory request or its declared volume size",
+		Use:   "update NAME --project P --environment E [--cpu Q] [--memory Q] [--storage SIZE] [--copies N]",
+		Short: "Change a service's CPU or memory request or its declared volume size, or record its copies",
 		Long: `Change a service's CPU request (--cpu, e.g. 405m), memory request (--memory, e.g. 512Mi) or the
 declared size of its data volume (--storage, e.g. 20Gi; a size only grows). console-api restarts
-the service's pod with the new values.`,
+the service's pod with the new values.
+
+--copies N records the copies of a service created before copies were recorded: N must be the
+number Longhorn keeps of its data volume (one for a local volume), as 'kip service info' shows.
+Changing the number of copies of an existing service is not available yet.`,
 		Example: "  kip service update db --cpu 405m --project shop --environment staging\n" +
 			"  kip service update db --storage 20Gi --project shop --environment prod",
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("copies") && o.Copies == 0 {
+				return cli.Usagef("--copies 0: a service keeps one or two copies of its data")
+			}
 			o.Options, o.Name = serviceOptions(f), args[0]
 			return service.Update(cmd.Context(), o)
 		},
@@ -147,6 +184,7 @@ the service's pod with the new values.`,
 	fl.StringVar(&o.CPU, "cpu", "", "CPU request, e.g. 405m")
 	fl.StringVar(&o.Memory, "memory", "", "memory request, e.g. 512Mi")
 	fl.StringVar(&o.Storage, "storage", "", "declared size of the data volume, e.g. 20Gi")
+	fl.IntVar(&o.Copies, "copies", 0, "record the copies of a service whose copies are unset (the number Longhorn keeps)")
 	return cmd
 }
 

@@ -37,6 +37,14 @@ const (
 // locality and auto-balance off): what kip service storage longhorn moves a service onto.
 const LonghornOneCopyClass = "kipper-longhorn-1"
 
+// LonghornTwoCopiesClass is the class of the data volume of a service created with two copies
+// (kip service add --copies 2), each on a different node; the offer (kip cluster storage
+// --max-copies 2) creates it.
+const LonghornTwoCopiesClass = "kipper-longhorn-2"
+
+// MaxCopiesOffered is the most copies of a service's data Kipper supports.
+const MaxCopiesOffered = 2
+
 // Backup modes: where Velero keeps the cluster's backups.
 const (
 	BackupsNone      = ""           // no Velero (local storage without --backup-storage-bucket)
@@ -69,12 +77,18 @@ type Record struct {
 	BackupLocation *BackupLocation `json:"backupLocation,omitempty"`
 	// AdminEmail is the console's first admin (--admin-email), also the email of the ACME
 	// account that gets the console's and Dex's certificates; "" when none was given.
-	AdminEmail  string    `json:"adminEmail,omitempty"`
+	AdminEmail string `json:"adminEmail,omitempty"`
+	// MaxCopies is the most copies of its data a new service may have: 2 once an admin offered
+	// two copies (kip cluster storage --max-copies 2), 0 (one copy) before. Install keeps it.
+	MaxCopies   int       `json:"maxCopies,omitempty"`
 	InstalledAt time.Time `json:"installedAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
 }
 
-// Same compares the fields a run decides, not its timestamps.
+// Copies is the most copies of its data a new service may have: 1 until two are offered.
+func (a Record) Copies() int { return max(a.MaxCopies, 1) }
+
+// Same compares the fields an install run decides, not its timestamps or the copies offer.
 func (a Record) Same(b Record) bool {
 	return a.Profile == b.Profile && a.Storage == b.Storage && a.Network == b.Network && a.Server == b.Server &&
 		a.KipVersion == b.KipVersion && maps.Equal(a.Versions, b.Versions) && a.Monitoring == b.Monitoring && a.Backups == b.Backups &&

@@ -145,19 +145,34 @@ func (r *renderer) longhorn() (Component, error) {
 		},
 	}}
 	c.After = append(c.After, labelled(class))
-	// The class of a service's data moved onto Longhorn (kip service storage longhorn): one copy,
-	// data locality and auto-balance off, growable.
-	err = collect(&c.After, typed("storage.k8s.io/v1", "StorageClass", &storagev1.StorageClass{
-		ObjectMeta:           metav1.ObjectMeta{Name: cluster.LonghornOneCopyClass},
-		Provisioner:          "driver.longhorn.io",
-		Parameters:           map[string]string{"numberOfReplicas": "1", "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"},
-		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
-		AllowVolumeExpansion: ptr.To(true),
-		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
-	}))
+	// The class of a service's data moved onto Longhorn (kip service storage longhorn) or created
+	// with one copy.
+	class1, err := LonghornClass(1)
 	if err != nil {
 		return Component{}, err
 	}
-	labelled(c.After[len(c.After)-1])
+	c.After = append(c.After, class1)
 	return c, nil
+}
+
+// LonghornClass is the StorageClass of a service's data volume on Longhorn with copies copies
+// (cluster.LonghornOneCopyClass, cluster.LonghornTwoCopiesClass): data locality and
+// auto-balance off, growable. Longhorn puts each copy on a different node.
+func LonghornClass(copies int) (*unstructured.Unstructured, error) {
+	name := cluster.LonghornOneCopyClass
+	if copies == 2 {
+		name = cluster.LonghornTwoCopiesClass
+	}
+	u, err := typed("storage.k8s.io/v1", "StorageClass", &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: name},
+		Provisioner:          "driver.longhorn.io",
+		Parameters:           map[string]string{"numberOfReplicas": fmt.Sprint(copies), "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"},
+		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+		AllowVolumeExpansion: ptr.To(true),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+	})()
+	if err != nil {
+		return nil, err
+	}
+	return labelled(u), nil
 }

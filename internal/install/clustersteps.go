@@ -202,8 +202,9 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := cluster.UpdateRecord(ctx, in.clients.Dynamic, func(r *cluster.Record, found bool) error {
-				installed := r.InstalledAt
+				installed, offer := r.InstalledAt, r.MaxCopies
 				*r = rec
+				r.MaxCopies = offer
 				if found && !installed.IsZero() {
 					r.InstalledAt = installed
 				}

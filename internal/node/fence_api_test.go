@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -356,6 +357,12 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 	if _, err := cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	lv := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}}
+	lv.Spec.NumberOfReplicas = 1
+	volumes := cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace)
+	if _, err := volumes.Create(ctx, lv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeName: name, StorageClassName: ptr.To(""),
 		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
@@ -366,6 +373,7 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 	t.Cleanup(func() {
 		_ = cl.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), claim, metav1.DeleteOptions{})
 		_ = cl.Kube.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = volumes.Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	return name
 }

@@ -116,7 +116,7 @@ func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step,
 			rec, _, err := cluster.ReadRecord(ctx, pl.cl.Dynamic)
 			want := rec
 			mutate(&want)
-			return err == nil && rec.Same(want) && rec.Profile == want.Profile, err
+			return err == nil && rec.Same(want) && rec.MaxCopies == want.MaxCopies, err
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := cluster.UpdateRecord(ctx, pl.cl.Dynamic, func(r *cluster.Record, _ bool) error { mutate(r); return nil })

@@ -19,16 +19,19 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/fence"
 )
 
 // Options is what every kip service and kip project command needs; cmd/kip fills it.
 type Options struct {
-	Kube     func() (*kube.Clients, error)
-	Printer  *cli.Printer
-	Prompter *cli.Prompter
-	JSON     bool
-	Out      io.Writer
+	Kube func() (*kube.Clients, error)
+	// CopyHolders are the nodes that can hold a copy of a service's data now (node.CopyHolders).
+	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
+	Printer     *cli.Printer
+	Prompter    *cli.Prompter
+	JSON        bool
+	Out         io.Writer
 }
 
 // MoveGate refuses action on a service whose move to Longhorn is unfinished, saying how to
@@ -109,13 +112,16 @@ func (o *ServiceOptions) switchService(ctx context.Context, stop bool) error {
 type UpdateOptions struct {
 	ServiceOptions
 	CPU, Memory, Storage string
+	// Copies (kip service update --copies N) records the copies of a service whose copies are
+	// unset; 0 leaves them.
+	Copies int
 }
 
 // Update is kip service update: it writes the service's CPU and memory requests and its declared
 // volume size; console-api rolls the service with them.
 func Update(ctx context.Context, o *UpdateOptions) error {
-	if o.CPU == "" && o.Memory == "" && o.Storage == "" {
-		return cli.Usagef("nothing to update: give --cpu, --memory or --storage")
+	if o.CPU == "" && o.Memory == "" && o.Storage == "" && o.Copies == 0 {
+		return cli.Usagef("nothing to update: give --cpu, --memory, --storage or --copies")
 	}
 	cl, s, err := o.load(ctx)
 	if err != nil {
@@ -150,6 +156,14 @@ func Update(ctx context.Context, o *UpdateOptions) error {
 		}
 		spec["storage"] = o.Storage
 		changes = append(changes, fmt.Sprintf("declared storage %s → %s", orUnset(s.Storage), o.Storage))
+	}
+	if o.Copies != 0 {
+		change, err := recordCopies(ctx, cl, s, o.Copies)
+		if err != nil {
+			return err
+		}
+		spec["copies"] = int64(o.Copies)
+		changes = append(changes, change)
 	}
 	if len(res) > 0 {
 		spec["resources"] = res
@@ -297,13 +311,17 @@ func cancelled(err error) error {
 
 // Info is what kip service info shows.
 type Info struct {
-	Service      string     `json:"service"`
-	Project      string     `json:"project"`
-	Environment  string     `json:"environment"`
-	Namespace    string     `json:"namespace"`
-	Type         string     `json:"type"`
-	Phase        string     `json:"phase"`
-	Stopped      bool       `json:"stopped"`
+	Service     string `json:"service"`
+	Project     string `json:"project"`
+	Environment string `json:"environment"`
+	Namespace   string `json:"namespace"`
+	Type        string `json:"type"`
+	Phase       string `json:"phase"`
+	Stopped     bool   `json:"stopped"`
+	// Copies is how many copies of its data the service keeps, 0 when unset; CopiesNote says
+	// how to record unset copies, or why its data volume waits.
+	Copies       int        `json:"copies"`
+	CopiesNote   string     `json:"copiesNote,omitempty"`
 	Move         string     `json:"move,omitempty"`
 	Resources    Resources  `json:"resources"`
 	Pods         []PodInfo  `json:"pods"`
@@ -329,6 +347,8 @@ type VolumeAt struct {
 	Size         string `json:"size,omitempty"`
 	// Where is the data: a directory on a node (local-path) or a Longhorn volume.
 	Where string `json:"where,omitempty"`
+	// Copies are the copies Longhorn keeps of a Longhorn volume, by node.
+	Copies []storage.Copy `json:"copies,omitempty"`
 }
 
 // ShowInfo is kip service info.
@@ -338,7 +358,7 @@ func ShowInfo(ctx context.Context, o *ServiceOptions) error {
 		return err
 	}
 	info := Info{Service: s.Name, Project: s.Project, Environment: s.Environment, Namespace: s.Namespace(), Type: s.Type,
-		Phase: s.Phase, Stopped: s.Stopped, Move: s.Move, Resources: s.Resources, StorageClass: s.StorageClass, Storage: s.Storage,
+		Phase: s.Phase, Stopped: s.Stopped, Copies: s.Copies, Move: s.Move, Resources: s.Resources, StorageClass: s.StorageClass, Storage: s.Storage,
 		Pods: []PodInfo{}, Volumes: []VolumeAt{}}
 	pods, err := Pods(ctx, cl.Kube, s)
 	if err != nil {
@@ -357,6 +377,20 @@ func ShowInfo(ctx context.Context, o *ServiceOptions) error {
 			return err
 		}
 		info.Volumes = append(info.Volumes, v)
+	}
+	vols, err := storage.ReadCopies(ctx, cl, s.Namespace(), claims)
+	if err != nil {
+		return err
+	}
+	for _, vc := range vols {
+		for i := range info.Volumes {
+			if info.Volumes[i].Claim == vc.Claim {
+				info.Volumes[i].Copies = vc.Copies
+			}
+		}
+	}
+	if err := o.copiesInfo(ctx, cl, s, &info); err != nil {
+		return err
 	}
 	if o.JSON {
 		return cli.WriteJSON(o.Out, info)
@@ -449,6 +483,14 @@ func writeInfo(w io.Writer, i Info) error {
 	fmt.Fprintf(&b, "Resources:    CPU %s (limit %s), memory %s (limit %s)\n", orUnset(i.Resources.CPURequest), orUnset(i.Resources.CPULimit),
 		orUnset(i.Resources.MemoryRequest), orUnset(i.Resources.MemoryLimit))
 	fmt.Fprintf(&b, "Storage:      declared %s, class %s\n", orUnset(i.Storage), orDefault(i.StorageClass))
+	switch {
+	case i.Copies == 0:
+		fmt.Fprintf(&b, "Copies:       %s\n", i.CopiesNote)
+	case i.CopiesNote != "":
+		fmt.Fprintf(&b, "Copies:       %d: %s\n", i.Copies, i.CopiesNote)
+	default:
+		fmt.Fprintf(&b, "Copies:       %d\n", i.Copies)
+	}
 	if len(i.Pods) == 0 {
 		b.WriteString("Runs on:      no pod\n")
 	}
@@ -471,7 +513,19 @@ func writeInfo(w io.Writer, i Info) error {
 		if v.Size != "" {
 			fmt.Fprintf(&b, ", %s", v.Size)
 		}
-		fmt.Fprintf(&b, "): %s\n", where)
+		fmt.Fprintf(&b, "): %s", where)
+		if len(v.Copies) > 0 {
+			var on []string
+			for _, c := range v.Copies {
+				state := "current"
+				if !c.Current {
+					state = "may be older"
+				}
+				on = append(on, c.Node+" ("+state+")")
+			}
+			fmt.Fprintf(&b, ", copies on %s", strings.Join(on, ", "))
+		}
+		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -99,8 +99,11 @@ type Service struct {
 	Version      string
 	Storage      string // the declared size, e.g. 20Gi
 	StorageClass string // "" = the cluster's default class
-	Stopped      bool
-	Resources    Resources
+	// Copies is how many copies of its data the service keeps (spec.copies), 0 when unset: a
+	// service created before copies were recorded.
+	Copies    int
+	Stopped   bool
+	Resources Resources
 	// Phase and ObservedGeneration are console-api's report; Generation the object's.
 	Phase              string
 	ObservedGeneration int64
@@ -169,6 +172,7 @@ func FromObject(ref Ref, u *unstructured.Unstructured) (*Service, error) {
 			Version      string    `json:"version"`
 			Storage      string    `json:"storage"`
 			StorageClass string    `json:"storageClass"`
+			Copies       int       `json:"copies"`
 			Stopped      bool      `json:"stopped"`
 			Resources    Resources `json:"resources"`
 		} `json:"spec"`
@@ -185,7 +189,7 @@ func FromObject(ref Ref, u *unstructured.Unstructured) (*Service, error) {
 		return nil, fmt.Errorf("read service %s: %w", ref, err)
 	}
 	return &Service{Ref: ref, Type: obj.Spec.Type, Version: obj.Spec.Version, Storage: obj.Spec.Storage,
-		StorageClass: obj.Spec.StorageClass, Stopped: obj.Spec.Stopped, Resources: obj.Spec.Resources,
+		StorageClass: obj.Spec.StorageClass, Copies: obj.Spec.Copies, Stopped: obj.Spec.Stopped, Resources: obj.Spec.Resources,
 		Phase: obj.Status.Phase, ObservedGeneration: obj.Status.ObservedGeneration, Generation: u.GetGeneration(),
 		Move: u.GetAnnotations()[MoveAnnotation], FenceStop: u.GetAnnotations()[FenceAnnotation], UID: u.GetUID()}, nil
 }

@@ -134,14 +134,19 @@ func (f *fixture) service(ctx context.Context, t *testing.T, ref service.Ref, ty
 	if typ == "postgres" {
 		f.volume(ctx, t, ref.Namespace(), "dump-"+ref.Name+"-0")
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
-		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()},
-		"spec": map[string]any{"type": typ, "storage": "5Gi",
-			"resources": map[string]any{"cpuRequest": "500m", "memoryRequest": "256Mi", "memoryLimit": "512Mi"}}}}
-	if _, err := f.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	f.serviceObject(ctx, t, ref, map[string]any{"type": typ, "storage": "5Gi",
+		"resources": map[string]any{"cpuRequest": "500m", "memoryRequest": "256Mi", "memoryLimit": "512Mi"}})
+	if err := service.WaitRunning(ctx, f.cl.Dynamic, f.e.Kube, ref, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := service.WaitRunning(ctx, f.cl.Dynamic, f.e.Kube, ref, time.Minute); err != nil {
+}
+
+// serviceObject writes the Service ref with spec, as the console does.
+func (f *fixture) serviceObject(ctx context.Context, t *testing.T, ref service.Ref, spec map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()}, "spec": spec}}
+	if _, err := f.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

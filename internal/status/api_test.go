@@ -619,9 +619,10 @@ func (f *fixture) addNamespaces(tb testing.TB, n int) {
 }
 
 // Bounds of the API requests of one run (docs/status.md): status lists each kind once for all
-// the components, rather than reading each component's objects on its own (33 requests before).
+// the components, rather than reading each component's objects on its own (33 requests before);
+// on Longhorn it also lists Kipper's services for those whose copies are unset (2 requests).
 const (
-	maxStatusRequests = 20
+	maxStatusRequests = 22
 	maxDoctorRequests = 12
 )
 
@@ -743,5 +744,25 @@ func TestStrandedService(t *testing.T) {
 	}
 	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "service queue in strand-prod is stranded") }) {
 		t.Errorf("warnings %q", r.Warnings)
+	}
+	if len(r.CopiesUnset) != 0 {
+		t.Errorf("copies unset listed on local storage: %+v", r.CopiesUnset)
+	}
+
+	// On Longhorn, the service whose copies are unset is listed with the command that records
+	// them; one whose copies are recorded is not.
+	recorded := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": "cache", "namespace": ref.Namespace()}, "spec": map[string]any{"type": "redis", "copies": int64(1)}}}
+	if _, err := f.c.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, recorded, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.setRecord(t, cluster.StorageLonghorn)
+	t.Cleanup(func() { f.setRecord(t, cluster.StorageLocal) })
+	if r, err = Collect(ctx, f.options(&bytes.Buffer{})); err != nil {
+		t.Fatal(err)
+	}
+	want := CopiesUnset{Service: ref, Kept: 1, Record: "kip service update queue --project strand --environment prod --copies 1"}
+	if len(r.CopiesUnset) != 1 || r.CopiesUnset[0] != want {
+		t.Errorf("copies unset %+v, want %+v", r.CopiesUnset, want)
 	}
 }

@@ -94,6 +94,9 @@ type Report struct {
 	// Stranded are the services whose data volume is missing, and those stranded on a worker
 	// that stopped reporting or is fenced.
 	Stranded []Stranded `json:"strandedServices"`
+	// CopiesUnset are, on a Longhorn cluster, the services whose copies are unset: Kipper leaves
+	// their storage as it is.
+	CopiesUnset []CopiesUnset `json:"copiesUnset"`
 	// WorkerCopies are the Longhorn volumes with no current copy on the server, only on workers;
 	// each is also a warning.
 	WorkerCopies []kipstorage.WorkerCopy `json:"workerCopies"`
@@ -116,6 +119,14 @@ type Stranded struct {
 	// its data.
 	Node      string   `json:"node,omitempty"`
 	CurrentOn []string `json:"currentOn,omitempty"`
+}
+
+// CopiesUnset is a service created before copies were recorded: Kept is how many copies
+// Longhorn keeps of its data volume, Record the command that records them.
+type CopiesUnset struct {
+	Service service.Ref `json:"service"`
+	Kept    int         `json:"kept"`
+	Record  string      `json:"record"`
 }
 
 // ClusterInfo is what the cluster record says (kipper.run/cluster, docs/records.md).
@@ -249,6 +260,22 @@ type view struct {
 	// cluster.
 	lhVolumes  []longhornv1beta2.Volume
 	lhReplicas []longhornv1beta2.Replica
+	// svcs are Kipper's services, listed once when a part of the report needs them (services).
+	svcs     []*service.Service
+	svcsRead bool
+}
+
+// services lists Kipper's services once.
+func (v *view) services(ctx context.Context) ([]*service.Service, error) {
+	if v.svcsRead {
+		return v.svcs, nil
+	}
+	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
+	if err != nil {
+		return nil, err
+	}
+	v.svcs, v.svcsRead = svcs, true
+	return svcs, nil
 }
 
 // readRecord reads the cluster record and the workers' into v, from one read of the records;
@@ -286,7 +313,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
-		Stranded: []Stranded{}, WorkerCopies: []kipstorage.WorkerCopy{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
+		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerCopies: []kipstorage.WorkerCopy{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -330,8 +357,36 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		if err := strandedOnWorkers(ctx, v, r); err != nil {
 			r.Warnings = append(r.Warnings, err.Error())
 		}
+		if err := copiesUnset(ctx, v, r); err != nil {
+			r.Warnings = append(r.Warnings, err.Error())
+		}
 	}
 	return r, nil
+}
+
+// copiesUnset lists, on a Longhorn cluster, the services whose copies are unset (created before
+// copies were recorded) with the copies Longhorn keeps of their data volume (one for a volume
+// still on local storage) and the command that records them.
+func copiesUnset(ctx context.Context, v *view, r *Report) error {
+	if v.rec.Storage != cluster.StorageLonghorn {
+		return nil
+	}
+	svcs, err := v.services(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range svcs {
+		if s.Copies != 0 {
+			continue
+		}
+		kept := 1
+		if vols := kipstorage.CopiesIn(v.lhVolumes, v.lhReplicas, s.Namespace(), []string{s.DataClaim()}); len(vols) > 0 {
+			kept = vols[0].Wanted
+		}
+		r.CopiesUnset = append(r.CopiesUnset, CopiesUnset{Service: s.Ref, Kept: kept,
+			Record: fmt.Sprintf("kip service update %s --copies %d", s.Flags(), kept)})
+	}
+	return nil
 }
 
 // strandedOnWorkers lists the services stranded on each worker that is not Ready: those with a
@@ -357,7 +412,7 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 	if len(claims) == 0 {
 		return nil
 	}
-	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
+	svcs, err := v.services(ctx)
 	if err != nil {
 		return err
 	}
@@ -424,7 +479,7 @@ func stranded(ctx context.Context, v *view, r *Report) error {
 	if len(lost) == 0 {
 		return nil
 	}
-	svcs, err := service.List(ctx, v.c.Dynamic, v.c.Kube)
+	svcs, err := v.services(ctx)
 	if err != nil {
 		return err
 	}

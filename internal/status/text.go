@@ -265,4 +265,10 @@ func (r *Report) writeKeptCopies(b *strings.Builder) {
 			fmt.Fprintf(b, "  %s %s: %s\n", cli.GlyphFail, s.Service, s.Reason)
 		}
 	}
+	if len(r.CopiesUnset) > 0 {
+		fmt.Fprintln(b, "\nServices whose copies are unset (Kipper leaves their storage as it is)")
+		for _, c := range r.CopiesUnset {
+			fmt.Fprintf(b, "  %s: copies kept %d; record them with '%s'\n", c.Service, c.Kept, c.Record)
+		}
+	}
 }

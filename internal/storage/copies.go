@@ -48,6 +48,8 @@ func orNever(t string) string {
 type VolumeCopies struct {
 	Claim  string `json:"claim"`
 	Volume string `json:"volume"`
+	// Wanted is how many copies Longhorn keeps of the volume (its spec.numberOfReplicas).
+	Wanted int    `json:"wanted"`
 	Copies []Copy `json:"copies"`
 }
 
@@ -159,11 +161,15 @@ func ReadCopies(ctx context.Context, cl *kube.Clients, namespace string, claims 
 		if vol == "" {
 			continue
 		}
+		lv, err := cl.Longhorn.LonghornV1beta2().Volumes(LonghornNamespace).Get(ctx, vol, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read Longhorn volume %s of claim %s/%s: %w", vol, namespace, claim, err)
+		}
 		copies, err := volumeReplicas(ctx, cl, vol)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, VolumeCopies{Claim: claim, Volume: vol, Copies: copies})
+		out = append(out, VolumeCopies{Claim: claim, Volume: vol, Wanted: lv.Spec.NumberOfReplicas, Copies: copies})
 	}
 	return out, nil
 }
@@ -203,7 +209,7 @@ func CopiesIn(vols []longhornv1beta2.Volume, replicas []longhornv1beta2.Replica,
 		if i < 0 {
 			continue
 		}
-		out = append(out, VolumeCopies{Claim: claim, Volume: vols[i].Name, Copies: copiesOf(replicas, vols[i].Name)})
+		out = append(out, VolumeCopies{Claim: claim, Volume: vols[i].Name, Wanted: vols[i].Spec.NumberOfReplicas, Copies: copiesOf(replicas, vols[i].Name)})
 	}
 	return out
 }

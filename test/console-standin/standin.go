@@ -6,7 +6,9 @@
 // reporting the condition WaitingForStorageMove while the API server refuses a deletion because a
 // move runs there; and for every Service, a StatefulSet named as the service with one replica (none
 // when spec.stopped, or while a move is unfinished), claims data and (postgres, mysql) dump,
-// spec.resources on its container, status.phase and status.observedGeneration.
+// spec.resources on its container, status.phase and status.observedGeneration. The data claim of
+// a service with spec.copies 2 is in the two-copy class, and its StatefulSet is created only once
+// two Ready nodes can hold copies (node.CopyHolders).
 package consolestandin
 
 import (
@@ -28,6 +30,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 )
 
@@ -187,6 +192,20 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	sets := s.Kube.AppsV1().StatefulSets(ns)
 	live, err := sets.Get(ctx, svc.StatefulSet(), metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err) && svc.Copies == 2:
+		// The data volume of a service with two copies is created once two Ready nodes can hold
+		// copies.
+		holders, err := node.CopyHolders(ctx, &kube.Clients{Kube: s.Kube, Dynamic: s.Dynamic})
+		if err != nil {
+			return err
+		}
+		if len(holders) < 2 {
+			return nil
+		}
+		if _, err := sets.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create StatefulSet %s/%s: %w", ns, want.Name, err)
+		}
+		return nil // its status on the next pass
 	case apierrors.IsNotFound(err):
 		live, err = sets.Create(ctx, want, metav1.CreateOptions{})
 		if err != nil {
@@ -271,7 +290,11 @@ func (s *Standin) statefulSet(owner *unstructured.Unstructured, svc *service.Ser
 		}
 		return c
 	}
-	claims := []corev1.PersistentVolumeClaim{claim("data", size, svc.StorageClass)}
+	dataClass := svc.StorageClass
+	if svc.Copies == 2 {
+		dataClass = cluster.LonghornTwoCopiesClass
+	}
+	claims := []corev1.PersistentVolumeClaim{claim("data", size, dataClass)}
 	if svc.DumpClaim() != "" {
 		claims = append(claims, claim("dump", resource.MustParse(dumpSize), svc.StorageClass))
 		mounts = append(mounts, corev1.VolumeMount{Name: "dump", MountPath: "/dump"})

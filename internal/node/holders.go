@@ -1,0 +1,33 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
+)
+
+// CopyHolders are the nodes that can hold a copy of a service's data now, server first: each
+// Ready node that may hold copies (the server always; a worker kip recorded ready whose disk
+// passed the disk check or was accepted with --ignore-slow-disk). A fenced node is never Ready.
+func CopyHolders(ctx context.Context, cl *kube.Clients) ([]string, error) {
+	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	workers, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	var holders []string
+	for _, l := range listed(cluster.Record{}, workers, nodes.Items) {
+		if l.Status == cluster.NodeReady && (l.Role == cluster.RoleServer || l.State == WorkerReady) &&
+			(l.Copies == CopiesEligible || l.Copies == CopiesOverridden) {
+			holders = append(holders, l.Name)
+		}
+	}
+	return holders, nil
+}
