@@ -36,8 +36,7 @@ its workload (docs/console.md). Every command names the service with --project a
 			}),
 		newServiceActionCmd(f, "stop", "Stop a service and wait until its pods are gone", "", false, service.Stop),
 		newServiceActionCmd(f, "info", "Show where a service runs and where its data is", "", false, service.ShowInfo),
-		newServiceActionCmd(f, "delete", "Delete a service and its volumes with their data",
-			"Refused while a move of the service's data to Longhorn is not finished.", true, service.Delete),
+		newServiceDeleteCmd(f),
 		newServiceActionCmd(f, "recreate-dump", "Replace a database service's dump volume with an empty one",
 			"The service stops while its dump volume is replaced and starts again if it was running; the next\nscheduled dump fills the new volume. Refused while a move of the service's data is not finished.", true, service.RecreateDump),
 		newServiceAddCmd(f),
@@ -126,6 +125,23 @@ func newServiceActionCmd(f *cli.Factory, use, short, long string, confirms bool,
 	for _, bind := range flags {
 		bind(cmd.Flags(), o)
 	}
+	return cmd
+}
+
+// newServiceDeleteCmd is kip service delete, which deletes the service's data with it only when
+// --delete-data says so.
+func newServiceDeleteCmd(f *cli.Factory) *cobra.Command {
+	deleteData := false
+	cmd := newServiceActionCmd(f, "delete", "Delete a service and its volumes with their data",
+		"The data goes with the service's volumes, so kip asks for --delete-data. Refused while a move of\nthe service's data to Longhorn is not finished.", true,
+		func(ctx context.Context, o *service.ServiceOptions) error {
+			if !deleteData {
+				return cli.Usagef("kip service delete deletes the service's volumes with their data: pass --delete-data (take a backup first with 'kip backup create --project %s --wait')", o.Project)
+			}
+			return service.Delete(ctx, o)
+		})
+	cmd.Example = "  kip service delete db --project shop --environment staging --delete-data"
+	cmd.Flags().BoolVar(&deleteData, "delete-data", false, "delete the service's volumes with their data (required)")
 	return cmd
 }
 

@@ -231,7 +231,7 @@ func TestFence(t *testing.T) {
 		"Service cur in fx-prod runs again on fx-two (current copies on fx-two)",
 		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
 		"Service only in fx-prod stays stopped: its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51); if fx-w is lost, " +
-			"delete the service with 'kip service delete only --project fx --environment prod' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
+			"delete the service with 'kip service delete only --project fx --environment prod --delete-data' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
 		"Pod fx-other/app is no Kipper workload and holds a single-node volume on fx-w",
 	} {
 		if !strings.Contains(out.String(), want) {

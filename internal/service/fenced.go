@@ -67,7 +67,7 @@ func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) strin
 // delete it and restore it from a backup taken before the fence, while it ran.
 func OnlyThereRecipe(s *Service, worker, host string) string {
 	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add %s); if %s is lost, "+
-		"delete the service with 'kip service delete %s' and restore it with 'kip backup restore <backup> --namespace %s', "+
+		"delete the service with 'kip service delete %s --delete-data' and restore it with 'kip backup restore <backup> --namespace %s', "+
 		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
 		"and a later backup holds none of its files", worker, worker, host, worker, s.Flags(), s.Namespace(), s.Project)
 }

@@ -273,7 +273,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 
 	// An orphan: service k0 and its data claim deleted; its copy goes without checks.
-	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging", "--delete-data"); r.ExitCode != 0 {
 		t.Fatalf("kip service delete k0: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.deleteClaim(ctx, t, k0.Namespace(), "data-k0-0")
