@@ -357,8 +357,7 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 	if _, err := cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lv := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}}
-	lv.Spec.NumberOfReplicas = 1
+	lv := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}, Spec: testenv.LonghornVolumeSpec(1<<30, 1)}
 	volumes := cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace)
 	if _, err := volumes.Create(ctx, lv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

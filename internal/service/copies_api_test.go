@@ -34,7 +34,7 @@ func TestTwoCopies(t *testing.T) {
 	f := setup(ctx, t, "copies-worker")
 	f.opts.CopyHolders = node.CopyHolders
 	f.e.AddNode(t, "copies-server", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
-	f.project(ctx, t, "shop", "prod")
+	f.project(ctx, t, "twin", "prod")
 	record := func(storage string) {
 		t.Helper()
 		_, err := cluster.UpdateRecord(ctx, f.cl.Dynamic, func(r *cluster.Record, _ bool) error {
@@ -62,7 +62,7 @@ func TestTwoCopies(t *testing.T) {
 	worker(node.CopiesUnchecked)
 	t.Cleanup(func() { _ = kube.DeleteRecord(context.Background(), f.cl.Dynamic, kube.ClusterRecords(), "nodes") })
 
-	db := service.Ref{Project: "shop", Environment: "prod", Name: "db"}
+	db := service.Ref{Project: "twin", Environment: "prod", Name: "db"}
 	add := func(copies int) error {
 		return service.Add(ctx, &service.AddOptions{Options: f.opts, Ref: db, Type: "postgres", Copies: copies})
 	}
@@ -122,7 +122,7 @@ func TestTwoCopies(t *testing.T) {
 	if classes["data"] != cluster.LonghornTwoCopiesClass || classes["dump"] != cluster.LonghornOneCopyClass {
 		t.Errorf("claim classes %v: want the data volume with two copies, the dump volume with one", classes)
 	}
-	if err := add(2); err == nil || !strings.Contains(err.Error(), "service db in shop-prod already exists") {
+	if err := add(2); err == nil || !strings.Contains(err.Error(), "service db in twin-prod already exists") {
 		t.Errorf("adding it again: %v", err)
 	}
 	f.out.Reset()
@@ -140,7 +140,7 @@ func TestTwoCopies(t *testing.T) {
 	// A service with two copies that reaches console-api while one node can hold copies waits,
 	// and kip service info says why.
 	worker(node.CopiesRefused)
-	late := service.Ref{Project: "shop", Environment: "prod", Name: "late"}
+	late := service.Ref{Project: "twin", Environment: "prod", Name: "late"}
 	f.serviceObject(ctx, t, late, map[string]any{"type": "redis", "copies": int64(2), "storageClass": cluster.LonghornOneCopyClass})
 	s := &consolestandin.Standin{Kube: f.e.Kube, Dynamic: f.cl.Dynamic, Image: "kip.invalid/service", Logf: t.Logf}
 	if err := s.Reconcile(ctx); err != nil {
@@ -157,12 +157,12 @@ func TestTwoCopies(t *testing.T) {
 
 	// A service created before copies were recorded: info names the command that records them,
 	// which accepts the number its volume keeps (one, a local volume) and only that.
-	old := service.Ref{Project: "shop", Environment: "prod", Name: "old"}
+	old := service.Ref{Project: "twin", Environment: "prod", Name: "old"}
 	f.service(ctx, t, old, "redis")
 	so := &service.ServiceOptions{Options: f.opts, Ref: old}
 	f.out.Reset()
 	if err := service.ShowInfo(ctx, so); err != nil ||
-		!strings.Contains(f.out.String(), "Copies:       unset (one copy of its data kept); record them with 'kip service update old --project shop --environment prod --copies 1'") {
+		!strings.Contains(f.out.String(), "Copies:       unset (one copy of its data kept); record them with 'kip service update old --project twin --environment prod --copies 1'") {
 		t.Errorf("info of a service with copies unset: %v\n%s", err, f.out)
 	}
 	if err := service.Update(ctx, &service.UpdateOptions{ServiceOptions: *so, Copies: 2}); err == nil ||
