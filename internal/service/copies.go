@@ -174,7 +174,9 @@ func (o *ServiceOptions) copiesInfo(ctx context.Context, cl *kube.Clients, s *Se
 	case s.Copies == 0 && data.Volume != "":
 		kept, err := keptCopies(ctx, cl, s)
 		if err != nil {
-			return err
+			// info still shows the rest: the copies kept are what it could not read.
+			info.CopiesNote = fmt.Sprintf("unset; record them with 'kip service update %s --copies N' (kip could not read the copies kept: %v)", s.Flags(), err)
+			return nil
 		}
 		info.CopiesNote = fmt.Sprintf("unset (%s kept); record them with 'kip service update %s --copies %d'", copiesText(kept), s.Flags(), kept)
 	case s.Copies == 0:
