@@ -134,15 +134,17 @@ func newNodeRebootCmd(f *cli.Factory, runF func(*node.RebootOptions) error) *cob
 		Use:   "reboot WORKER",
 		Short: "Reboot a worker, its workloads moved off and waited for",
 		Long: `Reboot a worker. kip takes a backup of every Kipper project and waits until it is a completed
-backup, drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
+backup, has Longhorn move the only current copy of any volume off the worker (the server must
+have room for them), drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
 pods stay; emptyDir data is deleted; finished pods are deleted), reboots the host, waits until
 its node is Ready on the new boot, uncordons it, and waits until every Deployment, StatefulSet
 and DaemonSet that had a Ready pod on it has rolled out again.
 
 It cancels before anything changes when the worker is the server, was not joined by kip, is
 still joining or being removed, is fenced, is not Ready, runs a pod no controller manages (a
-drain would delete it for good), or holds the only current copy of a Longhorn volume; and, on a
-cluster without backups, unless --no-backup. Interrupted, the same command resumes. See
+drain would delete it for good), or holds the only current copy of a Longhorn volume while the
+server has no room for it (or that copy failed too); and, on a cluster without backups, unless
+--no-backup. Interrupted, the same command resumes. See
 docs/nodes.md.`,
 		Example: "  kip node reboot lab12\n  kip node reboot lab12 --no-backup --yes",
 		Args:    usageArgs(cobra.ExactArgs(1)),

@@ -2,13 +2,16 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/backup"
@@ -68,7 +71,10 @@ type rebooter struct {
 	node   *sshx.Client
 	// namespaces are the Kipper namespaces the backup holds; none when there is no backup to take.
 	namespaces []string
-	intent     rebootIntent
+	// moves are the Longhorn volumes whose only current copy is on the worker: the copies step
+	// moves each off it before the drain.
+	moves  []string
+	intent rebootIntent
 }
 
 func rebootWorkflow(name string) string { return "node-reboot-" + name }
@@ -89,8 +95,12 @@ func Reboot(ctx context.Context, o *RebootOptions) error {
 			return r.cl, err
 		},
 		question: func(context.Context) string {
-			return fmt.Sprintf("Reboot worker %s (%s)? kip drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
-				o.Worker, r.worker.Host)
+			first := ""
+			if len(r.moves) > 0 {
+				first = " first has Longhorn move the only current copy of volume " + strings.Join(r.moves, ", ") + " off it (the server has room),"
+			}
+			return fmt.Sprintf("Reboot worker %s (%s)? kip%s drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
+				o.Worker, r.worker.Host, first)
 		},
 		workflow: func() *workflow.Workflow {
 			return &workflow.Workflow{Name: rebootWorkflow(o.Worker), Intent: &r.intent, Steps: r.steps()}
@@ -167,11 +177,14 @@ func (r *rebooter) resumed(ctx context.Context) (bool, error) {
 	return slices.ContainsFunc(unfinished, func(p workflow.Progress) bool { return p.Workflow == rebootWorkflow(r.o.Worker) }), nil
 }
 
-// checkCopies refuses a reboot that would leave a volume without a current copy while the
-// worker is down: one whose every current copy (a Longhorn replica healthy since it last
-// failed) is on the worker.
+// checkCopies decides what the reboot does about the volumes whose every current copy (a
+// Longhorn replica healthy since it last failed) is on the worker, which a reboot would leave
+// unavailable until the worker is back: each is moved to the server first (the copies step) when
+// the server's Longhorn disks have room for them all, and the reboot is refused otherwise, or
+// when the worker's copy is not current either.
 func (r *rebooter) checkCopies(ctx context.Context) error {
-	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	lh := r.cl.Longhorn.LonghornV1beta2()
+	replicas, err := lh.Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
@@ -179,10 +192,101 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	if len(only) == 0 {
 		return nil
 	}
-	return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
-		"and this kip does not move a copy to the server yet: give each volume a current copy on another node first "+
-		"(set spec.numberOfReplicas of its volumes.longhorn.io object in %s to 2 and wait until Longhorn reports both copies healthy), then run the same command again",
-		r.o.Worker, strings.Join(only, ", "), r.o.Worker, longhornSpace)
+	var stale []string
+	for _, v := range only {
+		if !slices.ContainsFunc(replicas.Items, func(rep longhornv1beta2.Replica) bool {
+			return rep.Spec.VolumeName == v && rep.Spec.NodeID == r.o.Worker && storage.CurrentReplica(&rep)
+		}) {
+			stale = append(stale, v)
+		}
+	}
+	if len(stale) > 0 {
+		return fmt.Errorf("no node holds a current copy of Longhorn volume %s, not even %s, so kip cannot move one to the server before the reboot: "+
+			"'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>' shows its copies; once Longhorn reports one healthy, run the same command again",
+			strings.Join(stale, ", "), r.o.Worker, longhornSpace)
+	}
+	server, err := serverName(ctx, r.cl)
+	if err != nil {
+		return err
+	}
+	var size int64
+	for _, v := range only {
+		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read Longhorn volume %s: %w", v, err)
+		}
+		size += vol.Spec.Size
+	}
+	if err := storage.LonghornRoom(ctx, r.cl, server, size); err != nil {
+		return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
+			"and the server has no room to take the copies (%.1f GiB): %w; then run the same command again", r.o.Worker, strings.Join(only, ", "), r.o.Worker, float64(size)/(1<<30), err)
+	}
+	r.moves = only
+	return nil
+}
+
+// serverName is the name of the server's node.
+func serverName(ctx context.Context, cl *kube.Clients) (string, error) {
+	list, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range list.Items {
+		if cluster.NodeRole(&list.Items[i]) == cluster.RoleServer {
+			return list.Items[i].Name, nil
+		}
+	}
+	return "", errors.New("the cluster has no server node")
+}
+
+// copiesStep moves the only current copy of each volume in r.moves off the worker: Longhorn is
+// asked to evict the worker's replica (its spec.evictionRequested), rebuilds the copy on another
+// node (the server has room for it; Longhorn attaches a detached volume for that) and deletes the
+// worker's once the new one is healthy.
+func (r *rebooter) copiesStep() workflow.Step {
+	name := r.o.Worker
+	vols := strings.Join(r.moves, ", ")
+	left := func(ctx context.Context) ([]string, error) {
+		replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
+		}
+		only := storage.OnlyCopiesOn(replicas.Items, name)
+		return slices.DeleteFunc(only, func(v string) bool { return !slices.Contains(r.moves, v) }), nil
+	}
+	return workflow.Step{
+		Name: "copies", Title: "Move the only current copy of Longhorn volume " + vols + " off " + name,
+		Done: "Another node holds a current copy of " + vols, Already: "Another node holds a current copy of " + vols,
+		Check: func(ctx context.Context) (bool, error) {
+			l, err := left(ctx)
+			return err == nil && len(l) == 0, err
+		},
+		Apply: func(ctx context.Context) error {
+			replicas := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
+			list, err := replicas.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return fmt.Errorf("list Longhorn's replicas: %w", err)
+			}
+			for _, rep := range list.Items {
+				if rep.Spec.NodeID != name || !slices.Contains(r.moves, rep.Spec.VolumeName) || rep.Spec.EvictionRequested {
+					continue
+				}
+				_, err := replicas.Patch(ctx, rep.Name, types.MergePatchType, []byte(`{"spec":{"evictionRequested":true}}`), metav1.PatchOptions{FieldManager: kube.FieldManager})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("ask Longhorn to move replica %s of volume %s off %s: %w", rep.Name, rep.Spec.VolumeName, name, err)
+				}
+			}
+			err = kube.Poll(ctx, evictTimeout, "a current copy of "+vols+" on another node", func(ctx context.Context) (bool, string, error) {
+				l, err := left(ctx)
+				return err == nil && len(l) == 0, "no node but " + name + " holds a current copy of " + strings.Join(l, ", ") + " yet", err
+			})
+			if err != nil {
+				return fmt.Errorf("%w: Longhorn rebuilds each copy on another node; see 'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>', "+
+					"and run the same command again to keep waiting", err, longhornSpace)
+			}
+			return nil
+		},
+	}
 }
 
 // backupScope decides what the reboot backs up: every Kipper project's namespaces, unless
@@ -252,6 +356,9 @@ func (r *rebooter) steps() []workflow.Step {
 	var steps []workflow.Step
 	if len(r.namespaces) > 0 {
 		steps = append(steps, r.backupStep())
+	}
+	if len(r.moves) > 0 {
+		steps = append(steps, r.copiesStep())
 	}
 	return append(steps, drainStep(r.cl, r.o.Worker), r.rebootStep(), r.uncordonStep(), r.workloadsStep())
 }

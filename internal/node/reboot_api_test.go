@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +25,8 @@ import (
 // CRDs) for what it refuses before it changes anything, in the order it checks: the server, a
 // worker kip did not record, a name no node has, a worker still joining, a fenced worker, one
 // holding the only current copy of a Longhorn volume (a copy that failed elsewhere does not
-// count), a cluster without backups unless --no-backup, and a worker SSH does not reach.
+// count) when the server has no room to take it, or whose only copy failed, a cluster without
+// backups unless --no-backup, and a worker SSH does not reach (also once the server has room).
 func TestRebootRefusals(t *testing.T) {
 	env := testenv.Get(t)
 	cl, err := kube.NewClients(env.Config)
@@ -37,6 +39,7 @@ func TestRebootRefusals(t *testing.T) {
 	env.AddNode(t, "rb-joining", testenv.NodeOptions{})
 	env.AddNode(t, "rb-fenced", testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
 	env.AddNode(t, "rb-only", testenv.NodeOptions{})
+	env.AddNode(t, "rb-stale", testenv.NodeOptions{})
 	env.AddNode(t, "rb-two", testenv.NodeOptions{})
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
 		rec.Profile, rec.Storage, rec.Server, rec.Backups = "small", cluster.StorageLonghorn, "203.0.113.10", cluster.BackupsNone
@@ -48,6 +51,7 @@ func TestRebootRefusals(t *testing.T) {
 		"rb-joining": {Host: "203.0.113.41", State: WorkerJoining},
 		"rb-fenced":  {Host: "203.0.113.42", State: WorkerReady},
 		"rb-only":    {Host: "203.0.113.43", State: WorkerReady},
+		"rb-stale":   {Host: "203.0.113.45", State: WorkerReady},
 		"rb-two":     {Host: "203.0.113.44", State: WorkerReady},
 	}
 	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
@@ -73,12 +77,17 @@ func TestRebootRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// rb-only holds the one copy of rb-vol1 and, beside a copy on the server that failed, of
-	// rb-vol2; rb-two holds one of rb-vol3's two current copies.
+	// rb-vol2 (6 GiB in all); rb-stale the one copy of rb-vol4, failed; rb-two one of rb-vol3's
+	// two current copies. The server's Longhorn disk can take 4 GiB more.
 	replica(t, cl, "rb-vol1-r1", "rb-vol1", "rb-only", true)
 	replica(t, cl, "rb-vol2-r1", "rb-vol2", "rb-only", true)
 	replica(t, cl, "rb-vol2-r2", "rb-vol2", "rb-srv", false)
 	replica(t, cl, "rb-vol3-r1", "rb-vol3", "rb-two", true)
 	replica(t, cl, "rb-vol3-r2", "rb-vol3", "rb-srv", true)
+	replica(t, cl, "rb-vol4-r1", "rb-vol4", "rb-stale", false)
+	longhornVolume(t, cl, "rb-vol1", 2<<30)
+	longhornVolume(t, cl, "rb-vol2", 4<<30)
+	setRoom := longhornNode(t, cl, "rb-srv", 4<<30)
 
 	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	for _, tt := range []struct {
@@ -91,7 +100,9 @@ func TestRebootRefusals(t *testing.T) {
 		{"rb-none", false, "the cluster has no worker rb-none: kip node list shows its nodes"},
 		{"rb-joining", false, "worker rb-joining has not finished joining: run kip node add 203.0.113.41 again"},
 		{"rb-fenced", false, "worker rb-fenced is fenced (out of service)"},
-		{"rb-only", false, "no node but rb-only holds a current copy of Longhorn volume rb-vol1, rb-vol2, so a reboot would leave its data unavailable"},
+		{"rb-only", false, "no node but rb-only holds a current copy of Longhorn volume rb-vol1, rb-vol2, so a reboot would leave its data unavailable until rb-only is back, " +
+			"and the server has no room to take the copies (6.0 GiB): Longhorn's roomiest disk on node rb-srv can take 4.0 GiB more"},
+		{"rb-stale", false, "no node holds a current copy of Longhorn volume rb-vol4, not even rb-stale, so kip cannot move one to the server before the reboot"},
 		{"rb-two", false, "this cluster has no backups, so nothing could restore what a failed reboot lost: pass --no-backup to reboot rb-two anyway"},
 		{"rb-two", true, "a reboot runs over SSH, and kip cannot reach rb-two at 203.0.113.44"},
 	} {
@@ -105,6 +116,15 @@ func TestRebootRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("reboot %s = %v, want %q", tt.worker, err, tt.want)
 		}
+	}
+	// With room on the server, the copies no longer stop the reboot: it goes on to reach the
+	// worker.
+	setRoom(10 << 30)
+	err = Reboot(ctx, &RebootOptions{Worker: "rb-only", NoBackup: true,
+		Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
+			Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("no host is reached in this test") }}})
+	if err == nil || !strings.Contains(err.Error(), "a reboot runs over SSH, and kip cannot reach rb-only") {
+		t.Errorf("reboot rb-only with room on the server = %v", err)
 	}
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "rb-two", metav1.GetOptions{})
 	if err != nil || n.Spec.Unschedulable {
@@ -131,4 +151,132 @@ func replica(t *testing.T, cl *kube.Clients, name, volume, node string, current 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// TestRebootMovesOnlyCopies runs the reboot's copies step against the real API server, with the
+// test playing Longhorn's part (its engine cannot run here): for a replica kip asks Longhorn to
+// evict, a current copy on the server, then the evicted replica deleted, as Longhorn's volume
+// controller rebuilds and cleans up. The step asks for the worker's replica of each volume it
+// moves, leaves another volume's alone, and finds itself done afterwards.
+func TestRebootMovesOnlyCopies(t *testing.T) {
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	replica(t, cl, "mv-vol1-r1", "mv-vol1", "mv-worker", true)
+	replica(t, cl, "mv-vol2-r1", "mv-vol2", "mv-worker", true)
+	replica(t, cl, "mv-other-r1", "mv-other", "mv-worker", true)
+	replicas := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
+
+	// Longhorn's part: each evicted replica is rebuilt on the server, then deleted.
+	played := make(chan struct{})
+	go func() {
+		defer close(played)
+		for ctx.Err() == nil {
+			list, err := replicas.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return
+			}
+			for _, r := range list.Items {
+				if !r.Spec.EvictionRequested || r.Spec.NodeID != "mv-worker" {
+					continue
+				}
+				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: r.Spec.VolumeName + "-r2", Namespace: longhornSpace,
+					Labels: map[string]string{"longhornvolume": r.Spec.VolumeName, "longhornnode": "mv-srv"}}}
+				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = r.Spec.VolumeName, "mv-srv", true, "v1"
+				rebuilt.Spec.HealthyAt, rebuilt.Spec.LastHealthyAt = "2026-12-05T10:00:00Z", "2026-12-05T10:00:00Z"
+				if _, err := replicas.Create(ctx, rebuilt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					return
+				}
+				if err := replicas.Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() {
+		for _, v := range []string{"mv-vol1", "mv-vol2"} {
+			_ = replicas.Delete(context.Background(), v+"-r2", metav1.DeleteOptions{})
+		}
+	})
+
+	io := &cli.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
+	r := &rebooter{o: &RebootOptions{Worker: "mv-worker"}, p: cli.NewPrinter(io), cl: cl, moves: []string{"mv-vol1", "mv-vol2"}}
+	step := r.copiesStep()
+	if done, err := step.Check(ctx); err != nil || done {
+		t.Fatalf("copies step before it ran: done %v, %v", done, err)
+	}
+	if err := step.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := step.Check(ctx); err != nil || !done {
+		t.Fatalf("copies step after it ran: done %v, %v", done, err)
+	}
+	cancel()
+	<-played
+	list, err := replicas.List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := map[string][]string{}
+	for _, rep := range list.Items {
+		if strings.HasPrefix(rep.Spec.VolumeName, "mv-") {
+			where[rep.Spec.VolumeName] = append(where[rep.Spec.VolumeName], rep.Spec.NodeID)
+		}
+	}
+	for v, want := range map[string]string{"mv-vol1": "mv-srv", "mv-vol2": "mv-srv", "mv-other": "mv-worker"} {
+		if len(where[v]) != 1 || where[v][0] != want {
+			t.Errorf("the copies of %s are on %v, want on %s", v, where[v], want)
+		}
+	}
+}
+
+// longhornVolume creates Longhorn's Volume of size.
+func longhornVolume(t *testing.T, cl *kube.Clients, name string, size int64) {
+	t.Helper()
+	api := cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace)
+	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}, Spec: testenv.LonghornVolumeSpec(size, 1)}
+	if _, err := api.Create(t.Context(), v, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// longhornNode creates Longhorn's Node name with one ready disk that can take room more, and
+// returns what sets that room again.
+func longhornNode(t *testing.T, cl *kube.Clients, name string, room int64) func(int64) {
+	t.Helper()
+	api := cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace)
+	const gib = int64(1 << 30)
+	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}}
+	n.Spec.AllowScheduling = true
+	n.Spec.Disks = map[string]longhornv1beta2.DiskSpec{"default": {Type: longhornv1beta2.DiskTypeFilesystem, Path: "/var/lib/longhorn", AllowScheduling: true}}
+	if _, err := api.Create(t.Context(), n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	set := func(room int64) {
+		t.Helper()
+		n, err := api.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// With Longhorn's default over-provisioning (100%) and minimal available (25%), an empty
+		// 100 GiB disk takes what is not scheduled yet, up to 75 GiB.
+		n.Status.DiskStatus = map[string]*longhornv1beta2.DiskStatus{"default": {StorageMaximum: 100 * gib, StorageAvailable: 100 * gib,
+			StorageScheduled: 100*gib - room, Conditions: []longhornv1beta2.Condition{{Type: longhornv1beta2.DiskConditionTypeReady, Status: longhornv1beta2.ConditionStatusTrue}}}}
+		if _, err := api.UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(room)
+	return set
 }
