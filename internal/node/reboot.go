@@ -211,15 +211,22 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	}
 	var size int64
 	for _, v := range only {
+		if slices.ContainsFunc(replicas.Items, func(rep longhornv1beta2.Replica) bool {
+			return rep.Spec.VolumeName == v && rep.Spec.NodeID == r.o.Worker && rep.Spec.EvictionRequested
+		}) {
+			continue // an interrupted reboot asked for its move: Longhorn already counts the new copy against the server's room
+		}
 		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read Longhorn volume %s: %w", v, err)
 		}
 		size += vol.Spec.Size
 	}
-	if err := storage.LonghornRoom(ctx, r.cl, server, size); err != nil {
-		return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
-			"and the server has no room to take the copies (%.1f GiB): %w; then run the same command again", r.o.Worker, strings.Join(only, ", "), r.o.Worker, float64(size)/(1<<30), err)
+	if size > 0 {
+		if err := storage.LonghornRoom(ctx, r.cl, server, size); err != nil {
+			return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
+				"and the server has no room to take the copies (%.1f GiB): %w; then run the same command again", r.o.Worker, strings.Join(only, ", "), r.o.Worker, float64(size)/(1<<30), err)
+		}
 	}
 	r.moves = only
 	return nil

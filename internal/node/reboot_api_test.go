@@ -122,7 +122,9 @@ func TestRebootRefusals(t *testing.T) {
 	setRoom(10 << 30)
 	err = Reboot(ctx, &RebootOptions{Worker: "rb-only", NoBackup: true,
 		Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
-			Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("no host is reached in this test") }}})
+			Dial: func(context.Context, string) (*sshx.Client, error) {
+				return nil, errors.New("no host is reached in this test")
+			}}})
 	if err == nil || !strings.Contains(err.Error(), "a reboot runs over SSH, and kip cannot reach rb-only") {
 		t.Errorf("reboot rb-only with room on the server = %v", err)
 	}
