@@ -145,9 +145,9 @@ func Update(ctx context.Context, o *UpdateOptions) error {
 		changes = append(changes, fmt.Sprintf("memory request %s → %s", orUnset(s.Resources.MemoryRequest), o.Memory))
 	}
 	if o.Storage != "" {
-		want, err := resource.ParseQuantity(o.Storage)
-		if err != nil || want.Sign() <= 0 {
-			return cli.Usagef("--storage %q is not a size such as 20Gi", o.Storage)
+		want, err := storageSize(o.Storage)
+		if err != nil {
+			return err
 		}
 		if s.Storage != "" {
 			if have, err := resource.ParseQuantity(s.Storage); err == nil && want.Cmp(have) < 0 {
@@ -176,6 +176,15 @@ func Update(ctx context.Context, o *UpdateOptions) error {
 		o.Printer.Info("The service is stopped; it starts with these values.")
 	}
 	return nil
+}
+
+// storageSize reads --storage: a positive size.
+func storageSize(value string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(value)
+	if err != nil || q.Sign() <= 0 {
+		return q, cli.Usagef("--storage %q is not a size such as 20Gi", value)
+	}
+	return q, nil
 }
 
 // checkRequest refuses a request that is not a positive quantity (example shows one) or that

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -47,8 +46,8 @@ func Add(ctx context.Context, o *AddOptions) error {
 		return cli.Usagef("--copies %d: a service keeps one or two copies of its data", o.Copies)
 	}
 	if o.Storage != "" {
-		if q, err := resource.ParseQuantity(o.Storage); err != nil || q.Sign() <= 0 {
-			return cli.Usagef("--storage %q is not a size such as 20Gi", o.Storage)
+		if _, err := storageSize(o.Storage); err != nil {
+			return err
 		}
 	}
 	cl, err := o.Kube()
