@@ -29,9 +29,12 @@ import (
 
 // Timeouts of a join's waits.
 const (
-	joinTimeout   = 5 * time.Minute // the node registering Ready, the server's API after its restart
-	checkTimeout  = 5 * time.Minute // the verification pod, Longhorn's node
-	longhornSpace = "longhorn-system"
+	joinTimeout = 5 * time.Minute // the node registering Ready, the server's API after its restart
+	// restartRetryTimeout is how long a failed restart of the server's k3s is given to come up
+	// by systemd's own restart.
+	restartRetryTimeout = 2 * time.Minute
+	checkTimeout        = 5 * time.Minute // the verification pod, Longhorn's node
+	longhornSpace       = "longhorn-system"
 )
 
 // hostFile is a file kip writes on a host.
@@ -263,11 +266,24 @@ func (j *joiner) restartServer(ctx context.Context, want string) error {
 	})
 }
 
+// restartK3s restarts k3s on the server and waits for its API. k3s can go down once more while
+// it starts, when its Node's address moves under its kube-proxy: systemd then fails this restart
+// and starts k3s again itself (Restart=always, 5 seconds later), which kip waits for before it
+// counts the restart as failed, naming the last lines of k3s's journal.
 func (j *joiner) restartK3s(ctx context.Context) error {
-	if _, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit)); err != nil {
+	_, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit))
+	if err == nil {
+		return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
+	}
+	j.p.Debug(fmt.Sprintf("the restart of k3s failed (%v): waiting for systemd to start it again", err))
+	if werr := kube.WaitReady(ctx, j.cl, j.rec.Server, restartRetryTimeout); werr == nil {
+		return nil
+	}
+	journal, jerr := j.server.Output(ctx, sshx.Command("journalctl", "-u", k3s.ServerUnit, "-n", "15", "--no-pager", "-o", "cat"))
+	if jerr != nil {
 		return fmt.Errorf("restart k3s on the server: %w", err)
 	}
-	return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
+	return fmt.Errorf("restart k3s on the server: %w; k3s's journal ends with:\n%s", err, strings.TrimSpace(string(journal)))
 }
 
 func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {

@@ -124,6 +124,13 @@ func TestNodeAdd(t *testing.T) {
 				}
 				r = p.Wait(t, 10*time.Minute)
 			} else {
+				if point == "after:server-network" {
+					// The first start of k3s on the moved configuration fails once, as when its
+					// kube-proxy ends it: kip waits for systemd to start it again.
+					if out, err := srv.Run(ctx, "mkdir -p /etc/k3s-standin && echo fail-changed-config-once > /etc/k3s-standin/fault"); err != nil {
+						t.Fatalf("%v\n%s", err, out)
+					}
+				}
 				r = s.KipEnv(t, home, env, add("-v")...)
 			}
 			if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at "+point+" ") {
@@ -136,6 +143,12 @@ func TestNodeAdd(t *testing.T) {
 				joined += logStep(t, step, r.Stderr)
 			}
 			if step == "server-network" && point == "after:"+step {
+				if !strings.Contains(r.Stderr, "waiting for systemd to start it again") {
+					t.Errorf("the join did not wait out the failed start of k3s:\n%s", r.Stderr)
+				}
+				if out, err := srv.Run(ctx, "test ! -e /etc/k3s-standin/fault && echo gone"); err != nil || strings.TrimSpace(out) != "gone" {
+					t.Errorf("the stand-in's fault was not used: %v %q", err, out)
+				}
 				if want := "Network: private network 10.77.0.0/24 (server " + srv.PrivateIP.String(); !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "found in both hosts' routing tables") {
 					t.Errorf("the join does not say %q, found in both hosts' routing tables:\n%s", want, r.Stderr)
 				}

@@ -15,8 +15,8 @@ import (
 // Fault injection for kip's tests: a k3s that fails to start, as a real k3s does on a
 // configuration it cannot run, and at a point a test chooses. docs/k3s-standin.md describes it.
 const (
-	// faultPath names the fault, one word: refuse-changed-config, refuse-every-start or
-	// hold-changed-config.
+	// faultPath names the fault, one word: refuse-changed-config, refuse-every-start,
+	// fail-changed-config-once or hold-changed-config.
 	faultPath = "/etc/k3s-standin/fault"
 	// heldPath is where a held start says it is waiting; it goes on when the file is removed.
 	heldPath = "/var/lib/k3s-standin/held"
@@ -29,6 +29,9 @@ const (
 //   - refuse-changed-config: the start fails while config.yaml differs from config.yaml.kipper-bak,
 //     the previous configuration kip keeps, so that kip's restore brings k3s back.
 //   - refuse-every-start: every start fails, the restored configuration's too.
+//   - fail-changed-config-once: once, on a changed configuration, the start fails; the fault file
+//     is removed as it fails, so that systemd's next restart starts normally (as a k3s start that
+//     its kube-proxy ends when the Node's address moves under it).
 //   - hold-changed-config: once, on a changed configuration, the start writes heldPath and waits
 //     until a test removes it (having cut the host's network, say), then fails. The fault file is
 //     removed as the hold begins, so that systemd's next restart starts normally.
@@ -45,14 +48,20 @@ func injectedFault(ctx context.Context) error {
 	switch fault {
 	case "refuse-every-start":
 		return refused
-	case "refuse-changed-config", "hold-changed-config":
+	case "refuse-changed-config", "fail-changed-config-once", "hold-changed-config":
 		if !configChanged() {
 			return nil
 		}
 	default:
-		return fmt.Errorf("%s: unknown fault %q (refuse-changed-config, refuse-every-start or hold-changed-config)", faultPath, fault)
+		return fmt.Errorf("%s: unknown fault %q (refuse-changed-config, refuse-every-start, fail-changed-config-once or hold-changed-config)", faultPath, fault)
 	}
-	if fault == "refuse-changed-config" {
+	switch fault {
+	case "refuse-changed-config":
+		return refused
+	case "fail-changed-config-once":
+		if err := os.Remove(faultPath); err != nil {
+			return err
+		}
 		return refused
 	}
 	if err := os.Remove(faultPath); err != nil {
