@@ -298,6 +298,19 @@ func TestFence(t *testing.T) {
 	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "run kip service start stale --project fx --environment prod --accept-stale-data") {
 		t.Errorf("start stale without consent: %v", err)
 	}
+	// kip service info: where each copy of the Longhorn volume is, and its copies unset with the
+	// number Longhorn keeps.
+	var info bytes.Buffer
+	so.Out = &info
+	if err := service.ShowInfo(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Longhorn volume pvc-fx-prod-data-stale-0, copies on fx-srv (may be older), fx-w (current)",
+		"Copies:       unset (one copy of its data kept); record them with 'kip service update stale --project fx --environment prod --copies 1'"} {
+		if !strings.Contains(info.String(), want) {
+			t.Errorf("kip service info stale lacks %q:\n%s", want, info.String())
+		}
+	}
 	so.AcceptStale = true
 	// No console-api runs here, so the start itself times out waiting; the fence's mark is gone.
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -567,11 +567,12 @@ func (j *joiner) releaseStep() workflow.Step {
 		},
 		Apply: func(ctx context.Context) error {
 			err := updateNode(ctx, j.cl, j.intent.Node, func(n *corev1.Node) bool {
+				changed := hasTaint(n, cluster.JoiningTaint) || j.intent.Cordoned && n.Spec.Unschedulable
 				n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.JoiningTaint)
 				if j.intent.Cordoned {
 					n.Spec.Unschedulable = false
 				}
-				return true
+				return changed
 			})
 			if err != nil {
 				return fmt.Errorf("lift the joining taint from %s: %w", j.intent.Node, err)

@@ -91,6 +91,9 @@ func (j *joiner) unfenceTaintStep() workflow.Step {
 		},
 		Apply: func(ctx context.Context) error {
 			err := updateNode(ctx, j.cl, name, func(n *corev1.Node) bool {
+				if !hasTaint(n, cluster.OutOfServiceTaint) {
+					return false
+				}
 				n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.OutOfServiceTaint)
 				return true
 			})

@@ -356,8 +356,22 @@ type VolumeAt struct {
 	Size         string `json:"size,omitempty"`
 	// Where is the data: a directory on a node (local-path) or a Longhorn volume.
 	Where string `json:"where,omitempty"`
-	// Copies are the copies Longhorn keeps of a Longhorn volume, by node.
+	// Copies are the copies Longhorn keeps of a Longhorn volume, by node, and Wanted how many it
+	// keeps (its number of replicas).
 	Copies []storage.Copy `json:"copies,omitempty"`
+	Wanted int            `json:"wanted,omitempty"`
+}
+
+// kept is how many copies of the volume are kept: Longhorn's number for a Longhorn volume, one
+// for a local one, none for a claim not bound yet.
+func (v VolumeAt) kept() int {
+	switch {
+	case v.Volume == "":
+		return 0
+	case v.Wanted > 0:
+		return v.Wanted
+	}
+	return 1
 }
 
 // ShowInfo is kip service info.
@@ -386,17 +400,6 @@ func ShowInfo(ctx context.Context, o *ServiceOptions) error {
 			return err
 		}
 		info.Volumes = append(info.Volumes, v)
-	}
-	vols, err := storage.ReadCopies(ctx, cl, s.Namespace(), claims)
-	if err != nil {
-		return err
-	}
-	for _, vc := range vols {
-		for i := range info.Volumes {
-			if info.Volumes[i].Claim == vc.Claim {
-				info.Volumes[i].Copies = vc.Copies
-			}
-		}
 	}
 	if err := o.copiesInfo(ctx, cl, s, &info); err != nil {
 		return err
@@ -436,6 +439,13 @@ func volumeAt(ctx context.Context, cl *kube.Clients, namespace, claim string) (V
 		return v, fmt.Errorf("read volume %s: %w", pvc.Spec.VolumeName, err)
 	}
 	v.Where = Where(pv)
+	if vol := storage.LonghornVolume(pv); vol != "" {
+		vc, err := storage.LonghornCopies(ctx, cl, claim, vol)
+		if err != nil {
+			return v, err
+		}
+		v.Copies, v.Wanted = vc.Copies, vc.Wanted
+	}
 	return v, nil
 }
 

@@ -15,7 +15,6 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/storage"
 )
 
 // Types are the kinds of service kip service add creates.
@@ -133,35 +132,19 @@ func recordCopies(ctx context.Context, cl *kube.Clients, s *Service, n int) (str
 	default:
 		return "", fmt.Errorf("service %s keeps %s: changing the number of copies of an existing service is not available yet", s.Ref, copiesText(s.Copies))
 	}
-	kept, err := keptCopies(ctx, cl, s)
+	v, err := volumeAt(ctx, cl, s.Namespace(), s.DataClaim())
 	if err != nil {
 		return "", err
+	}
+	kept := v.kept()
+	if kept == 0 {
+		return "", fmt.Errorf("service %s has no data volume yet (claim %s: %s): record its copies once it has one", s.Ref, v.Claim, v.Phase)
 	}
 	if kept != n {
 		return "", fmt.Errorf("Longhorn keeps %s of service %s: record that with --copies %d; changing the number of copies of an existing service is not available yet",
 			copiesText(kept), s.Ref, kept)
 	}
 	return fmt.Sprintf("copies (unset) → %d", n), nil
-}
-
-// keptCopies is how many copies of the service's data volume are kept: Longhorn's number for a
-// Longhorn volume, one for a local volume. A data volume not created yet is refused.
-func keptCopies(ctx context.Context, cl *kube.Clients, s *Service) (int, error) {
-	v, err := volumeAt(ctx, cl, s.Namespace(), s.DataClaim())
-	if err != nil {
-		return 0, err
-	}
-	if v.Volume == "" {
-		return 0, fmt.Errorf("service %s has no data volume yet (claim %s: %s): record its copies once it has one", s.Ref, v.Claim, v.Phase)
-	}
-	if !strings.HasPrefix(v.Where, "Longhorn volume ") {
-		return 1, nil
-	}
-	vols, err := storage.ReadCopies(ctx, cl, s.Namespace(), []string{s.DataClaim()})
-	if err != nil || len(vols) == 0 {
-		return 0, err
-	}
-	return vols[0].Wanted, nil
 }
 
 // copiesInfo fills what kip service info says of the service's copies: a service whose copies
@@ -171,12 +154,7 @@ func (o *ServiceOptions) copiesInfo(ctx context.Context, cl *kube.Clients, s *Se
 	data := info.Volumes[0]
 	switch {
 	case s.Copies == 0 && data.Volume != "":
-		kept, err := keptCopies(ctx, cl, s)
-		if err != nil {
-			// info still shows the rest: the copies kept are what it could not read.
-			info.CopiesNote = fmt.Sprintf("unset; record them with 'kip service update %s --copies N' (kip could not read the copies kept: %v)", s.Flags(), err)
-			return nil
-		}
+		kept := data.kept()
 		info.CopiesNote = fmt.Sprintf("unset (%s kept); record them with 'kip service update %s --copies %d'", copiesText(kept), s.Flags(), kept)
 	case s.Copies == 0:
 		info.CopiesNote = "unset; record them with 'kip service update " + s.Flags() + " --copies N' once its data volume exists"

@@ -161,17 +161,26 @@ func ReadCopies(ctx context.Context, cl *kube.Clients, namespace string, claims 
 		if vol == "" {
 			continue
 		}
-		lv, err := cl.Longhorn.LonghornV1beta2().Volumes(LonghornNamespace).Get(ctx, vol, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("read Longhorn volume %s of claim %s/%s: %w", vol, namespace, claim, err)
-		}
-		copies, err := volumeReplicas(ctx, cl, vol)
+		vc, err := LonghornCopies(ctx, cl, claim, vol)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, VolumeCopies{Claim: claim, Volume: vol, Wanted: lv.Spec.NumberOfReplicas, Copies: copies})
+		out = append(out, vc)
 	}
 	return out, nil
+}
+
+// LonghornCopies reads Longhorn volume vol, claim's, with the copies it keeps.
+func LonghornCopies(ctx context.Context, cl *kube.Clients, claim, vol string) (VolumeCopies, error) {
+	lv, err := cl.Longhorn.LonghornV1beta2().Volumes(LonghornNamespace).Get(ctx, vol, metav1.GetOptions{})
+	if err != nil {
+		return VolumeCopies{}, fmt.Errorf("read Longhorn volume %s of claim %s: %w", vol, claim, err)
+	}
+	copies, err := volumeReplicas(ctx, cl, vol)
+	if err != nil {
+		return VolumeCopies{}, err
+	}
+	return VolumeCopies{Claim: claim, Volume: vol, Wanted: lv.Spec.NumberOfReplicas, Copies: copies}, nil
 }
 
 // volumeReplicas are the copies Longhorn keeps of volume, by node.
