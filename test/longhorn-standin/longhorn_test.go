@@ -73,13 +73,15 @@ func TestVolumeLifecycle(t *testing.T) {
 	if err != nil || room < 64<<20 {
 		t.Fatalf("room in %s for volumes: %d bytes, %v", s.root, room, err)
 	}
-	if _, err := s.createVolume(ctx, "too-big", roundUp(room+1), nil); !errors.Is(err, errNoRoom) {
+	// The room follows the free space of this machine's disk, which other tests change meanwhile:
+	// a volume over it asks for a TiB more.
+	if _, err := s.createVolume(ctx, "too-big", roundUp(room+1<<40), nil); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a volume over the room (%d bytes): %v", room, err)
 	}
 	p := &plugin{s: s}
 	mount := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}
-	_, err = p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-big", VolumeCapabilities: mount, CapacityRange: &csi.CapacityRange{RequiredBytes: room + 1}})
+	_, err = p.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-big", VolumeCapabilities: mount, CapacityRange: &csi.CapacityRange{RequiredBytes: room + 1<<40}})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("CreateVolume over the room: %v, want ResourceExhausted", err)
 	}
@@ -146,7 +148,7 @@ func TestVolumeLifecycle(t *testing.T) {
 	if got, err := s.expand(ctx, "pvc-1", 32<<20); err != nil || got != 32<<20 {
 		t.Fatalf("expand: %d, %v", got, err)
 	}
-	_, err = p.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 32<<20 + room + 1}})
+	_, err = p.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 32<<20 + room + 1<<40}})
 	if status.Code(err) != codes.OutOfRange {
 		t.Errorf("ControllerExpandVolume over the room: %v, want OutOfRange", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,10 +125,21 @@ func (s *Server) Connections() int { return len(children(s.cmd.Process.Pid)) }
 
 // KillConnections kills the sshd processes serving client connections, dropping them as a
 // network failure or a crashed host would. Commands running in those connections are left
-// alone.
+// alone. Each connection's processes die child first, so that none is orphaned out of the
+// tree holding its socket, and the tree is read again until no sshd is left below the
+// listener (a connection's monitor may fork its child meanwhile).
 func (s *Server) KillConnections() {
-	for _, pid := range descendants(s.cmd.Process.Pid) {
-		if comm(pid) == "sshd" {
+	for {
+		var sshds []int
+		for _, pid := range descendants(s.cmd.Process.Pid) {
+			if comm(pid) == "sshd" {
+				sshds = append(sshds, pid)
+			}
+		}
+		if len(sshds) == 0 {
+			return
+		}
+		for _, pid := range slices.Backward(sshds) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
@@ -306,8 +318,8 @@ func parents() map[int]int {
 		}
 		// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 {
-			continue
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue // a zombie has ended: it serves no connection
 		}
 		if ppid, err := strconv.Atoi(fields[1]); err == nil {
 			m[pid] = ppid
