@@ -126,8 +126,8 @@ const (
 	consoleAPIPort        = 8080
 	consoleAPIMetricsPort = 8081
 	consolePort           = 80
-	// registryNodePort is where every node's containerd reaches the Zot registry.
-	registryNodePort = 30500
+	// RegistryNodePort is where every node's containerd reaches the Zot registry.
+	RegistryNodePort = 30500
 )
 
 // Options is what the components of a cluster depend on.

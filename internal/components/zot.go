@@ -33,6 +33,6 @@ func (r *renderer) zot() (Component, error) {
 		},
 		"mountConfig": true,
 		"configFiles": map[string]any{"config.json": string(configJSON)},
-		"service":     map[string]any{"type": "NodePort", "nodePort": registryNodePort},
+		"service":     map[string]any{"type": "NodePort", "nodePort": RegistryNodePort},
 	})
 }

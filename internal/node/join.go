@@ -18,6 +18,7 @@ import (
 	longhorn "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
@@ -499,18 +500,19 @@ func (j *joiner) nodeReady(ctx context.Context) (bool, string, error) {
 	return status == cluster.NodeReady, status, nil
 }
 
-// verifyStep checks from the node: cluster DNS, the server's API through its Service, and the
-// kubelet, through which the server reads the check pod's log.
+// verifyStep checks from the node: cluster DNS, the server's API through its Service, the
+// cluster registry through the node port the node's containerd pulls from, and the kubelet,
+// through which the server reads the check pod's log.
 func (j *joiner) verifyStep() workflow.Step {
 	nodes := []string{j.intent.Node}
 	return workflow.Step{
-		Name: "verify", Title: "Check DNS, the server's API and the kubelet from " + j.intent.Node,
-		Done: "DNS, the server's API and the kubelet work from " + j.intent.Node, Already: j.intent.Node + " already checked",
+		Name: "verify", Title: "Check DNS, the server's API, the cluster registry and the kubelet from " + j.intent.Node,
+		Done: "DNS, the server's API, the cluster registry and the kubelet work from " + j.intent.Node, Already: j.intent.Node + " already checked",
 		Check: func(ctx context.Context) (bool, error) {
 			return verify.Passed(ctx, j.cl.Kube, j.intent.VerifyID, nodes)
 		},
 		Apply: func(ctx context.Context) error {
-			if err := verify.Run(ctx, j.cl.Kube, j.intent.VerifyID, nodes, checkTimeout); err != nil {
+			if err := verify.Run(ctx, j.cl.Kube, j.intent.VerifyID, nodes, checkTimeout, verify.WithRegistry(components.RegistryNodePort)); err != nil {
 				return err
 			}
 			_, err := verify.Log(ctx, j.cl.Kube, j.intent.VerifyID, j.intent.Node)

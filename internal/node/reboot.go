@@ -11,7 +11,6 @@ import (
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/backup"
@@ -246,10 +245,13 @@ func serverName(ctx context.Context, cl *kube.Clients) (string, error) {
 	return "", errors.New("the cluster has no server node")
 }
 
-// copiesStep moves the only current copy of each volume in r.moves off the worker: Longhorn is
-// asked to evict the worker's replica (its spec.evictionRequested), rebuilds the copy on another
-// node (the server has room for it; Longhorn attaches a detached volume for that) and deletes the
-// worker's once the new one is healthy.
+// copiesStep moves the only current copy of each volume in r.moves off the worker. kip cordons
+// the worker, and Longhorn does the rest: under the node-drain-policy kip pins
+// (block-for-eviction-if-contains-last-replica) its node controller asks to evict each replica on
+// a cordoned node that is its volume's last healthy one (and cancels an eviction asked of a
+// single replica on a node that is not cordoned), and its volume controller rebuilds the copy on
+// another node (the server has room for it; Longhorn attaches a detached volume for that), then
+// deletes the worker's. kip waits until another node holds a current copy of each.
 func (r *rebooter) copiesStep() workflow.Step {
 	name := r.o.Worker
 	vols := strings.Join(r.moves, ", ")
@@ -262,28 +264,20 @@ func (r *rebooter) copiesStep() workflow.Step {
 		return slices.DeleteFunc(only, func(v string) bool { return !slices.Contains(r.moves, v) }), nil
 	}
 	return workflow.Step{
-		Name: "copies", Title: "Move the only current copy of Longhorn volume " + vols + " off " + name,
+		Name: "copies", Title: "Cordon " + name + " and move the only current copy of Longhorn volume " + vols + " off it",
 		Done: "Another node holds a current copy of " + vols, Already: "Another node holds a current copy of " + vols,
 		Check: func(ctx context.Context) (bool, error) {
 			l, err := left(ctx)
 			return err == nil && len(l) == 0, err
 		},
+		Plan: func(context.Context) ([]string, error) {
+			return []string{"cordon " + name + ": Longhorn then rebuilds on another node each copy that is its volume's last healthy one there"}, nil
+		},
 		Apply: func(ctx context.Context) error {
-			replicas := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
-			list, err := replicas.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return fmt.Errorf("list Longhorn's replicas: %w", err)
+			if err := cordon(ctx, r.cl, name, true); err != nil {
+				return err
 			}
-			for _, rep := range list.Items {
-				if rep.Spec.NodeID != name || !slices.Contains(r.moves, rep.Spec.VolumeName) || rep.Spec.EvictionRequested {
-					continue
-				}
-				_, err := replicas.Patch(ctx, rep.Name, types.MergePatchType, []byte(`{"spec":{"evictionRequested":true}}`), metav1.PatchOptions{FieldManager: kube.FieldManager})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return fmt.Errorf("ask Longhorn to move replica %s of volume %s off %s: %w", rep.Name, rep.Spec.VolumeName, name, err)
-				}
-			}
-			err = kube.Poll(ctx, evictTimeout, "a current copy of "+vols+" on another node", func(ctx context.Context) (bool, string, error) {
+			err := kube.Poll(ctx, evictTimeout, "a current copy of "+vols+" on another node", func(ctx context.Context) (bool, string, error) {
 				l, err := left(ctx)
 				return err == nil && len(l) == 0, "no node but " + name + " holds a current copy of " + strings.Join(l, ", ") + " yet", err
 			})

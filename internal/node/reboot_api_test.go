@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
 )
@@ -156,10 +158,12 @@ func replica(t *testing.T, cl *kube.Clients, name, volume, node string, current 
 }
 
 // TestRebootMovesOnlyCopies runs the reboot's copies step against the real API server, with the
-// test playing Longhorn's part (its engine cannot run here): for a replica kip asks Longhorn to
-// evict, a current copy on the server, then the evicted replica deleted, as Longhorn's volume
-// controller rebuilds and cleans up. The step asks for the worker's replica of each volume it
-// moves, leaves another volume's alone, and finds itself done afterwards.
+// test playing Longhorn's part (it cannot run here): once the worker's Node is cordoned, each
+// replica there that is its volume's last healthy one is rebuilt on the server and then deleted,
+// as Longhorn's node controller (under the pinned node-drain-policy
+// block-for-eviction-if-contains-last-replica) and its volume controller do. The step cordons
+// the worker, waits until the copies moved, and finds itself done afterwards; a volume with a
+// current copy on the server as well keeps its copy on the worker.
 func TestRebootMovesOnlyCopies(t *testing.T) {
 	env := testenv.Get(t)
 	cl, err := kube.NewClients(env.Config)
@@ -172,36 +176,44 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	nodes := cl.Kube.CoreV1().Nodes()
+	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mv-worker"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodes.Delete(context.Background(), "mv-worker", metav1.DeleteOptions{}) })
 	replica(t, cl, "mv-vol1-r1", "mv-vol1", "mv-worker", true)
 	replica(t, cl, "mv-vol2-r1", "mv-vol2", "mv-worker", true)
 	replica(t, cl, "mv-other-r1", "mv-other", "mv-worker", true)
+	replica(t, cl, "mv-other-r2", "mv-other", "mv-srv", true)
 	replicas := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
 
-	// Longhorn's part: each evicted replica is rebuilt on the server, then deleted.
+	// Longhorn's part: on the cordoned worker, each last healthy replica is rebuilt on the
+	// server, then deleted.
 	played := make(chan struct{})
 	go func() {
 		defer close(played)
 		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			n, err := nodes.Get(ctx, "mv-worker", metav1.GetOptions{})
+			if err != nil || !n.Spec.Unschedulable {
+				continue
+			}
 			list, err := replicas.List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return
 			}
-			for _, r := range list.Items {
-				if !r.Spec.EvictionRequested || r.Spec.NodeID != "mv-worker" {
-					continue
-				}
-				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: r.Spec.VolumeName + "-r2", Namespace: longhornSpace,
-					Labels: map[string]string{"longhornvolume": r.Spec.VolumeName, "longhornnode": "mv-srv"}}}
-				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = r.Spec.VolumeName, "mv-srv", true, "v1"
+			for _, v := range storage.OnlyCopiesOn(list.Items, "mv-worker") {
+				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: v + "-r2", Namespace: longhornSpace,
+					Labels: map[string]string{"longhornvolume": v, "longhornnode": "mv-srv"}}}
+				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = v, "mv-srv", true, "v1"
 				rebuilt.Spec.HealthyAt, rebuilt.Spec.LastHealthyAt = "2026-12-05T10:00:00Z", "2026-12-05T10:00:00Z"
 				if _, err := replicas.Create(ctx, rebuilt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					return
 				}
-				if err := replicas.Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				if err := replicas.Delete(ctx, v+"-r1", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					return
 				}
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}()
 	t.Cleanup(func() {
@@ -222,6 +234,9 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	if done, err := step.Check(ctx); err != nil || !done {
 		t.Fatalf("copies step after it ran: done %v, %v", done, err)
 	}
+	if n, err := nodes.Get(ctx, "mv-worker", metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Errorf("the worker after the copies step is not cordoned: %v", err)
+	}
 	cancel()
 	<-played
 	list, err := replicas.List(context.Background(), metav1.ListOptions{})
@@ -234,9 +249,10 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 			where[rep.Spec.VolumeName] = append(where[rep.Spec.VolumeName], rep.Spec.NodeID)
 		}
 	}
-	for v, want := range map[string]string{"mv-vol1": "mv-srv", "mv-vol2": "mv-srv", "mv-other": "mv-worker"} {
-		if len(where[v]) != 1 || where[v][0] != want {
-			t.Errorf("the copies of %s are on %v, want on %s", v, where[v], want)
+	for v, want := range map[string][]string{"mv-vol1": {"mv-srv"}, "mv-vol2": {"mv-srv"}, "mv-other": {"mv-srv", "mv-worker"}} {
+		slices.Sort(where[v])
+		if !slices.Equal(where[v], want) {
+			t.Errorf("the copies of %s are on %v, want on %v", v, where[v], want)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package verify checks nodes from the inside: a Job pinned to each node resolves the API's
 // Service name through cluster DNS and reaches its ClusterIP from that node's pod network, and
 // kip reads the pod's log through the node's kubelet. kip install verifies every node; kip node
-// add the node it joins.
+// add the node it joins, and with WithRegistry also that the cluster registry answers there.
 package verify
 
 import (
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,9 +50,32 @@ if ! echo "$out" | grep -q 'HTTP/1\.[01] 400'; then
 	echo "Service routing does not work: no answer from the API's Service at $api (is kube-proxy running on this node?)"
 	exit 1
 fi
+if [ -n "$REGISTRY_PORT" ]; then
+	registry="$HOST_IP:$REGISTRY_PORT"
+	if ! out=$(timeout 10 wget -O- "http://$registry/v2/" 2>&1) && ! echo "$out" | grep -q 'HTTP/1\.[01] [0-9][0-9][0-9]'; then
+		echo "$out"
+		echo "the cluster registry does not answer on this node: no answer from Zot at $registry, the node port every node's containerd pulls through (is Zot running? kubectl -n zot get pods)"
+		exit 1
+	fi
+	echo "the cluster registry answers at $registry"
+fi
 echo "` + passed + `"`
-	passed = "cluster DNS and Service routing work"
+	passed = "the node's checks passed"
 )
+
+// Option adds a check to a verification.
+type Option func(*corev1.Container)
+
+// WithRegistry also checks that the cluster registry answers an HTTP request on the node's own
+// address at port, the node port through which the node's containerd pulls the cluster's images:
+// any HTTP answer (Zot's /v2/ answers 200, or 401 behind authentication) proves the path.
+func WithRegistry(port int) Option {
+	return func(c *corev1.Container) {
+		c.Env = append(c.Env,
+			corev1.EnvVar{Name: "REGISTRY_PORT", Value: strconv.Itoa(port)},
+			corev1.EnvVar{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}})
+	}
+}
 
 // JobName is the verification Job's name for node in run id: a DNS label (at most 63
 // characters) that keeps as much of the node's name as fits, and ends in a hash of the whole
@@ -64,9 +88,9 @@ func JobName(id, node string) string {
 	return base + keep + suffix
 }
 
-func job(id, node string) *batchv1.Job {
+func job(id, node string, opts []Option) *batchv1.Job {
 	labels := map[string]string{label: id, "app.kubernetes.io/managed-by": "kip"}
-	return &batchv1.Job{
+	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: JobName(id, node), Namespace: namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To[int32](2),
@@ -90,6 +114,10 @@ func job(id, node string) *batchv1.Job {
 			},
 		},
 	}
+	for _, o := range opts {
+		o(&j.Spec.Template.Spec.Containers[0])
+	}
+	return j
 }
 
 // Passed reports whether run id's verification passed on each of nodes (nil: every node). A
@@ -103,8 +131,8 @@ func Passed(ctx context.Context, c kubernetes.Interface, id string, nodes []stri
 }
 
 // Run verifies each of nodes (nil: every node) in run id: it replaces failed verifications of
-// the run, starts the missing ones and waits for all, for at most timeout.
-func Run(ctx context.Context, c kubernetes.Interface, id string, nodes []string, timeout time.Duration) error {
+// the run, starts the missing ones with opts' checks and waits for all, for at most timeout.
+func Run(ctx context.Context, c kubernetes.Interface, id string, nodes []string, timeout time.Duration, opts ...Option) error {
 	names, err := nodeNames(ctx, c, nodes)
 	if err != nil {
 		return err
@@ -113,7 +141,7 @@ func Run(ctx context.Context, c kubernetes.Interface, id string, nodes []string,
 		return err
 	}
 	for _, n := range names {
-		j := job(id, n)
+		j := job(id, n, opts)
 		_, err := c.BatchV1().Jobs(j.Namespace).Create(ctx, j, metav1.CreateOptions{FieldManager: "kip"})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create verification job on %s: %w", n, err)

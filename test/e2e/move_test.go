@@ -126,13 +126,20 @@ const busyboxImage = "docker.io/rancher/mirrored-library-busybox:1.37.0"
 // project creates a project with one environment and waits for its namespace.
 func (l *moveLab) project(ctx context.Context, t *testing.T, name, env string) {
 	t.Helper()
+	createProject(ctx, t, l.c, name, env)
+}
+
+// createProject creates a project with one environment in c's cluster and waits for its
+// namespace, which the console (its stand-in) makes.
+func createProject(ctx context.Context, t *testing.T, c *kube.Clients, name, env string) {
+	t.Helper()
 	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
 		"metadata": map[string]any{"name": name}, "spec": map[string]any{"environments": []any{map[string]any{"name": env}}}}}
-	if _, err := l.c.Dynamic.Resource(service.ProjectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Dynamic.Resource(service.ProjectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if err := kube.Poll(ctx, time.Minute, "namespace "+name+"-"+env, func(ctx context.Context) (bool, string, error) {
-		_, err := l.c.Kube.CoreV1().Namespaces().Get(ctx, name+"-"+env, metav1.GetOptions{})
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, name+"-"+env, metav1.GetOptions{})
 		return err == nil, "", nil
 	}); err != nil {
 		t.Fatal(err)

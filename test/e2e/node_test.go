@@ -16,17 +16,21 @@ import (
 	"golang.org/x/crypto/ssh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/status"
 	"kipper.run/kip/internal/workflow"
+	consolestandin "kipper.run/kip/test/console-standin"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/longhorn-standin/standin"
@@ -47,7 +51,8 @@ const (
 // the join moves the server's k3s onto the private network, opens the peer ports on both
 // kip-managed firewalls (proven by real connections from a node and from a host that is none),
 // holds ordinary pods off the worker until its checks pass, and records it; a join killed before
-// its checks resumes only with the options it started with; run again, it changes nothing. Then
+// its checks resumes only with the options it started with, and one with the cluster registry
+// stopped stops at its checks naming it; run again, it changes nothing. Then
 // kip node remove takes the worker out again (see removeWorker).
 func TestNodeAdd(t *testing.T) {
 	t.Parallel()
@@ -107,6 +112,9 @@ func TestNodeAdd(t *testing.T) {
 			var r e2e.Result
 			if point == "after:release" {
 				released = time.Now()
+			}
+			if point == "before:verify" {
+				registryDown(ctx, t, s, home, c, w, add)
 			}
 			if point == "after:longhorn" {
 				// Longhorn's node plugin starts on the worker (the stand-in's, as Longhorn's
@@ -238,18 +246,21 @@ func TestNodeAdd(t *testing.T) {
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
 
-// fenceWorker fences the worker once it stopped reporting, and rejoins it. Cut off from the
+// fenceWorker fences the worker once it stopped reporting, and rejoins it. A Kipper service runs
+// there first (serviceOnWorker), its volumes' copies on the server. Cut off from the
 // server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been for
 // a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off is
 // refused because its kubelet still answers the server. With SSH back, the fence stops k3s-agent
 // and every container behind the drop-in, killed after each step it applies and run again; the
-// fenced node lists as OutOfService, and kip node reboot and remove refuse it. kip node add then
+// service starts on the server with what the worker's pod wrote; the fenced node lists as OutOfService, and kip node reboot and remove refuse it. kip node add then
 // rejoins it: it reboots the host, which has not booted since the fence (the drop-in keeps
 // k3s-agent stopped through that reboot: checked while the rejoin is paused after it), and lifts
-// the fence step by step: Ready, untainted, uncordoned, the fence forgotten. The fence's taint had Kubernetes delete the bare pod
+// the fence step by step: Ready, untainted, uncordoned, the fence forgotten. The service is
+// deleted then, with its data and its project. The fence's taint had Kubernetes delete the bare pod
 // "ordinary", which removeWorker's first check needs on the worker: it is made again.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
+	svc, written := serviceOnWorker(ctx, t, s, home, c, srv, w)
 	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
 	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
 		t.Fatal(err)
@@ -272,9 +283,11 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		t.Fatalf("the refused fence recorded %+v (%v)", rec.Workers[w.Name], err)
 	}
 
-	// It answers: the fence stops it, killed after each step it applies and run again (no Kipper
-	// service or pod runs there, so its services and pods steps find nothing to do: they are
-	// proven against the API server, by TestFence).
+	// It answers: the fence stops it, killed after each step it applies and run again. The
+	// service's copy on the server is current, so the services step stops nothing: the service
+	// starts on the server once Kubernetes, told by the taint, has deleted its pod and detached
+	// its volume (kip deletes the pod itself if it is left a minute after the taint). Services
+	// that stay stopped are proven against the API server, by TestFence.
 	for _, step := range []string{"record", "stop", "taint"} {
 		r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:" + step}, fence...)
 		if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at after:"+step+" ") {
@@ -286,11 +299,17 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		!strings.Contains(r.Stderr, "Fenced worker "+w.Name+": it stays out of service until kip node add "+w.PublicIP.String()+" rejoins it") {
 		t.Fatalf("fence resumed: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
+	if want := "Service " + svc.String() + " runs again on " + srv.Name; !strings.Contains(r.Stderr, want) {
+		t.Errorf("the fence does not say %q:\n%s", want, r.Stderr)
+	}
+	if pod, got := serviceData(ctx, t, c, svc); pod.Spec.NodeName != srv.Name || got != written {
+		t.Errorf("service %s after the fence: on %s, its volume holds %q; want on %s, holding %q", svc, pod.Spec.NodeName, got, srv.Name, written)
+	}
 	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
 		t.Fatal(err)
 	}
 	stopped := "test -f " + k3s.FenceDropIn + " && ! systemctl is-active --quiet k3s-agent && ! systemctl is-active --quiet " + standin.Unit +
-		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q ' /var/lib/kubelet/pods/' /proc/self/mounts"
+		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q -e ' /var/lib/kubelet/pods/' -e ' /var/lib/kubelet/plugins/' /proc/self/mounts"
 	if out, err := w.Run(ctx, stopped); err != nil {
 		t.Errorf("the fenced worker still runs k3s, a container or a kubelet mount: %v\n%s", err, out)
 	}
@@ -342,6 +361,105 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		t.Fatal(err)
 	}
 	waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 2*time.Minute)
+
+	// The service goes, with its data and its project: the reboot after finds no Kipper project
+	// to back up (this lab runs no Velero).
+	if r := s.Kip(t, home, "service", "delete", svc.Name, "--project", svc.Project, "--environment", svc.Environment, "--delete-data", "--yes"); r.ExitCode != 0 {
+		t.Fatalf("kip service delete: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if err := c.Dynamic.Resource(service.ProjectsGVR).Delete(ctx, svc.Project, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 3*time.Minute, "namespace "+svc.Namespace()+" gone", func(ctx context.Context) (bool, error) {
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, svc.Namespace(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serviceOnWorker runs a Kipper service on w and returns it with what its container wrote into
+// its data volume. The Longhorn stand-in runs on the server too (as Longhorn's manager there:
+// the sidecars, and every volume's copy on the server's disk), and the console stand-in turns
+// the service kip service add writes into a StatefulSet; the server is cordoned meanwhile, so
+// its pod runs on w, whose stand-in mounts the volume served from the server (a loop device of
+// the server's image, as Longhorn's engine on w would serve it from the copy on the server).
+func serviceOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) (service.Ref, string) {
+	t.Helper()
+	if err := standin.Install(ctx, srv, c); err != nil {
+		t.Fatal(err)
+	}
+	standin.LogOnFailure(t, srv)
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
+		// It writes its volume once, then prints what the volume holds at every start.
+		Command: []string{"sh", "-c", `[ -f /data/kept ] || { echo "written by $HOSTNAME: $(cat /proc/sys/kernel/random/uuid)" > /data/kept && sync; }; ` +
+			`cat /data/kept; trap "exit 0" TERM; while :; do sleep 1; done`},
+		Interval: 500 * time.Millisecond, Logf: t.Logf}
+	go func() { defer close(done); console.Run(sctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	ref := service.Ref{Project: "fence", Environment: "prod", Name: "db"}
+	createProject(ctx, t, c, ref.Project, ref.Environment)
+	cordon := func(on bool) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, srv.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cordon(true)
+	r := s.Kip(t, home, "service", "add", "postgres", "--name", ref.Name, "--project", ref.Project, "--environment", ref.Environment, "--storage", "64Mi")
+	cordon(false)
+	if r.ExitCode != 0 {
+		t.Fatalf("kip service add: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	pod, written := serviceData(ctx, t, c, ref)
+	if pod.Spec.NodeName != w.Name || !strings.HasPrefix(written, "written by ") {
+		t.Fatalf("service %s runs on %s and its volume holds %q; want it on %s", ref, pod.Spec.NodeName, written, w.Name)
+	}
+	return ref, written
+}
+
+// serviceData waits until the service's pod is Ready and returns it with the first line it
+// printed: what its data volume holds.
+func serviceData(ctx context.Context, t *testing.T, c *kube.Clients, ref service.Ref) (*corev1.Pod, string) {
+	t.Helper()
+	var pod *corev1.Pod
+	var line string
+	if err := poll(ctx, 3*time.Minute, "service "+ref.String()+" Ready with its volume's line", func(ctx context.Context) (bool, error) {
+		s, err := service.Get(ctx, c.Dynamic, ref)
+		if err != nil {
+			return false, err
+		}
+		pods, err := service.Pods(ctx, c.Kube, s)
+		if err != nil {
+			return false, err
+		}
+		for i := range pods {
+			p := &pods[i]
+			if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			}) {
+				continue
+			}
+			logs, err := c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, nil //nolint:nilerr // the kubelet serves the log once the container runs
+			}
+			if first, _, _ := strings.Cut(string(logs), "\n"); first != "" {
+				pod, line = p, first
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pod, line
 }
 
 // diskCheck runs kip node storage --copies on the worker's disk made fast and slow on purpose:
@@ -476,7 +594,9 @@ func podNodes(pods *corev1.PodList) []string {
 	return out
 }
 
-// TestNodeAddPublic joins a worker with --public on a cluster of its own: the nodes reach each
+// TestNodeAddPublic first has the private network carry the worker's default route: the first
+// join without --private-network or --public stops before anything is recorded, showing the
+// --private-network value. Then it joins the worker with --public on a cluster of its own: the nodes reach each
 // other at their public addresses (the record, the worker's node address), and the firewalls
 // open the peer ports to those addresses only, proven by real connections over the public
 // network, from a node and from a host that is none. Then the worker loses its power for good
@@ -498,6 +618,21 @@ func TestNodeAddPublic(t *testing.T) {
 	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
 	c := clientsFor(t, kubeconfig)
 	authorize(t, srv, w)
+
+	// The only private network the hosts share carries the worker's default route: on this first
+	// join, without --private-network or --public, kip checks it and stops before the join,
+	// showing both commands (TestNodeAdd runs the --private-network one, on its second worker).
+	defaultRouteVia(ctx, t, w, lab.PrivateGateway)
+	r := s.Kip(t, home, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
+	if want := "the only private network the hosts share, " + lab.PrivatePrefix + ", carries their default route, and the connection checks over it pass: " +
+		"to join over it, run kip node add " + w.PublicIP.String() + " --private-network " + lab.PrivatePrefix; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("first join over a private network that carries the default route: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
+		t.Errorf("the stopped join recorded %+v (%v)", rec, err)
+	}
+	defaultRouteVia(ctx, t, w, lab.Gateway)
+
 	p, pause := s.Paused(t, home, nil, "before:longhorn", "node", "add", w.PublicIP.String(), "--public", "--airgap-bundle", s.Bundle, "--yes")
 	admin, err := os.ReadFile(kubeconfig)
 	if err != nil {
@@ -509,7 +644,7 @@ func TestNodeAddPublic(t *testing.T) {
 	if err := os.Remove(pause); err != nil {
 		t.Fatal(err)
 	}
-	r := p.Wait(t, 10*time.Minute)
+	r = p.Wait(t, 10*time.Minute)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Network: public addresses (server "+srv.PublicIP.String()+", node "+w.PublicIP.String()+")") {
 		t.Fatalf("join with --public: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
@@ -635,10 +770,12 @@ func rerunInstall(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	}
 }
 
-// secondWorker joins a second worker w2 beside w and removes it again. An ufw the operator turned
-// on there stops the join before anything changes, even with every port open; once it is off,
-// the join opens the peer ports between the two workers on both (real connections, refused from
-// a host that is no node), and the remove closes them again on w and on the server.
+// secondWorker joins a second worker w2 beside w, its default route through the private network
+// (as a cloud VPC's), with --private-network. An ufw the operator turned on there stops the join
+// before anything changes, even with every port open; once it is off, the join opens the peer
+// ports between the two workers on both (real connections, refused from a host that is no node).
+// Then w2 is given up while its host still answers: a forced remove is refused until a fence
+// holds it stopped, then wipes and deregisters it and closes its peer ports on w and the server.
 func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, w2, outsider *lab.Host) {
 	t.Helper()
 	authorize(t, srv, w2)
@@ -657,7 +794,11 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		t.Fatalf("turn ufw off on %s, or the refused join installed k3s: %v", w2.Name, err)
 	}
 
-	p, pause := s.Paused(t, home, nil, "before:longhorn", add...)
+	// The private network carries w2's default route, as a cloud VPC's does: the join goes over
+	// it as --private-network asks.
+	defaultRouteVia(ctx, t, w2, lab.PrivateGateway)
+	defer defaultRouteVia(ctx, t, w2, lab.Gateway)
+	p, pause := s.Paused(t, home, nil, "before:longhorn", append(add, "--private-network", lab.PrivatePrefix)...)
 	admin, err := os.ReadFile(filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -668,8 +809,9 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if err := os.Remove(pause); err != nil {
 		t.Fatal(err)
 	}
-	if r := p.Wait(t, 10*time.Minute); r.ExitCode != 0 {
-		t.Fatalf("join of the second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	r = p.Wait(t, 10*time.Minute)
+	if want := "Network: private network " + lab.PrivatePrefix + " (server " + srv.PrivateIP.String() + ", node " + w2.PrivateIP.String() + ") (--private-network)"; r.ExitCode != 0 || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("join of the second worker, whose default route the private network carries, with --private-network: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
 	}
 	for _, tc := range []struct {
 		from, to *lab.Host
@@ -681,8 +823,32 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}
 	}
 
-	if r := s.Kip(t, home, "node", "remove", w2.Name, "--yes"); r.ExitCode != 0 {
-		t.Fatalf("remove the second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	// Given up while its host still answers: cut off the server's API, it turns NotReady; a
+	// forced remove is refused until a fence holds it stopped, then deregisters and wipes it.
+	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
+	if _, err := w2.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
+		t.Fatal(err)
+	}
+	notReadyForAMinute(ctx, t, c, w2)
+	forced := []string{"node", "remove", w2.Name, "--force", "--yes"}
+	r = s.Kip(t, home, forced...)
+	if want := w2.Name + " still answers over SSH at " + w2.PublicIP.String() + ", and --force removes a worker that answers only while a fence holds it stopped"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("forced remove of the unfenced second worker: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	if r := s.Kip(t, home, "node", "fence", w2.Name, "--yes"); r.ExitCode != 0 {
+		t.Fatalf("fence the second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if r := s.Kip(t, home, forced...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Wiped k3s from "+w2.Name) {
+		t.Fatalf("forced remove of the fenced second worker: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w2.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the second worker's node after its forced remove: %v", err)
+	}
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
+		t.Errorf("the workers recorded after the second worker's forced remove: %+v (%v)", rec.Workers, err)
+	}
+	if out, err := w2.Run(ctx, k3s.AgentGoneCommand()); err != nil {
+		t.Errorf("k3s is left on the second worker after its forced remove: %v\n%s", err, out)
 	}
 	for _, tc := range []struct {
 		from, to *lab.Host
@@ -694,6 +860,9 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}
 	}
 	if _, err := w2.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
+		t.Error(err)
+	}
+	if _, err := w2.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
 		t.Error(err)
 	}
 }
@@ -846,6 +1015,55 @@ func logStep(t *testing.T, step, stderr string) time.Duration {
 	}
 	t.Logf("measured: step %s: %s remote commands, %s", step, m[1], m[2])
 	return d
+}
+
+// registryDown runs the join with the cluster registry stopped (Zot's stand-in scaled to no
+// pod): the join stops at its checks, naming the registry and the node port it tried; Zot
+// running again, the join goes on.
+func registryDown(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w *lab.Host, add func(...string) []string) {
+	t.Helper()
+	scaleZot := func(n int32) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
+		if _, err := c.Kube.AppsV1().Deployments("zot").Patch(ctx, "zot", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(ctx, 2*time.Minute, fmt.Sprintf("Zot with %d ready pods", n), func(ctx context.Context) (bool, error) {
+			list, err := c.Kube.DiscoveryV1().EndpointSlices("zot").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=zot"})
+			// Every endpoint counts: kube-proxy sends a node port's traffic to a terminating pod
+			// while no other is ready.
+			var ready, all int
+			if err == nil {
+				for _, sl := range list.Items {
+					for _, e := range sl.Endpoints {
+						all++
+						if ptr.Deref(e.Conditions.Ready, false) {
+							ready++
+						}
+					}
+				}
+			}
+			return err == nil && ready == int(n) && all == int(n), err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scaleZot(0)
+	r := s.Kip(t, home, add()...)
+	if want := "the cluster registry does not answer on this node: no answer from Zot at " + w.PrivateIP.String() + ":30500"; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("join with the cluster registry stopped: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
+	}
+	scaleZot(1)
+}
+
+// defaultRouteVia points h's default route at gateway: lab.PrivateGateway has the private
+// network carry it, lab.Gateway puts it back on the public one. The hosts reach this machine's
+// apt proxy and each other on their own links either way.
+func defaultRouteVia(ctx context.Context, t *testing.T, h *lab.Host, gateway string) {
+	t.Helper()
+	if out, err := h.Run(ctx, sshx.Command("ip", "route", "replace", "default", "via", gateway)); err != nil {
+		t.Fatalf("default route of %s via %s: %v\n%s", h.Name, gateway, err, out)
+	}
 }
 
 // heldOff checks the worker between its start and its checks: a resume with other options is

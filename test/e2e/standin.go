@@ -152,9 +152,42 @@ parameters:
   numberOfReplicas: "3"
 `
 
+// zotFixture stands in for Zot's chart: its Deployment, of test/images' Zot stand-in (an HTTP
+// server answering the registry API's version check), and its Service on the node port every
+// node's containerd pulls through, as kip's values for the chart set it.
+const zotFixture = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: zot
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: zot, app.kubernetes.io/instance: zot}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: zot, app.kubernetes.io/instance: zot}
+    spec:
+      containers:
+        - name: zot
+          image: ghcr.io/project-zot/zot-linux-amd64:v2.1.18
+          ports: [{name: zot, containerPort: 5000}]
+          readinessProbe:
+            httpGet: {path: /v2/, port: 5000}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: zot
+spec:
+  type: NodePort
+  selector: {app.kubernetes.io/name: zot, app.kubernetes.io/instance: zot}
+  ports: [{name: zot, port: 5000, targetPort: 5000, nodePort: 30500}]
+`
+
 // UploadChartFixtures puts on h what the charts kip installs would create that kip relies on,
 // for the stand-in's helm-controller to apply when kip installs each HelmChart: cert-manager's
-// ClusterIssuer CRD, and Longhorn's CRDs (from the longhorn-manager module) and its class.
+// ClusterIssuer CRD, Longhorn's CRDs (from the longhorn-manager module) and its class, and
+// Zot's registry.
 func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 	crds, err := testenv.LonghornCRDs()
 	if err != nil {
@@ -163,6 +196,7 @@ func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 	return Upload(ctx, h, map[string]File{
 		ChartFixturesDir + "/cert-manager/crds.yaml": {Data: []byte(certManagerFixture), Mode: 0o644},
 		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(crds, longhornClass...), Mode: 0o644},
+		ChartFixturesDir + "/zot/zot.yaml":           {Data: []byte(zotFixture), Mode: 0o644},
 	})
 }
 

@@ -109,6 +109,17 @@ var images = []image{
 	// (internal/components: the UI on 80, console-api on 8080 and its metrics on 8081).
 	consoleStandIn("kipper-console.tar", "console", "exec httpd -f -p 80 -h /www"),
 	consoleStandIn("kipper-console-api.tar", "console-api", "httpd -p 8081 -h /www && exec httpd -f -p 8080 -h /www"),
+	// Zot, the cluster registry, which the lab cannot pull either: busybox's httpd answers the
+	// registry API's version check (GET /v2/ → 200) on Zot's port, under the image of Zot's chart.
+	// The chart's fixture (test/e2e's UploadChartFixtures) runs it, so that kip node add's
+	// registry check has a registry to reach through the node port.
+	{
+		file: "zot.tar", ref: "ghcr.io/project-zot/zot-linux-amd64:v2.1.18", busybox: true,
+		files: map[string]string{"/www/v2/index.html": "{}\n"},
+		env:   []string{defaultPath},
+		// httpd as the container's first process would ignore SIGTERM; Zot ends on it.
+		entrypoint: []string{"/bin/sh", "-c", "httpd -f -p 5000 -h /www & trap 'kill $!' TERM; wait"},
+	},
 	// Velero's server and node agent (one binary, as in Velero's image, with the restore helper
 	// its file-system restores run as an init container) and its AWS plugin, whose image copies
 	// the plugin into the server's plugin directory (the chart's init container mounts it at

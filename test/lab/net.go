@@ -22,11 +22,14 @@ const (
 	// AptProxy is the apt-cacher-ng every host uses.
 	AptProxy = "http://" + Gateway + ":3142"
 
-	privateGateway = "10.77.0.1"
-	privateBridge  = "kip-priv"
-	publicBridge   = "kip-pub"
-	aptPort        = "3142"
-	fwChain        = "KIP-LAB"
+	// PrivateGateway is this machine on the private bridge: a host's default route through it
+	// makes the private network carry the default route, as a cloud VPC's does.
+	PrivateGateway = "10.77.0.1"
+
+	privateBridge = "kip-priv"
+	publicBridge  = "kip-pub"
+	aptPort       = "3142"
+	fwChain       = "KIP-LAB"
 	// guardMetric puts the unreachable routes behind the bridges' own routes (metric 0).
 	guardMetric = "4000"
 )
@@ -62,7 +65,7 @@ func netUp(ctx context.Context) error {
 		return err
 	}
 	for _, br := range []struct{ name, addr string }{
-		{privateBridge, privateGateway + "/24"},
+		{privateBridge, PrivateGateway + "/24"},
 		{publicBridge, Gateway + "/24"},
 	} {
 		if err := run(ctx, "ip", "link", "add", br.name, "type", "bridge"); err != nil {
@@ -116,7 +119,7 @@ var fwChains = []struct {
 		{"-o", publicBridge, "!", "-i", publicBridge, "-j", "DROP"},
 	}},
 	{fwChain + "-IN", "INPUT", [][]string{
-		{"-i", privateBridge, "!", "-d", privateGateway, "-j", "DROP"},
+		{"-i", privateBridge, "!", "-d", PrivateGateway, "-j", "DROP"},
 		{"-i", publicBridge, "!", "-d", Gateway, "-j", "DROP"},
 	}},
 }

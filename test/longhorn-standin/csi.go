@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -138,8 +139,19 @@ func (p *plugin) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err := p.s.attach(ctx, req.GetVolumeId(), req.GetNodeId()); err != nil {
 		return nil, grpcError(err)
 	}
-	return &csi.ControllerPublishVolumeResponse{}, nil
+	if req.GetNodeId() == p.s.node {
+		return &csi.ControllerPublishVolumeResponse{}, nil
+	}
+	n, err := p.s.export(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{publishLoop: strconv.Itoa(n)}}, nil
 }
+
+// publishLoop is the publish context's key for the loop device that serves a volume to another
+// node (store.export).
+const publishLoop = "standin.longhorn.io/loop"
 
 func (p *plugin) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
@@ -206,6 +218,9 @@ func (p *plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	img := p.s.imagePath(req.GetVolumeId())
+	if l, ok := req.GetPublishContext()[publishLoop]; ok {
+		return &csi.NodeStageVolumeResponse{}, grpcError(stageRemote(l, img, staging))
+	}
 	if _, err := os.Stat(img); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s has no data on node %s: %v", req.GetVolumeId(), p.s.node, err)
 	}
@@ -231,14 +246,45 @@ func (p *plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-// NodeUnstageVolume unmounts the file system and detaches its loop device.
+// stageRemote mounts at staging the loop device l (its number) that another node's plugin bound
+// to the volume's image img there (store.export): the device must still be bound to a file of
+// img's path.
+func stageRemote(l, img, staging string) error {
+	n, err := strconv.Atoi(l)
+	if err != nil {
+		return fmt.Errorf("publish context %s=%q: %w", publishLoop, l, err)
+	}
+	if got := loop.Backing(loop.SysBlock)[n]; got != img {
+		return fmt.Errorf("%w: loop device %d serves %q, not %s: publish the volume again", errBusy, n, got, img)
+	}
+	d, err := loop.Open(n)
+	if err != nil {
+		return err
+	}
+	defer d.Close() // the mount holds it from here on; its node stays until the unstage
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return err
+	}
+	if err := unix.Mount(d.Path, staging, "ext4", 0, ""); err != nil {
+		return fmt.Errorf("mount %s at %s: %w", d.Path, staging, err)
+	}
+	return nil
+}
+
+// NodeUnstageVolume unmounts the file system and detaches its loop device; a volume another
+// node's plugin serves (stageRemote) is only unmounted, and that plugin detaches its device.
 func (p *plugin) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	if req.GetVolumeId() == "" || req.GetStagingTargetPath() == "" {
+	staging := req.GetStagingTargetPath()
+	if req.GetVolumeId() == "" || staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "no volume ID or staging path")
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &csi.NodeUnstageVolumeResponse{}, grpcError(release(p.s.imagePath(req.GetVolumeId())))
+	img := p.s.imagePath(req.GetVolumeId())
+	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
+		return &csi.NodeUnstageVolumeResponse{}, grpcError(unmountSource(staging))
+	}
+	return &csi.NodeUnstageVolumeResponse{}, grpcError(release(img))
 }
 
 // NodePublishVolume bind-mounts the staging path at the pod's path; read-only when the pod asks,

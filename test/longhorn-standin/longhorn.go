@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+
+	"kipper.run/kip/test/longhorn-standin/loop"
 )
 
 const (
@@ -122,6 +124,8 @@ type store struct {
 	kube kubernetes.Interface
 	node string
 	root string // Longhorn's data path, /var/lib/longhorn
+	// exported holds the loop devices of volumes attached to other nodes (see export), by name.
+	exported map[string]*loop.Device
 }
 
 func (s *store) volumes() lhtyped.VolumeInterface { return s.lh.LonghornV1beta2().Volumes(namespace) }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,8 +118,18 @@ func TestVolumeLifecycle(t *testing.T) {
 		t.Errorf("storageScheduled %d, want %d", disk.StorageScheduled, 16<<20)
 	}
 
+	if err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "node lab12 runs no Longhorn") {
+		t.Errorf("attach to a node without Longhorn: %v", err)
+	}
 	if err := s.attach(ctx, "pvc-1", "lab9"); err != nil {
 		t.Fatal(err)
+	}
+	worker := &lh.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab12", Namespace: namespace}}
+	if _, err := s.lh.LonghornV1beta2().Nodes(namespace).Create(ctx, worker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "volume pvc-1 is attached to node lab9") {
+		t.Errorf("attach to another node while attached: %v", err)
 	}
 	vol, _ = s.volumes().Get(ctx, "pvc-1", metav1.GetOptions{})
 	va, _ := s.lh.LonghornV1beta2().VolumeAttachments(namespace).Get(ctx, "pvc-1", metav1.GetOptions{})

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"kipper.run/kip/test/longhorn-standin/loop"
 )
 
 const (
@@ -89,7 +91,7 @@ func serve(ctx context.Context, node, kubeconfig, crdsFile string) error {
 			return err
 		}
 	}
-	s := &store{lh: lhc, kube: kube, node: node, root: dataPath}
+	s := &store{lh: lhc, kube: kube, node: node, root: dataPath, exported: map[string]*loop.Device{}}
 	if err := s.setUp(ctx); err != nil {
 		return fmt.Errorf("set up Longhorn's objects: %w", err)
 	}

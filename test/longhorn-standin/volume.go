@@ -233,7 +233,16 @@ func (s *store) attach(ctx context.Context, name, node string) error {
 		return err
 	}
 	if node != s.node {
-		return fmt.Errorf("%w: node %s: the stand-in serves only node %s", errBusy, node, s.node)
+		// Longhorn's engine runs on any node its manager runs on: there, the stand-in's node
+		// plugin, which made the node's Longhorn Node.
+		if _, err := s.lh.LonghornV1beta2().Nodes(namespace).Get(ctx, node, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("%w: node %s runs no Longhorn: %v", errBusy, node, err)
+		}
+	}
+	if vol.Status.State == lh.VolumeStateAttached && vol.Status.CurrentNodeID != node {
+		// One node at a time: Longhorn attaches a ReadWriteOnce volume elsewhere only once its
+		// ticket there is gone.
+		return fmt.Errorf("%w: volume %s is attached to node %s", errBusy, name, vol.Status.CurrentNodeID)
 	}
 	switch vol.Status.State {
 	case lh.VolumeStateAttached, lh.VolumeStateDetached, lh.VolumeStateAttaching:
@@ -321,6 +330,10 @@ func (s *store) detach(ctx context.Context, name, node string) error {
 	if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateDetaching }); err != nil {
 		return err
 	}
+	if d := s.exported[name]; d != nil {
+		d.Close() //nolint:errcheck // release detaches the device itself
+		delete(s.exported, name)
+	}
 	if err := release(s.imagePath(name)); err != nil {
 		return err
 	}
@@ -331,6 +344,37 @@ func (s *store) detach(ctx context.Context, name, node string) error {
 		v.Spec.NodeID = ""
 		v.Status.State, v.Status.CurrentNodeID, v.Status.Robustness = lh.VolumeStateDetached, "", lh.VolumeRobustnessUnknown
 	})
+}
+
+// export serves the volume's data to another node, whose engine it is attached to: its image,
+// grown first when its volume was expanded, bound to a loop device this plugin holds until the
+// volume detaches. Loop devices are the kernel's, shared by every lab host, so that node's plugin
+// mounts the device by its number (publishLoop in the publish context), as Longhorn's engine
+// there would serve the volume from its copies on other nodes. Published again, it returns the
+// same device.
+func (s *store) export(ctx context.Context, name string) (int, error) {
+	img := s.imagePath(name)
+	if d := s.exported[name]; d != nil {
+		if d.BoundTo(img) {
+			return d.Number, nil
+		}
+		d.Close() //nolint:errcheck // no longer bound to the image
+		delete(s.exported, name)
+	}
+	// A device left bound to the image (by an earlier run of the plugin) goes first, so that no
+	// two devices share it.
+	if err := release(img); err != nil {
+		return 0, err
+	}
+	if err := growFS(ctx, img); err != nil {
+		return 0, err
+	}
+	d, err := loop.Attach(img)
+	if err != nil {
+		return 0, err
+	}
+	s.exported[name] = d
+	return d.Number, nil
 }
 
 // instances starts (on node) or stops the volume's engine and its scheduled copies, as the
@@ -500,6 +544,26 @@ func unescape(s string) string {
 
 func mounted(path string) bool {
 	return slices.ContainsFunc(mounts(), func(m mount) bool { return m.point == path })
+}
+
+// unmountSource unmounts what is mounted at path and every other mount of its source (bind
+// mounts first, the file system last), and removes the node of a loop device it was, which this
+// host made to mount another host's device (stageRemote) and which that host detaches.
+func unmountSource(path string) error {
+	ms := mounts()
+	i := slices.IndexFunc(ms, func(m mount) bool { return m.point == path })
+	if i < 0 {
+		return nil
+	}
+	source := ms[i].source
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].source == source {
+			if err := unix.Unmount(ms[i].point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", ms[i].point, err)
+			}
+		}
+	}
+	return loop.DropNode(source)
 }
 
 // release unmounts every mount of the loop device bound to img (bind mounts first, the file

@@ -116,6 +116,19 @@ func (d *Device) Detach() error {
 	return err
 }
 
+// DropNode removes path, the node of a loop device another host bound and detaches, from this
+// process's /dev once nothing here mounts it, unless /dev is the kernel's devtmpfs. A path that
+// is no loop device's node is left alone.
+func DropNode(path string) error {
+	if !strings.HasPrefix(path, "/dev/loop") || devtmpfs() {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // BoundTo reports whether the device is bound to file: the same device and inode.
 func (d *Device) BoundTo(file string) bool {
 	var st unix.Stat_t

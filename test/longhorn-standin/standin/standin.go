@@ -168,16 +168,20 @@ func pluginUnit(node, kubeconfig string, worker bool) string {
 	if worker {
 		deps, wantedBy = "After=k3s-agent.service\nBindsTo=k3s-agent.service", "k3s-agent.service"
 	}
+	// It never stops trying, as the pod of Longhorn's plugin restarts for as long as its
+	// DaemonSet runs: it ends when it cannot reach the API server at its start, which a
+	// restart of k3s makes it unable to for a while.
 	return fmt.Sprintf(`[Unit]
 Description=The lab's Longhorn stand-in: CSI plugin for %[1]s (test only)
 %[5]s
+StartLimitIntervalSec=0
 
 [Service]
 ExecStart=%[2]s/longhorn-standin -node %[3]s -kubeconfig %[4]s -crds %[2]s/crds.yaml
 # Its volumes' file systems are unmounted and their loop devices detached when it stops.
 ExecStopPost=%[2]s/longhorn-standin cleanup
 Restart=on-failure
-RestartSec=1
+RestartSec=2
 
 [Install]
 WantedBy=%[6]s
