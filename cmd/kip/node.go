@@ -43,8 +43,9 @@ func newNodeAddCmd(f *cli.Factory, runF func(*node.AddOptions) error) *cobra.Com
 		Long: `Join a host to the cluster as a worker over SSH. kip checks the host, prepares its kernel
 modules, Longhorn's packages, host hardening and firewall, joins it as a k3s agent at the
 server's k3s version, and keeps ordinary new workloads off it with a taint while it checks
-cluster DNS, the server's API, the kubelet and Longhorn's storage there. A node already in the
-cluster is cordoned for the checks instead, its running workloads left in place.
+cluster DNS, the server's API, the cluster registry, the kubelet and Longhorn's storage there.
+A node already in the cluster is cordoned for the checks instead, its running workloads left in
+place.
 
 The first join decides how the nodes reach each other, for the whole cluster: over a private
 network both hosts share (found in their routing tables, then checked by connecting both ways),
