@@ -135,8 +135,8 @@ func newNodeRebootCmd(f *cli.Factory, runF func(*node.RebootOptions) error) *cob
 		Use:   "reboot WORKER",
 		Short: "Reboot a worker, its workloads moved off and waited for",
 		Long: `Reboot a worker. kip takes a backup of every Kipper project and waits until it is a completed
-backup, has Longhorn move the only current copy of any volume off the worker (the server must
-have room for them), drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
+backup, has Longhorn move the only current copy of any volume from the worker to the server
+(which must have room for them), drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
 pods stay; emptyDir data is deleted; finished pods are deleted), reboots the host, waits until
 its node is Ready on the new boot, uncordons it, and waits until every Deployment, StatefulSet
 and DaemonSet that had a Ready pod on it has rolled out again.

@@ -11,6 +11,7 @@ import (
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"kipper.run/kip/internal/backup"
@@ -96,7 +97,7 @@ func Reboot(ctx context.Context, o *RebootOptions) error {
 		question: func(context.Context) string {
 			first := ""
 			if len(r.moves) > 0 {
-				first = " first has Longhorn move the only current copy of volume " + strings.Join(r.moves, ", ") + " off it (the server has room),"
+				first = " first has Longhorn move the only current copy of volume " + strings.Join(r.moves, ", ") + " to the server (it has room),"
 			}
 			return fmt.Sprintf("Reboot worker %s (%s)? kip%s drains it, so its pods start on other nodes, reboots it and waits for its workloads to be Ready again.",
 				o.Worker, r.worker.Host, first)
@@ -245,13 +246,31 @@ func serverName(ctx context.Context, cl *kube.Clients) (string, error) {
 	return "", errors.New("the cluster has no server node")
 }
 
-// copiesStep moves the only current copy of each volume in r.moves off the worker. kip cordons
-// the worker, and Longhorn does the rest: under the node-drain-policy kip pins
+// What a reboot's copies step puts on Longhorn's objects so that the copies it moves go to the
+// server: the tag on the server's Longhorn node, and the annotation (the worker's name as its
+// value) on each volume it restricts to that tag until its copy is there.
+const (
+	serverTag              = "kipper-server"
+	rebootPinnedAnnotation = "kipper.run/reboot-pinned"
+)
+
+// allowEmptySelector is Longhorn's setting that lets volumes without a node selector schedule
+// onto nodes with tags (its default, true); without it, tagging the server would keep every such
+// volume's new copies off the server.
+const allowEmptySelector = "allow-empty-node-selector-volume"
+
+// copiesStep moves the only current copy of each volume in r.moves off the worker, to the server.
+// kip tags the server's Longhorn node and sets each volume's node selector to that tag (a volume
+// whose selector the operator set keeps it, and Longhorn picks among the nodes it allows), then
+// cordons the worker, and Longhorn does the rest: under the node-drain-policy kip pins
 // (block-for-eviction-if-contains-last-replica) its node controller asks to evict each replica on
 // a cordoned node that is its volume's last healthy one (and cancels an eviction asked of a
 // single replica on a node that is not cordoned), and its volume controller rebuilds the copy on
-// another node (the server has room for it; Longhorn attaches a detached volume for that), then
-// deletes the worker's. kip waits until another node holds a current copy of each.
+// a node whose tags hold the volume's selector (attaching a detached volume for that), then
+// deletes the worker's (longhorn-manager v1.10.0: controller/node_controller.go
+// shouldEvictReplica, controller/volume_controller.go EvictReplicas, scheduler/
+// replica_scheduler.go). kip waits until another node holds a current copy of each; the unpin
+// step then gives the volumes their empty selector back.
 func (r *rebooter) copiesStep() workflow.Step {
 	name := r.o.Worker
 	vols := strings.Join(r.moves, ", ")
@@ -264,16 +283,20 @@ func (r *rebooter) copiesStep() workflow.Step {
 		return slices.DeleteFunc(only, func(v string) bool { return !slices.Contains(r.moves, v) }), nil
 	}
 	return workflow.Step{
-		Name: "copies", Title: "Cordon " + name + " and move the only current copy of Longhorn volume " + vols + " off it",
+		Name: "copies", Title: "Move the only current copy of Longhorn volume " + vols + " off " + name + " to the server",
 		Done: "Another node holds a current copy of " + vols, Already: "Another node holds a current copy of " + vols,
 		Check: func(ctx context.Context) (bool, error) {
 			l, err := left(ctx)
 			return err == nil && len(l) == 0, err
 		},
 		Plan: func(context.Context) ([]string, error) {
-			return []string{"cordon " + name + ": Longhorn then rebuilds on another node each copy that is its volume's last healthy one there"}, nil
+			return []string{"tag the server's Longhorn node " + serverTag + " and restrict the volumes' new copies to it",
+				"cordon " + name + ": Longhorn then rebuilds on the server each copy that is its volume's last healthy one there"}, nil
 		},
 		Apply: func(ctx context.Context) error {
+			if err := r.pinToServer(ctx); err != nil {
+				return err
+			}
 			if err := cordon(ctx, r.cl, name, true); err != nil {
 				return err
 			}
@@ -282,8 +305,93 @@ func (r *rebooter) copiesStep() workflow.Step {
 				return err == nil && len(l) == 0, "no node but " + name + " holds a current copy of " + strings.Join(l, ", ") + " yet", err
 			})
 			if err != nil {
-				return fmt.Errorf("%w: Longhorn rebuilds each copy on another node; see 'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>', "+
+				return fmt.Errorf("%w: Longhorn rebuilds each copy on the server; see 'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>', "+
 					"and run the same command again to keep waiting", err, longhornSpace)
+			}
+			return nil
+		},
+	}
+}
+
+// pinToServer tags the server's Longhorn node and restricts the new copies of each volume in
+// r.moves without a node selector to that tag, marking it so that the unpin step, also of a
+// resumed reboot, finds it. While Longhorn keeps volumes without a selector off tagged nodes
+// (allow-empty-node-selector-volume false), kip tags nothing and Longhorn picks the node.
+func (r *rebooter) pinToServer(ctx context.Context) error {
+	lh := r.cl.Longhorn.LonghornV1beta2()
+	st, err := lh.Settings(longhornSpace).Get(ctx, allowEmptySelector, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read Longhorn's setting %s: %w", allowEmptySelector, err)
+	}
+	if err == nil && st.Value == "false" {
+		r.p.Warn("Longhorn's setting " + allowEmptySelector + " is false, so tagging the server would keep other volumes' new copies off it: Longhorn picks the node that takes each copy")
+		return nil
+	}
+	server, err := serverName(ctx, r.cl)
+	if err != nil {
+		return err
+	}
+	n, err := lh.Nodes(longhornSpace).Get(ctx, server, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read Longhorn node %s: %w", server, err)
+	}
+	if !slices.Contains(n.Spec.Tags, serverTag) {
+		n.Spec.Tags = append(n.Spec.Tags, serverTag)
+		if _, err := lh.Nodes(longhornSpace).Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+			return fmt.Errorf("tag Longhorn node %s %s: %w", server, serverTag, err)
+		}
+	}
+	for _, v := range r.moves {
+		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read Longhorn volume %s: %w", v, err)
+		}
+		if len(vol.Spec.NodeSelector) > 0 {
+			continue // the operator's selector, or this reboot's already
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"nodeSelector":[%q]}}`, rebootPinnedAnnotation, r.o.Worker, serverTag)
+		if _, err := lh.Volumes(longhornSpace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+			return fmt.Errorf("restrict the new copies of Longhorn volume %s to the server: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// unpinStep gives each volume the copies step restricted to the server its empty node selector
+// back, once its copy is there (the server's tag stays).
+func (r *rebooter) unpinStep() workflow.Step {
+	name := r.o.Worker
+	pinned := func(ctx context.Context) ([]string, error) {
+		list, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
+		}
+		var out []string
+		for _, v := range list.Items {
+			if v.Annotations[rebootPinnedAnnotation] == name {
+				out = append(out, v.Name)
+			}
+		}
+		return out, nil
+	}
+	return workflow.Step{
+		Name: "unpin", Title: "Let Longhorn place the moved copies' volumes on any node again",
+		Done: "The moved copies' volumes may use any node again", Already: "No volume is restricted to the server for the reboot",
+		Check: func(ctx context.Context) (bool, error) {
+			p, err := pinned(ctx)
+			return err == nil && len(p) == 0, err
+		},
+		Apply: func(ctx context.Context) error {
+			p, err := pinned(ctx)
+			if err != nil {
+				return err
+			}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"nodeSelector":[]}}`, rebootPinnedAnnotation)
+			for _, v := range p {
+				_, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("lift the server-only restriction of Longhorn volume %s: %w", v, err)
+				}
 			}
 			return nil
 		},
@@ -361,7 +469,7 @@ func (r *rebooter) steps() []workflow.Step {
 	if len(r.moves) > 0 {
 		steps = append(steps, r.copiesStep())
 	}
-	return append(steps, drainStep(r.cl, r.o.Worker), r.rebootStep(), r.uncordonStep(), r.workloadsStep())
+	return append(steps, r.unpinStep(), drainStep(r.cl, r.o.Worker), r.rebootStep(), r.uncordonStep(), r.workloadsStep())
 }
 
 // backupStep backs up every Kipper project's namespaces and waits until it is a completed

@@ -157,13 +157,14 @@ func replica(t *testing.T, cl *kube.Clients, name, volume, node string, current 
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
-// TestRebootMovesOnlyCopies runs the reboot's copies step against the real API server, with the
-// test playing Longhorn's part (it cannot run here): once the worker's Node is cordoned, each
-// replica there that is its volume's last healthy one is rebuilt on the server and then deleted,
-// as Longhorn's node controller (under the pinned node-drain-policy
-// block-for-eviction-if-contains-last-replica) and its volume controller do. The step cordons
-// the worker, waits until the copies moved, and finds itself done afterwards; a volume with a
-// current copy on the server as well keeps its copy on the worker.
+// TestRebootMovesOnlyCopies runs the reboot's copies and unpin steps against the real API server,
+// with the test playing Longhorn's part (it cannot run here): once the worker's Node is cordoned,
+// each replica there that is its volume's last healthy one is rebuilt on the roomiest Longhorn
+// node whose tags hold the volume's node selector, then deleted, as Longhorn's node controller
+// (under the pinned node-drain-policy block-for-eviction-if-contains-last-replica), scheduler and
+// volume controller do. Another worker has more room than the server, yet the copies go to the
+// server: the step tags it and restricts the volumes to the tag. A volume with a current copy on
+// the server as well keeps its copy on the worker. The unpin step then lifts the restriction.
 func TestRebootMovesOnlyCopies(t *testing.T) {
 	env := testenv.Get(t)
 	cl, err := kube.NewClients(env.Config)
@@ -177,18 +178,29 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := cl.Kube.CoreV1().Nodes()
-	if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mv-worker"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "mv-worker"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "mv-srv", Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}}},
+	} {
+		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nodes.Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
 	}
-	t.Cleanup(func() { _ = nodes.Delete(context.Background(), "mv-worker", metav1.DeleteOptions{}) })
+	longhornNode(t, cl, "mv-srv", 10<<30)
+	longhornNode(t, cl, "mv-w2", 50<<30)
+	for _, v := range []string{"mv-vol1", "mv-vol2", "mv-other"} {
+		longhornVolume(t, cl, v, 1<<30)
+	}
 	replica(t, cl, "mv-vol1-r1", "mv-vol1", "mv-worker", true)
 	replica(t, cl, "mv-vol2-r1", "mv-vol2", "mv-worker", true)
 	replica(t, cl, "mv-other-r1", "mv-other", "mv-worker", true)
 	replica(t, cl, "mv-other-r2", "mv-other", "mv-srv", true)
-	replicas := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
+	lh := cl.Longhorn.LonghornV1beta2()
+	replicas := lh.Replicas(longhornSpace)
 
 	// Longhorn's part: on the cordoned worker, each last healthy replica is rebuilt on the
-	// server, then deleted.
+	// roomiest node the volume's selector allows, then deleted.
 	played := make(chan struct{})
 	go func() {
 		defer close(played)
@@ -203,9 +215,21 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 				return
 			}
 			for _, v := range storage.OnlyCopiesOn(list.Items, "mv-worker") {
+				vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+				if err != nil {
+					return
+				}
+				to := ""
+				for _, name := range []string{"mv-w2", "mv-srv"} { // the roomiest first
+					ln, err := lh.Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+					if err == nil && !slices.ContainsFunc(vol.Spec.NodeSelector, func(tag string) bool { return !slices.Contains(ln.Spec.Tags, tag) }) {
+						to = name
+						break
+					}
+				}
 				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: v + "-r2", Namespace: longhornSpace,
-					Labels: map[string]string{"longhornvolume": v, "longhornnode": "mv-srv"}}}
-				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = v, "mv-srv", true, "v1"
+					Labels: map[string]string{"longhornvolume": v, "longhornnode": to}}}
+				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = v, to, true, "v1"
 				rebuilt.Spec.HealthyAt, rebuilt.Spec.LastHealthyAt = "2026-12-05T10:00:00Z", "2026-12-05T10:00:00Z"
 				if _, err := replicas.Create(ctx, rebuilt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					return
@@ -224,18 +248,39 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 
 	io := &cli.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	r := &rebooter{o: &RebootOptions{Worker: "mv-worker"}, p: cli.NewPrinter(io), cl: cl, moves: []string{"mv-vol1", "mv-vol2"}}
-	step := r.copiesStep()
-	if done, err := step.Check(ctx); err != nil || done {
+	copies, unpin := r.copiesStep(), r.unpinStep()
+	if done, err := copies.Check(ctx); err != nil || done {
 		t.Fatalf("copies step before it ran: done %v, %v", done, err)
 	}
-	if err := step.Apply(ctx); err != nil {
+	if done, err := unpin.Check(ctx); err != nil || !done {
+		t.Fatalf("unpin step before the copies step: done %v, %v", done, err)
+	}
+	if err := copies.Apply(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := step.Check(ctx); err != nil || !done {
+	if done, err := copies.Check(ctx); err != nil || !done {
 		t.Fatalf("copies step after it ran: done %v, %v", done, err)
 	}
 	if n, err := nodes.Get(ctx, "mv-worker", metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
 		t.Errorf("the worker after the copies step is not cordoned: %v", err)
+	}
+	if n, err := lh.Nodes(longhornSpace).Get(ctx, "mv-srv", metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, serverTag) {
+		t.Errorf("the server's Longhorn node is not tagged %s: %v", serverTag, err)
+	}
+	if done, err := unpin.Check(ctx); err != nil || done {
+		t.Fatalf("unpin step after the copies step: done %v, %v", done, err)
+	}
+	if err := unpin.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := unpin.Check(ctx); err != nil || !done {
+		t.Fatalf("unpin step after it ran: done %v, %v", done, err)
+	}
+	for _, v := range []string{"mv-vol1", "mv-vol2", "mv-other"} {
+		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		if err != nil || len(vol.Spec.NodeSelector) != 0 || vol.Annotations[rebootPinnedAnnotation] != "" {
+			t.Errorf("volume %s after the unpin step: %v %v %v", v, vol.Spec.NodeSelector, vol.Annotations, err)
+		}
 	}
 	cancel()
 	<-played
