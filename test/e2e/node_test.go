@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
@@ -77,10 +78,7 @@ func TestNodeAdd(t *testing.T) {
 	}
 
 	// The server's 6443 blocked on the private network: the join stops before changing anything.
-	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
-	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
-		t.Fatal(err)
-	}
+	unblock := blockAPI(ctx, t, w, srv)
 	r := s.Kip(t, home, add()...)
 	want := fmt.Sprintf("the node cannot connect to the server's API at %s:6443 over private network 10.77.0.0/24", srv.PrivateIP)
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "or pass --public") {
@@ -92,9 +90,7 @@ func TestNodeAdd(t *testing.T) {
 	if _, err := w.Run(ctx, "test ! -e /usr/local/bin/k3s"); err != nil {
 		t.Errorf("the refused join installed k3s on the worker: %v", err)
 	}
-	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
-		t.Fatal(err)
-	}
+	unblock()
 	if r := s.Kip(t, home, add("--private-network", "10.42.7.0/24")...); r.ExitCode != 2 || !strings.Contains(r.Stderr, "overlaps the cluster's pod or Service network") {
 		t.Errorf("an overlapping --private-network: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
@@ -261,10 +257,7 @@ func TestNodeAdd(t *testing.T) {
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
 	svc, written := serviceOnWorker(ctx, t, s, home, c, srv, w)
-	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
-	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
-		t.Fatal(err)
-	}
+	unblock := blockAPI(ctx, t, w, srv)
 	notReadyForAMinute(ctx, t, c, w)
 	fence := []string{"node", "fence", w.Name, "--yes"}
 
@@ -305,9 +298,7 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if pod, got := serviceData(ctx, t, c, svc); pod.Spec.NodeName != srv.Name || got != written {
 		t.Errorf("service %s after the fence: on %s, its volume holds %q; want on %s, holding %q", svc, pod.Spec.NodeName, got, srv.Name, written)
 	}
-	if _, err := w.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
-		t.Fatal(err)
-	}
+	unblock()
 	stopped := "test -f " + k3s.FenceDropIn + " && ! systemctl is-active --quiet k3s-agent && ! systemctl is-active --quiet " + standin.Unit +
 		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q -e ' /var/lib/kubelet/pods/' -e ' /var/lib/kubelet/plugins/' /proc/self/mounts"
 	if out, err := w.Run(ctx, stopped); err != nil {
@@ -441,9 +432,7 @@ func serviceData(ctx context.Context, t *testing.T, c *kube.Clients, ref service
 		}
 		for i := range pods {
 			p := &pods[i]
-			if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-			}) {
+			if p.DeletionTimestamp != nil || !podutils.IsPodReady(p) {
 				continue
 			}
 			logs, err := c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
@@ -825,10 +814,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 
 	// Given up while its host still answers: cut off the server's API, it turns NotReady; a
 	// forced remove is refused until a fence holds it stopped, then deregisters and wipes it.
-	block := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
-	if _, err := w2.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, block...)...)); err != nil {
-		t.Fatal(err)
-	}
+	unblock := blockAPI(ctx, t, w2, srv)
 	notReadyForAMinute(ctx, t, c, w2)
 	forced := []string{"node", "remove", w2.Name, "--force", "--yes"}
 	r = s.Kip(t, home, forced...)
@@ -862,9 +848,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if _, err := w2.Run(ctx, sshx.Command("systemctl", "stop", standin.Unit)); err != nil {
 		t.Error(err)
 	}
-	if _, err := w2.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, block...)...)); err != nil {
-		t.Error(err)
-	}
+	unblock()
 }
 
 // removeWorker takes the worker out again: a pod no controller manages cancels the remove before
@@ -1054,6 +1038,22 @@ func registryDown(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		t.Errorf("join with the cluster registry stopped: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
 	}
 	scaleZot(1)
+}
+
+// blockAPI has h reject its connections to the server's API (6443) on the private network, with
+// iptables; the function it returns lifts that again.
+func blockAPI(ctx context.Context, t *testing.T, h, srv *lab.Host) func() {
+	t.Helper()
+	rule := []string{"OUTPUT", "-d", srv.PrivateIP.String(), "-p", "tcp", "--dport", "6443", "-j", "REJECT"}
+	if out, err := h.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-I"}, rule...)...)); err != nil {
+		t.Fatalf("block 6443 on %s: %v\n%s", h.Name, err, out)
+	}
+	return func() {
+		t.Helper()
+		if out, err := h.Run(ctx, sshx.Command("iptables", append([]string{"-w", "-D"}, rule...)...)); err != nil {
+			t.Fatalf("unblock 6443 on %s: %v\n%s", h.Name, err, out)
+		}
+	}
 }
 
 // defaultRouteVia points h's default route at gateway: lab.PrivateGateway has the private

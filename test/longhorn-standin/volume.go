@@ -556,6 +556,14 @@ func unmountSource(path string) error {
 		return nil
 	}
 	source := ms[i].source
+	if err := unmountAll(ms, source); err != nil {
+		return err
+	}
+	return loop.DropNode(source)
+}
+
+// unmountAll unmounts every mount in ms (mountinfo's lines) of source, the latest first.
+func unmountAll(ms []mount, source string) error {
 	for i := len(ms) - 1; i >= 0; i-- {
 		if ms[i].source == source {
 			if err := unix.Unmount(ms[i].point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -563,7 +571,7 @@ func unmountSource(path string) error {
 			}
 		}
 	}
-	return loop.DropNode(source)
+	return nil
 }
 
 // release unmounts every mount of the loop device bound to img (bind mounts first, the file
@@ -581,14 +589,9 @@ func release(img string) error {
 	if !d.BoundTo(img) { // detached before it was opened, or another host's file of that path
 		return d.Close()
 	}
-	ms := mounts()
-	for i := len(ms) - 1; i >= 0; i-- { // the latest mounts first
-		if ms[i].source == d.Path {
-			if err := unix.Unmount(ms[i].point, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				d.Close()
-				return fmt.Errorf("unmount %s: %w", ms[i].point, err)
-			}
-		}
+	if err := unmountAll(mounts(), d.Path); err != nil {
+		d.Close()
+		return err
 	}
 	return d.Detach()
 }

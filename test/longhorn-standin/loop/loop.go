@@ -107,18 +107,12 @@ func (d *Device) Detach() error {
 	if errors.Is(err, unix.ENXIO) { // not bound
 		err = nil
 	}
-	err = errors.Join(err, d.f.Close())
-	if !devtmpfs() {
-		if rmErr := os.Remove(d.Path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-			err = errors.Join(err, rmErr)
-		}
-	}
-	return err
+	return errors.Join(err, d.f.Close(), DropNode(d.Path))
 }
 
-// DropNode removes path, the node of a loop device another host bound and detaches, from this
-// process's /dev once nothing here mounts it, unless /dev is the kernel's devtmpfs. A path that
-// is no loop device's node is left alone.
+// DropNode removes path, a loop device's node, from this process's /dev, unless /dev is the
+// kernel's devtmpfs (whose nodes the kernel keeps): after Detach, or once nothing here mounts a
+// device another host bound and detaches. A path that is no loop device's node is left alone.
 func DropNode(path string) error {
 	if !strings.HasPrefix(path, "/dev/loop") || devtmpfs() {
 		return nil
