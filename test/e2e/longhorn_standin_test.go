@@ -346,11 +346,11 @@ func waitDetached(ctx context.Context, t *testing.T, c *kube.Clients, vol, ticke
 	}
 }
 
-// boundLoop reports whether a loop device on this machine is bound to the volume's image (its
-// path as the host sees it, or as this machine does).
+// boundLoop reports whether a loop device on this machine is bound to the image of a copy of the
+// volume (its path as the host sees it, or as this machine does).
 func boundLoop(vol string) bool {
 	for _, file := range loop.Backing(loop.SysBlock) {
-		if strings.Contains(file, "/replicas/"+vol+"/") {
+		if strings.Contains(file, "/replicas/"+vol+"-") {
 			return true
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	"golang.org/x/crypto/ssh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -242,21 +243,27 @@ func TestNodeAdd(t *testing.T) {
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
 
-// fenceWorker fences the worker once it stopped reporting, and rejoins it. A Kipper service runs
-// there first (serviceOnWorker), its volumes' copies on the server. Cut off from the
-// server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been for
-// a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off is
-// refused because its kubelet still answers the server. With SSH back, the fence stops k3s-agent
-// and every container behind the drop-in, killed after each step it applies and run again; the
-// service starts on the server with what the worker's pod wrote; the fenced node lists as OutOfService, and kip node reboot and remove refuse it. kip node add then
-// rejoins it: it reboots the host, which has not booted since the fence (the drop-in keeps
-// k3s-agent stopped through that reboot: checked while the rejoin is paused after it), and lifts
-// the fence step by step: Ready, untainted, uncordoned, the fence forgotten. The service is
-// deleted then, with its data and its project. The fence's taint had Kubernetes delete the bare pod
-// "ordinary", which removeWorker's first check needs on the worker: it is made again.
+// fenceWorker fences the worker once it stopped reporting, and rejoins it. Three Kipper services
+// run there first (servicesOnWorker): current, with its copies on the server; stale, whose copy
+// on the server failed before its last write; only, with its copies on the worker. Cut off from
+// the server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been
+// for a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off
+// is refused because its kubelet still answers the server. With SSH back, the fence stops
+// k3s-agent and every container behind the drop-in, killed after each step it applies and run
+// again; current starts on the server with every line the worker's pod wrote; stale stays
+// stopped, and only stays stopped with the recipe for a lost worker; kip status names both
+// stranded, and why. kip service start refuses only, and starts stale on the older copy with
+// --accept-stale-data: it holds the first line, not the second. The fenced node lists as
+// OutOfService, and kip node reboot and remove refuse it. kip node add then rejoins it: it
+// reboots the host, which has not booted since the fence (the drop-in keeps k3s-agent stopped
+// through that reboot: checked while the rejoin is paused after it), lifts the fence step by
+// step (Ready, untainted, uncordoned, the fence forgotten) and starts only on its copies from the
+// worker. The services are deleted then, with their data and their project. The fence's taint had
+// Kubernetes delete the bare pod "ordinary", which removeWorker's first check needs on the
+// worker: it is made again.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
-	svc, written := serviceOnWorker(ctx, t, s, home, c, srv, w)
+	on := servicesOnWorker(ctx, t, s, home, c, srv, w)
 	unblock := blockAPI(ctx, t, w, srv)
 	notReadyForAMinute(ctx, t, c, w)
 	fence := []string{"node", "fence", w.Name, "--yes"}
@@ -276,11 +283,10 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		t.Fatalf("the refused fence recorded %+v (%v)", rec.Workers[w.Name], err)
 	}
 
-	// It answers: the fence stops it, killed after each step it applies and run again. The
-	// service's copy on the server is current, so the services step stops nothing: the service
+	// It answers: the fence stops it, killed after each step it applies and run again. current
 	// starts on the server once Kubernetes, told by the taint, has deleted its pod and detached
-	// its volume (kip deletes the pod itself if it is left a minute after the taint). Services
-	// that stay stopped are proven against the API server, by TestFence.
+	// its volumes (kip deletes the pod itself if it is left a minute after the taint); the
+	// others stay stopped. Off a terminal, --yes accepts no older data.
 	for _, step := range []string{"record", "stop", "taint"} {
 		r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:" + step}, fence...)
 		if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at after:"+step+" ") {
@@ -292,12 +298,29 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		!strings.Contains(r.Stderr, "Fenced worker "+w.Name+": it stays out of service until kip node add "+w.PublicIP.String()+" rejoins it") {
 		t.Fatalf("fence resumed: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
-	if want := "Service " + svc.String() + " runs again on " + srv.Name; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the fence does not say %q:\n%s", want, r.Stderr)
+	for _, want := range []string{
+		"Service " + on.current.String() + " runs again on " + srv.Name,
+		"Service " + on.stale.String() + " stays stopped: no node but " + w.Name + " holds a copy known to be current, and older data was not accepted",
+		"Service " + on.only.String() + " stays stopped: its only copy of some volume is on " + w.Name + ", so it stays stopped until " + w.Name + " rejoins",
+	} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("the fence does not say %q:\n%s", want, r.Stderr)
+		}
 	}
-	if pod, got := serviceData(ctx, t, c, svc); pod.Spec.NodeName != srv.Name || got != written {
-		t.Errorf("service %s after the fence: on %s, its volume holds %q; want on %s, holding %q", svc, pod.Spec.NodeName, got, srv.Name, written)
+	if pod, got := serviceData(ctx, t, c, on.current); pod.Spec.NodeName != srv.Name || !strings.HasPrefix(got, on.printed[on.current]+" written by ") {
+		t.Errorf("service %s after the fence: on %s, its volume holds %q; want on %s, after %q", on.current, pod.Spec.NodeName, got, srv.Name, on.printed[on.current])
 	}
+	// kip status names the services the fence left stopped, and why.
+	r = s.Kip(t, home, "status")
+	for _, want := range []string{
+		"service " + on.stale.String() + " is stranded: the fence of " + w.Name + " stopped it (no node but " + w.Name + " holds a copy of its data known to be current)",
+		"service " + on.only.String() + " is stranded: the fence of " + w.Name + " stopped it (its only copy of some volume is on " + w.Name + ")",
+	} {
+		if !strings.Contains(r.Stdout+r.Stderr, want) {
+			t.Errorf("kip status with %s fenced (exit %d) does not say %q:\n%s%s", w.Name, r.ExitCode, want, r.Stdout, r.Stderr)
+		}
+	}
+	startFenced(ctx, t, s, home, c, srv, w, on)
 	unblock()
 	stopped := "test -f " + k3s.FenceDropIn + " && ! systemctl is-active --quiet k3s-agent && ! systemctl is-active --quiet " + standin.Unit +
 		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q -e ' /var/lib/kubelet/pods/' -e ' /var/lib/kubelet/plugins/' /proc/self/mounts"
@@ -353,16 +376,25 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}
 	waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 2*time.Minute)
 
-	// The service goes, with its data and its project: the reboot after finds no Kipper project
-	// to back up (this lab runs no Velero).
-	if r := s.Kip(t, home, "service", "delete", svc.Name, "--project", svc.Project, "--environment", svc.Environment, "--delete-data", "--yes"); r.ExitCode != 0 {
-		t.Fatalf("kip service delete: exit %d\n%s", r.ExitCode, r.Stderr)
+	if want := "Started service " + on.only.String() + ", which the fence stopped"; !strings.Contains(r.Stderr, want) {
+		t.Errorf("the rejoin does not say %q:\n%s", want, r.Stderr)
 	}
-	if err := c.Dynamic.Resource(service.ProjectsGVR).Delete(ctx, svc.Project, metav1.DeleteOptions{}); err != nil {
+	if _, got := serviceData(ctx, t, c, on.only); !strings.HasPrefix(got, on.printed[on.only]+" written by ") {
+		t.Errorf("service %s after the rejoin: its volume holds %q; want what it held on %s, %q, first", on.only, got, w.Name, on.printed[on.only])
+	}
+
+	// The services go, with their data and their project: the reboot after finds no Kipper
+	// project to back up (this lab runs no Velero).
+	for _, ref := range []service.Ref{on.current, on.stale, on.only} {
+		if r := s.Kip(t, home, "service", "delete", ref.Name, "--project", ref.Project, "--environment", ref.Environment, "--delete-data", "--yes"); r.ExitCode != 0 {
+			t.Fatalf("kip service delete %s: exit %d\n%s", ref, r.ExitCode, r.Stderr)
+		}
+	}
+	if err := c.Dynamic.Resource(service.ProjectsGVR).Delete(ctx, on.current.Project, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 3*time.Minute, "namespace "+svc.Namespace()+" gone", func(ctx context.Context) (bool, error) {
-		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, svc.Namespace(), metav1.GetOptions{})
+	if err := poll(ctx, 3*time.Minute, "namespace "+on.current.Namespace()+" gone", func(ctx context.Context) (bool, error) {
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, on.current.Namespace(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
@@ -370,15 +402,74 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// Each node's plugin removes the data of the copies on its disk once their volumes go.
+	if err := poll(ctx, time.Minute, "no copy's data left on "+srv.Name+" or "+w.Name, func(context.Context) (bool, error) {
+		left := 0
+		for _, h := range []*lab.Host{srv, w} {
+			m, err := filepath.Glob(h.Path(standin.DataPath + "/replicas/*"))
+			if err != nil {
+				return false, err
+			}
+			left += len(m)
+		}
+		return left == 0, nil
+	}); err != nil {
+		t.Error(err)
+	}
 }
 
-// serviceOnWorker runs a Kipper service on w and returns it with what its container wrote into
-// its data volume. The Longhorn stand-in runs on the server too (as Longhorn's manager there:
-// the sidecars, and every volume's copy on the server's disk), and the console stand-in turns
-// the service kip service add writes into a StatefulSet; the server is cordoned meanwhile, so
-// its pod runs on w, whose stand-in mounts the volume served from the server (a loop device of
-// the server's image, as Longhorn's engine on w would serve it from the copy on the server).
-func serviceOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) (service.Ref, string) {
+// startFenced starts the services the fence stopped, with the worker still fenced: kip service
+// start refuses the one whose only copy is on the worker, shows the copies of the stale one and
+// leaves it stopped without consent, and starts it with --accept-stale-data on the server's
+// older copy, which holds the first line its pod wrote and not the second.
+func startFenced(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, on onWorker) {
+	t.Helper()
+	start := func(ref service.Ref, flags ...string) e2e.Result {
+		return s.Kip(t, home, append([]string{"service", "start", ref.Name, "--project", ref.Project, "--environment", ref.Environment}, flags...)...)
+	}
+	if r := start(on.only); r.ExitCode != 1 || !strings.Contains(r.Stderr, "its only copy of some volume is on "+w.Name) {
+		t.Errorf("kip service start %s with its only copy on the fenced worker: exit %d\n%s", on.only, r.ExitCode, r.Stderr)
+	}
+	if r := start(on.stale); r.ExitCode != 1 || !strings.Contains(r.Stderr, "run kip service start "+on.stale.Name) {
+		t.Errorf("kip service start %s without --accept-stale-data: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
+	}
+	if r := start(on.stale, "--accept-stale-data"); r.ExitCode != 0 {
+		t.Fatalf("kip service start %s --accept-stale-data: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
+	}
+	before := lineIDs.FindAllString(on.printed[on.stale], -1)
+	pod, got := serviceData(ctx, t, c, on.stale)
+	if now := lineIDs.FindAllString(got, -1); pod.Spec.NodeName != srv.Name || len(before) != 2 || len(now) != 2 || now[0] != before[0] || now[1] == before[1] {
+		t.Errorf("service %s on the older copy: on %s, its volume holds %q; want on %s, the first line of %q and a new one", on.stale, pod.Spec.NodeName, got, srv.Name, on.printed[on.stale])
+	}
+}
+
+// lineIDs finds the ID in each line the services' containers write.
+var lineIDs = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// onWorker are the Kipper services fenceWorker runs on the worker, one for each way a fence
+// treats a service, and what each printed there: the lines its data volume held.
+type onWorker struct {
+	// current has its copies on the server: the fence starts it there.
+	current service.Ref
+	// stale has two copies, the server's failed before its last start on the worker: the fence
+	// leaves it stopped until older data is accepted.
+	stale service.Ref
+	// only has its only copies on the worker: it stays stopped until the worker rejoins.
+	only    service.Ref
+	printed map[service.Ref]string
+}
+
+// servicesOnWorker runs onWorker's three services on w. The Longhorn stand-in runs on the server
+// too (as Longhorn's manager there: the sidecars, and copies on the server's disk), and the
+// console stand-in turns each service kip service add writes into a StatefulSet whose container
+// appends a line to its data volume at every start and prints them all. The server is cordoned
+// meanwhile, so their pods run on w. current's copies are on the server, served to w on a loop
+// device as Longhorn's engine on w would reach them; only's are on w, made while the server's
+// Longhorn node allowed no scheduling; stale (two copies, after kip cluster storage --max-copies
+// 2) has one on each, and its server copy is marked failed, as Longhorn marks a replica its
+// engine lost, before it is stopped and started again (kip service stop and start, its volumes
+// detached between) and its pod on w writes a second line to w's copy alone.
+func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) onWorker {
 	t.Helper()
 	if err := standin.Install(ctx, srv, c); err != nil {
 		t.Fatal(err)
@@ -387,32 +478,128 @@ func serviceOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
-		// It writes its volume once, then prints what the volume holds at every start.
-		Command: []string{"sh", "-c", `[ -f /data/kept ] || { echo "written by $HOSTNAME: $(cat /proc/sys/kernel/random/uuid)" > /data/kept && sync; }; ` +
-			`cat /data/kept; trap "exit 0" TERM; while :; do sleep 1; done`},
+		Command: []string{"sh", "-c", `echo "written by $HOSTNAME: $(cat /proc/sys/kernel/random/uuid)" >> /data/kept && sync && ` +
+			`tr '\n' ' ' < /data/kept | sed 's/ $//'; echo; trap "exit 0" TERM; while :; do sleep 1; done`},
 		Interval: 500 * time.Millisecond, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	ref := service.Ref{Project: "fence", Environment: "prod", Name: "db"}
-	createProject(ctx, t, c, ref.Project, ref.Environment)
-	cordon := func(on bool) {
+	on := onWorker{current: service.Ref{Project: "fence", Environment: "prod", Name: "db"},
+		stale: service.Ref{Project: "fence", Environment: "prod", Name: "old"}, only: service.Ref{Project: "fence", Environment: "prod", Name: "only"},
+		printed: map[service.Ref]string{}}
+	createProject(ctx, t, c, "fence", "prod")
+	for _, cmd := range [][]string{{"cluster", "storage", "--max-copies", "2"}, {"node", "storage", w.Name, "--copies", "--ignore-slow-disk"}} {
+		if r := s.Kip(t, home, cmd...); r.ExitCode != 0 {
+			t.Fatalf("kip %s: exit %d\n%s", strings.Join(cmd, " "), r.ExitCode, r.Stderr)
+		}
+	}
+	patchNode := func(patch string) {
 		t.Helper()
-		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
 		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, srv.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cordon(true)
-	r := s.Kip(t, home, "service", "add", "postgres", "--name", ref.Name, "--project", ref.Project, "--environment", ref.Environment, "--storage", "64Mi")
-	cordon(false)
-	if r.ExitCode != 0 {
-		t.Fatalf("kip service add: exit %d\n%s", r.ExitCode, r.Stderr)
+	scheduling := func(allow bool) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"allowScheduling":%t}}`, allow)
+		if _, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Patch(ctx, srv.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	pod, written := serviceData(ctx, t, c, ref)
-	if pod.Spec.NodeName != w.Name || !strings.HasPrefix(written, "written by ") {
-		t.Fatalf("service %s runs on %s and its volume holds %q; want it on %s", ref, pod.Spec.NodeName, written, w.Name)
+	add := func(ref service.Ref, flags ...string) {
+		t.Helper()
+		args := append([]string{"service", "add", "postgres", "--name", ref.Name, "--project", ref.Project, "--environment", ref.Environment, "--storage", "64Mi"}, flags...)
+		if r := s.Kip(t, home, args...); r.ExitCode != 0 {
+			t.Fatalf("kip %s: exit %d\n%s", strings.Join(args, " "), r.ExitCode, r.Stderr)
+		}
+		pod, printed := serviceData(ctx, t, c, ref)
+		if pod.Spec.NodeName != w.Name || !strings.HasPrefix(printed, "written by ") {
+			t.Fatalf("service %s runs on %s and its volume holds %q; want it on %s", ref, pod.Spec.NodeName, printed, w.Name)
+		}
+		on.printed[ref] = printed
 	}
-	return ref, written
+	patchNode(`{"spec":{"unschedulable":true}}`)
+	defer patchNode(`{"spec":{"unschedulable":false}}`)
+	add(on.current)
+	add(on.stale, "--copies", "2")
+	scheduling(false)
+	add(on.only)
+	scheduling(true)
+
+	// Where the copies are: current's on the server only, only's on the worker only, stale's on
+	// both; each host holds the data of its copies.
+	for ref, want := range map[service.Ref][]string{on.current: {srv.Name}, on.only: {w.Name}, on.stale: {srv.Name, w.Name}} {
+		pod, _ := serviceData(ctx, t, c, ref)
+		for _, r := range dataCopies(ctx, t, c, ref, pod) {
+			if got := r.Spec.NodeID; !slices.Contains(want, got) {
+				t.Errorf("service %s has a copy on %q, want copies on %v", ref, got, want)
+			}
+			for _, h := range []*lab.Host{srv, w} {
+				if _, err := os.Stat(standin.Image(h, r.Spec.VolumeName)); (err == nil) != (r.Spec.NodeID == h.Name) {
+					t.Errorf("service %s's copy %s on %s: its data on %s: %v", ref, r.Name, r.Spec.NodeID, h.Name, err)
+				}
+			}
+		}
+	}
+
+	// stale's copy on the server fails; its pod starts again on the worker, which writes a
+	// second line to its copy there alone.
+	pod, _ := serviceData(ctx, t, c, on.stale)
+	for _, r := range dataCopies(ctx, t, c, on.stale, pod) {
+		if r.Spec.NodeID != srv.Name {
+			continue
+		}
+		failed := time.Now().UTC().Format(time.RFC3339)
+		r.Spec.FailedAt, r.Spec.LastFailedAt = failed, failed
+		if _, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").Update(ctx, &r, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flags := []string{on.stale.Name, "--project", on.stale.Project, "--environment", on.stale.Environment}
+	if r := s.Kip(t, home, append([]string{"service", "stop"}, flags...)...); r.ExitCode != 0 {
+		t.Fatalf("kip service stop %s: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
+	}
+	// Its volumes detach before it starts again, so that its engine runs without the failed copy.
+	if err := poll(ctx, 2*time.Minute, "service "+on.stale.String()+"'s volumes detached", func(ctx context.Context) (bool, error) {
+		for _, r := range dataCopies(ctx, t, c, on.stale, pod) {
+			v, err := c.Longhorn.LonghornV1beta2().Volumes("longhorn-system").Get(ctx, r.Spec.VolumeName, metav1.GetOptions{})
+			if err != nil || v.Status.State != lh.VolumeStateDetached {
+				return false, err
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, append([]string{"service", "start"}, flags...)...); r.ExitCode != 0 {
+		t.Fatalf("kip service start %s: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
+	}
+	again, printed := serviceData(ctx, t, c, on.stale)
+	if again.UID == pod.UID || again.Spec.NodeName != w.Name || !strings.HasPrefix(printed, on.printed[on.stale]+" written by ") {
+		t.Fatalf("service %s started again on %s printing %q; want on %s, after %q", on.stale, again.Spec.NodeName, printed, w.Name, on.printed[on.stale])
+	}
+	on.printed[on.stale] = printed
+	return on
+}
+
+// dataCopies are the Longhorn replicas of the volumes of the service's pod.
+func dataCopies(ctx context.Context, t *testing.T, c *kube.Clients, ref service.Ref, pod *corev1.Pod) []lh.Replica {
+	t.Helper()
+	var copies []lh.Replica
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := c.Kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + pvc.Spec.VolumeName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies = append(copies, list.Items...)
+	}
+	return copies
 }
 
 // serviceData waits until the service's pod is Ready and returns it with the first line it

@@ -511,8 +511,14 @@ func (h *Host) init() int {
 }
 
 // Path is where this machine sees path of the host's file system, while the host runs: a test
-// can read or change a host's files there when the host cannot be reached over the network.
-func (h *Host) Path(path string) string { return filepath.Join(h.root(), path) }
+// can read or change a host's files there when the host cannot be reached over the network. A
+// path on a host's Longhorn disk is on that disk's mount here.
+func (h *Host) Path(path string) string {
+	if rest, ok := strings.CutPrefix(filepath.Clean("/"+path), longhornPath); ok && h.LonghornDiskGiB > 0 && (rest == "" || rest[0] == '/') {
+		return filepath.Join(h.longhornMount(), rest)
+	}
+	return filepath.Join(h.root(), path)
+}
 
 // Resize changes the RAM the host shows (MemTotal in its /proc/meminfo) to mib MiB, as resizing a
 // cloud server does, at once. Only a host sized with HostOptions.MemoryMiB has a meminfo to change.

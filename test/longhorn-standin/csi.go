@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 
@@ -136,22 +137,27 @@ func (p *plugin) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.s.attach(ctx, req.GetVolumeId(), req.GetNodeId()); err != nil {
-		return nil, grpcError(err)
-	}
-	if req.GetNodeId() == p.s.node {
-		return &csi.ControllerPublishVolumeResponse{}, nil
-	}
-	n, err := p.s.export(ctx, req.GetVolumeId())
+	primary, err := p.s.attach(ctx, req.GetVolumeId(), req.GetNodeId())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{publishLoop: strconv.Itoa(n)}}, nil
+	pc := map[string]string{publishCopy: primary.Spec.DataDirectoryName}
+	if primary.Spec.NodeID != req.GetNodeId() {
+		n, err := p.s.serve(ctx, primary, req.GetNodeId())
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		pc[publishLoop] = strconv.Itoa(n)
+	}
+	return &csi.ControllerPublishVolumeResponse{PublishContext: pc}, nil
 }
 
-// publishLoop is the publish context's key for the loop device that serves a volume to another
-// node (store.export).
-const publishLoop = "standin.longhorn.io/loop"
+// The publish context's keys: the data directory of the copy the engine serves, and, when that
+// copy is on another node, the loop device its node serves it on (store.serve).
+const (
+	publishCopy = "standin.longhorn.io/copy"
+	publishLoop = "standin.longhorn.io/loop"
+)
 
 func (p *plugin) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
@@ -217,7 +223,11 @@ func (p *plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if mounted(staging) {
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
-	img := p.s.imagePath(req.GetVolumeId())
+	dir := req.GetPublishContext()[publishCopy]
+	if dir == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: the publish context names no copy: publish it again", req.GetVolumeId())
+	}
+	img := p.s.imageOf(dir)
 	if l, ok := req.GetPublishContext()[publishLoop]; ok {
 		return &csi.NodeStageVolumeResponse{}, grpcError(stageRemote(l, img, staging))
 	}
@@ -247,7 +257,7 @@ func (p *plugin) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 }
 
 // stageRemote mounts at staging the loop device l (its number) that another node's plugin bound
-// to the volume's image img there (store.export): the device must still be bound to a file of
+// to the copy's image img there (store.serve): the device must still be bound to a file of
 // img's path.
 func stageRemote(l, img, staging string) error {
 	n, err := strconv.Atoi(l)
@@ -271,8 +281,9 @@ func stageRemote(l, img, staging string) error {
 	return nil
 }
 
-// NodeUnstageVolume unmounts the file system and detaches its loop device; a volume another
-// node's plugin serves (stageRemote) is only unmounted, and that plugin detaches its device.
+// NodeUnstageVolume unmounts the file system and detaches its loop device when it serves an image
+// on this node; a device another node's plugin serves (stageRemote) is only unmounted, and that
+// plugin detaches it.
 func (p *plugin) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	staging := req.GetStagingTargetPath()
 	if req.GetVolumeId() == "" || staging == "" {
@@ -280,11 +291,26 @@ func (p *plugin) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	img := p.s.imagePath(req.GetVolumeId())
-	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
-		return &csi.NodeUnstageVolumeResponse{}, grpcError(unmountSource(staging))
+	if img := p.s.stagedImage(staging); img != "" {
+		return &csi.NodeUnstageVolumeResponse{}, grpcError(release(img))
 	}
-	return &csi.NodeUnstageVolumeResponse{}, grpcError(release(img))
+	return &csi.NodeUnstageVolumeResponse{}, grpcError(unmountSource(staging))
+}
+
+// stagedImage is the image on this node whose loop device is mounted at staging, "" when none is.
+func (s *store) stagedImage(staging string) string {
+	n, ok := loop.Number(sourceOf(staging))
+	if !ok {
+		return ""
+	}
+	img := loop.Backing(loop.SysBlock)[n]
+	if filepath.Dir(filepath.Dir(img)) != filepath.Join(s.root, "replicas") {
+		return ""
+	}
+	if _, err := os.Stat(img); err != nil {
+		return ""
+	}
+	return img
 }
 
 // NodePublishVolume bind-mounts the staging path at the pod's path; read-only when the pod asks,
@@ -340,20 +366,11 @@ func (p *plugin) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 func (p *plugin) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	img := p.s.imagePath(req.GetVolumeId())
-	n := loop.Find(img)
-	if n < 0 {
+	src := sourceOf(req.GetStagingTargetPath())
+	if _, ok := loop.Number(src); !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on node %s", req.GetVolumeId(), p.s.node)
 	}
-	d, err := loop.Open(n)
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	defer d.Close()
-	if !d.BoundTo(img) {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on node %s", req.GetVolumeId(), p.s.node)
-	}
-	size, err := fsSize(d.Path)
+	size, err := fsSize(src)
 	if err != nil {
 		return nil, grpcError(err)
 	}

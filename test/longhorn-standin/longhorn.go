@@ -130,9 +130,10 @@ type store struct {
 
 func (s *store) volumes() lhtyped.VolumeInterface { return s.lh.LonghornV1beta2().Volumes(namespace) }
 
-// imagePath is where a volume's data is: an ext4 file system in a sparse image file.
-func (s *store) imagePath(vol string) string {
-	return filepath.Join(s.root, "replicas", vol, "volume.img")
+// imageOf is where a copy's data is on its node: an ext4 file system in a sparse image file in
+// the copy's data directory (the replica's spec.dataDirectoryName).
+func (s *store) imageOf(dataDir string) string {
+	return filepath.Join(s.root, "replicas", dataDir, "volume.img")
 }
 
 // installCRDs creates or updates the CRDs the stand-in needs, from crds (Longhorn's crds.yaml),
@@ -307,21 +308,34 @@ func (s *store) updateNode(ctx context.Context) error {
 	return err
 }
 
-// room is what Longhorn's replica scheduler can still place on the node's disk: the replicas
-// scheduled stay within (maximum − reserved) × over-provisioning%, and what is available stays
-// above minimal-available% of the maximum.
-func (s *store) room(ctx context.Context) (int64, error) {
-	node, err := s.lh.LonghornV1beta2().Nodes(namespace).Get(ctx, s.node, metav1.GetOptions{})
+// room is what Longhorn's replica scheduler can still place on node's disk: the replicas
+// scheduled there stay within (maximum − reserved) × over-provisioning%, and what is available
+// stays above minimal-available% of the maximum. This node's disk is measured now; another's is
+// what its plugin last reported.
+func (s *store) room(ctx context.Context, node *lh.Node) (int64, error) {
+	disk := node.Status.DiskStatus[defaultDisk]
+	if node.Name == s.node {
+		var err error
+		if disk, err = s.disk(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if disk == nil {
+		return 0, nil
+	}
+	reps, err := s.lh.LonghornV1beta2().Replicas(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, err
 	}
-	disk, err := s.disk(ctx)
-	if err != nil {
-		return 0, err
+	var scheduled int64
+	for _, r := range reps.Items {
+		if r.Spec.NodeID == node.Name {
+			scheduled += r.Spec.VolumeSize
+		}
 	}
 	minimal, over := s.settingInt(ctx, settingMinimalAvailable, 25), s.settingInt(ctx, settingOverProvisioning, 100)
 	reserved := node.Spec.Disks[defaultDisk].StorageReserved
-	byScheduling := (disk.StorageMaximum-reserved)*over/100 - disk.StorageScheduled
+	byScheduling := (disk.StorageMaximum-reserved)*over/100 - scheduled
 	byAvailable := disk.StorageAvailable - disk.StorageMaximum*minimal/100
 	return max(0, min(byScheduling, byAvailable)), nil
 }
@@ -372,20 +386,25 @@ func (s *store) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	errs = append(errs, s.updateNode(ctx))
+	errs = append(errs, s.updateNode(ctx), s.keepCopies(ctx))
 	vols, err := api.Volumes(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	reps, err := api.Replicas(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	for i := range vols.Items {
-		errs = append(errs, s.reconcileVolume(ctx, &vols.Items[i]))
+		errs = append(errs, s.reconcileVolume(ctx, &vols.Items[i], reps.Items))
 	}
 	return errors.Join(errs...)
 }
 
 // reconcileVolume updates a volume's kubernetesStatus from its PV (named as the volume) and its
-// claim, and its actualSize from the blocks its image takes.
-func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume) error {
+// claim, and its actualSize from the blocks its image takes on the node of its first copy (by
+// name), which that node's plugin measures.
+func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume, reps []lh.Replica) error {
 	ks := vol.Status.KubernetesStatus
 	pv, err := s.kube.CoreV1().PersistentVolumes().Get(ctx, vol.Name, metav1.GetOptions{})
 	switch {
@@ -399,10 +418,12 @@ func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume) error {
 	default:
 		return err
 	}
-	var st unix.Stat_t
 	actual := vol.Status.ActualSize
-	if unix.Stat(s.imagePath(vol.Name), &st) == nil {
-		actual = st.Blocks * 512
+	if first := firstCopy(reps, vol.Name); first != nil && first.Spec.NodeID == s.node {
+		var st unix.Stat_t
+		if unix.Stat(s.imageOf(first.Spec.DataDirectoryName), &st) == nil {
+			actual = st.Blocks * 512
+		}
 	}
 	if equalKS(ks, vol.Status.KubernetesStatus) && actual == vol.Status.ActualSize {
 		return nil
@@ -410,6 +431,18 @@ func (s *store) reconcileVolume(ctx context.Context, vol *lh.Volume) error {
 	vol.Status.KubernetesStatus, vol.Status.ActualSize = ks, actual
 	_, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{})
 	return ignoreConflict(ignoreNotFound(err))
+}
+
+// firstCopy is the volume's scheduled copy first by name, nil when none is.
+func firstCopy(reps []lh.Replica, vol string) *lh.Replica {
+	var first *lh.Replica
+	for i := range reps {
+		r := &reps[i]
+		if r.Spec.VolumeName == vol && r.Spec.NodeID != "" && (first == nil || r.Name < first.Name) {
+			first = r
+		}
+	}
+	return first
 }
 
 // ignoreConflict drops a conflict: the object changed meanwhile, and the next pass sees it.

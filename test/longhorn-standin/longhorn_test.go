@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	lhfake "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned/fake"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -70,7 +72,11 @@ func TestVolumeLifecycle(t *testing.T) {
 	if _, err := s.lh.LonghornV1beta2().Settings(namespace).Update(ctx, minimal, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	room, err := s.room(ctx)
+	self, err := s.lh.LonghornV1beta2().Nodes(namespace).Get(ctx, "lab9", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	room, err := s.room(ctx, self)
 	if err != nil || room < 64<<20 {
 		t.Fatalf("room in %s for volumes: %d bytes, %v", s.root, room, err)
 	}
@@ -100,15 +106,16 @@ func TestVolumeLifecycle(t *testing.T) {
 		vol.Status.KubernetesStatus.PVCName != "data" {
 		t.Errorf("new volume: %+v", vol.Status)
 	}
-	if st, err := os.Stat(s.imagePath("pvc-1")); err != nil || st.Size() != 16<<20 {
-		t.Errorf("image: %v", err)
-	}
 	reps, _ := s.replicas(ctx, "pvc-1")
-	scheduled := 0
+	scheduled, img := 0, ""
 	for _, r := range reps {
 		if r.Spec.NodeID == "lab9" {
 			scheduled++
+			img = s.imageOf(r.Spec.DataDirectoryName)
 		}
+	}
+	if st, err := os.Stat(img); err != nil || st.Size() != 16<<20 {
+		t.Errorf("image: %v", err)
 	}
 	if len(reps) != 3 || scheduled != 1 {
 		t.Errorf("%d replicas, %d on lab9; want 3, 1", len(reps), scheduled)
@@ -118,17 +125,17 @@ func TestVolumeLifecycle(t *testing.T) {
 		t.Errorf("storageScheduled %d, want %d", disk.StorageScheduled, 16<<20)
 	}
 
-	if err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "node lab12 runs no Longhorn") {
+	if _, err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "node lab12 runs no Longhorn") {
 		t.Errorf("attach to a node without Longhorn: %v", err)
 	}
-	if err := s.attach(ctx, "pvc-1", "lab9"); err != nil {
-		t.Fatal(err)
+	if primary, err := s.attach(ctx, "pvc-1", "lab9"); err != nil || primary.Spec.NodeID != "lab9" {
+		t.Fatalf("attach: the copy served %+v, %v", primary, err)
 	}
 	worker := &lh.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab12", Namespace: namespace}}
 	if _, err := s.lh.LonghornV1beta2().Nodes(namespace).Create(ctx, worker, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "volume pvc-1 is attached to node lab9") {
+	if _, err := s.attach(ctx, "pvc-1", "lab12"); !errors.Is(err, errBusy) || !strings.Contains(err.Error(), "volume pvc-1 is attached to node lab9") {
 		t.Errorf("attach to another node while attached: %v", err)
 	}
 	vol, _ = s.volumes().Get(ctx, "pvc-1", metav1.GetOptions{})
@@ -163,7 +170,7 @@ func TestVolumeLifecycle(t *testing.T) {
 	if status.Code(err) != codes.OutOfRange {
 		t.Errorf("ControllerExpandVolume over the room: %v, want OutOfRange", err)
 	}
-	if st, _ := os.Stat(s.imagePath("pvc-1")); st.Size() != 32<<20 {
+	if st, _ := os.Stat(img); st.Size() != 32<<20 {
 		t.Errorf("image after expansion: %d bytes", st.Size())
 	}
 
@@ -186,11 +193,112 @@ func TestVolumeLifecycle(t *testing.T) {
 	if err := s.deleteVolume(ctx, "pvc-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s.imagePath("pvc-1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Dir(img)); !os.IsNotExist(err) {
 		t.Errorf("image after delete: %v", err)
 	}
 	if reps, _ := s.replicas(ctx, "pvc-1"); len(reps) != 0 {
 		t.Errorf("%d replicas after delete", len(reps))
+	}
+}
+
+// TestCopiesOnNodes runs the plugins of a server and a worker against one API: a volume with two
+// copies has one on each, the worker's made by the worker's plugin; an engine on the worker
+// serves the server's copy; a copy on a node gone NotReady is marked failed at the detach and
+// left out at the next attach; with every copy failed, the one healthy last is salvaged.
+func TestCopiesOnNodes(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		need.Missing(t, "mkfs.ext4 not found (make test-deps installs e2fsprogs)")
+	}
+	ctx := context.Background()
+	lhc, kube := lhfake.NewSimpleClientset(), kubefake.NewClientset()
+	srv := &store{lh: lhc, kube: kube, node: "lab9", root: t.TempDir()}
+	w := &store{lh: lhc, kube: kube, node: "lab12", root: t.TempDir()}
+	workerReady := func(ready corev1.ConditionStatus) {
+		t.Helper()
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "lab12"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+		if _, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			if _, err := kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	workerReady(corev1.ConditionTrue)
+	for _, s := range []*store{srv, w} {
+		if err := s.setUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	minimal, _ := lhc.LonghornV1beta2().Settings(namespace).Get(ctx, settingMinimalAvailable, metav1.GetOptions{})
+	minimal.Value = "0"
+	if _, err := lhc.LonghornV1beta2().Settings(namespace).Update(ctx, minimal, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's plugin keeps its copies meanwhile, as it does in its reconcile pass.
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wctx.Err() == nil {
+			w.keepCopies(wctx) //nolint:errcheck // the next pass tries again
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer func() { stop(); <-done }()
+
+	if _, err := srv.createVolume(ctx, "pvc-2", 16<<20, map[string]string{"numberOfReplicas": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	reps, _ := srv.replicas(ctx, "pvc-2")
+	on := map[string]*lh.Replica{}
+	for i := range reps {
+		on[reps[i].Spec.NodeID] = &reps[i]
+	}
+	if len(reps) != 2 || on["lab9"] == nil || on["lab12"] == nil || on["lab9"].Spec.DataDirectoryName == on["lab12"].Spec.DataDirectoryName {
+		t.Fatalf("copies of a volume with two: %+v", reps)
+	}
+	if _, err := os.Stat(w.imageOf(on["lab12"].Spec.DataDirectoryName)); err != nil {
+		t.Errorf("the worker's copy has no data on the worker: %v", err)
+	}
+	if _, err := os.Stat(srv.imageOf(on["lab12"].Spec.DataDirectoryName)); !os.IsNotExist(err) {
+		t.Errorf("the worker's copy has data on the server: %v", err)
+	}
+	primary, err := srv.attach(ctx, "pvc-2", "lab12")
+	if err != nil || primary.Spec.NodeID != "lab9" {
+		t.Fatalf("an engine on the worker serves %+v (%v), want the server's copy", primary, err)
+	}
+
+	workerReady(corev1.ConditionFalse)
+	if err := srv.detach(ctx, "pvc-2", "lab12"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := lhc.LonghornV1beta2().Replicas(namespace).Get(ctx, on["lab12"].Name, metav1.GetOptions{})
+	if r.Spec.FailedAt == "" || r.Spec.LastFailedAt != r.Spec.FailedAt {
+		t.Errorf("the copy on the NotReady worker after the detach: failedAt %q, lastFailedAt %q", r.Spec.FailedAt, r.Spec.LastFailedAt)
+	}
+	time.Sleep(time.Second) // the server's copy is healthy a second later than the worker's
+	if primary, err = srv.attach(ctx, "pvc-2", "lab9"); err != nil || primary.Spec.NodeID != "lab9" {
+		t.Fatalf("attach on the server: %+v, %v", primary, err)
+	}
+	if vol, _ := srv.volumes().Get(ctx, "pvc-2", metav1.GetOptions{}); vol.Status.Robustness != lh.VolumeRobustnessDegraded {
+		t.Errorf("attached with one copy of two: %s", vol.Status.Robustness)
+	}
+	if err := srv.detach(ctx, "pvc-2", "lab9"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both copies failed, the worker Ready again: the server's, healthy last, is salvaged. The
+	// failure comes a second after the last healthy time, as timestamps have one-second precision.
+	time.Sleep(time.Second)
+	r, _ = lhc.LonghornV1beta2().Replicas(namespace).Get(ctx, on["lab9"].Name, metav1.GetOptions{})
+	if err := srv.setFailed(ctx, r, now()); err != nil {
+		t.Fatal(err)
+	}
+	workerReady(corev1.ConditionTrue)
+	if primary, err = srv.attach(ctx, "pvc-2", "lab12"); err != nil || primary.Spec.NodeID != "lab9" || primary.Spec.FailedAt != "" {
+		t.Fatalf("attach with every copy failed: %+v, %v; want the server's copy salvaged", primary, err)
+	}
+	if r, _ = lhc.LonghornV1beta2().Replicas(namespace).Get(ctx, on["lab12"].Name, metav1.GetOptions{}); r.Spec.FailedAt == "" {
+		t.Errorf("the worker's copy, failed earlier, was salvaged too")
 	}
 }
 

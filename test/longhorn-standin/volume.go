@@ -12,11 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
 )
@@ -34,18 +36,26 @@ func replicaName(vol string, i int) string {
 	return vol + "-r-" + hex.EncodeToString(sum[:4])
 }
 
+// dataDirectory is the data directory of a volume's copy, as Longhorn names it: the volume's
+// name and eight hex digits, different for each copy.
+func dataDirectory(vol string, i int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d/data", vol, i))
+	return vol + "-" + hex.EncodeToString(sum[:4])
+}
+
 // createVolume makes a volume as Longhorn's manager does for its CSI CreateVolume: the Volume
-// (creating, then detached once its data exists), its Engine, one Replica per copy wanted (one
-// on this node, whose disk holds the data; the others unscheduled, as Longhorn leaves copies it
-// has no other node for), and its VolumeAttachment without tickets. params are the
-// StorageClass's parameters with the provisioner's PVC metadata.
+// (creating, then detached once the data of each copy exists), its Engine, one Replica per copy
+// wanted, each on its own node with room for it (schedule), the copies Longhorn has no node for
+// left unscheduled, and its VolumeAttachment without tickets. Each node's plugin makes the data
+// of the copies on its node (keepCopies). params are the StorageClass's parameters with the
+// provisioner's PVC metadata.
 func (s *store) createVolume(ctx context.Context, name string, size int64, params map[string]string) (*lh.Volume, error) {
 	if vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 		if vol.Spec.Size != size {
 			return nil, fmt.Errorf("%w: volume %s exists with size %d", errBusy, name, vol.Spec.Size)
 		}
 		if vol.Status.State == lh.VolumeStateCreating {
-			return vol, s.makeImage(ctx, vol)
+			return vol, s.makeData(ctx, vol)
 		}
 		return vol, nil
 	} else if !apierrors.IsNotFound(err) {
@@ -63,12 +73,9 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if locality == "" {
 		locality = lh.DataLocalityDisabled
 	}
-	room, err := s.room(ctx)
+	nodes, err := s.schedule(ctx, size, replicas)
 	if err != nil {
 		return nil, err
-	}
-	if size > room {
-		return nil, fmt.Errorf("%w: cannot schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, size, defaultDisk, s.node, room)
 	}
 	labels := map[string]string{"longhornvolume": name}
 	// The per-volume overrides Longhorn's volume mutator fills in ("ignored": the global setting
@@ -102,9 +109,10 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	for i := range replicas {
 		r := &lh.Replica{ObjectMeta: metav1.ObjectMeta{Name: replicaName(name, i), Namespace: namespace, Labels: map[string]string{"longhornvolume": name}, OwnerReferences: owner},
 			Spec: lh.ReplicaSpec{InstanceSpec: instance, EngineName: engineName(name), Active: true}}
-		if i == 0 { // the copy on this node, whose data is the image
-			r.Spec.NodeID, r.Spec.DiskID, r.Spec.DiskPath, r.Spec.DataDirectoryName = s.node, "standin-"+s.node, s.root+"/", name
-			r.Labels["longhornnode"], r.Labels["longhorndiskuuid"] = s.node, "standin-"+s.node
+		if i < len(nodes) {
+			n := nodes[i]
+			r.Spec.NodeID, r.Spec.DiskID, r.Spec.DiskPath, r.Spec.DataDirectoryName = n, "standin-"+n, s.root+"/", dataDirectory(name, i)
+			r.Labels["longhornnode"], r.Labels["longhorndiskuuid"] = n, "standin-"+n
 		}
 		if _, err := api.Replicas(namespace).Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
@@ -115,13 +123,40 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if _, err := api.VolumeAttachments(namespace).Create(ctx, va, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	return vol, s.makeImage(ctx, vol)
+	return vol, s.makeData(ctx, vol)
 }
 
-// makeImage makes the volume's data, a sparse image of its size holding an ext4 file system, and
-// marks the volume detached.
-func (s *store) makeImage(ctx context.Context, vol *lh.Volume) error {
-	img := s.imagePath(vol.Name)
+// makeData has each copy's node make its data (keepCopies: this node's at once, another's
+// within a pass of its plugin), then marks the volume detached.
+func (s *store) makeData(ctx context.Context, vol *lh.Volume) error {
+	if err := s.keepCopies(ctx); err != nil {
+		return err
+	}
+	var waiting string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		reps, err := s.replicas(ctx, vol.Name)
+		if err != nil {
+			return false, err
+		}
+		waiting = ""
+		for _, r := range reps {
+			if r.Spec.NodeID != "" && r.Status.OwnerID != r.Spec.NodeID {
+				waiting = r.Spec.NodeID
+			}
+		}
+		return waiting == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: node %s has not made the data of its copy of volume %s: %v", errBusy, waiting, vol.Name, err)
+	}
+	return s.setState(ctx, vol.Name, func(v *lh.Volume) {
+		v.Status.State = lh.VolumeStateDetached
+		v.Status.Conditions = []lh.Condition{s.scheduled(ctx, v)}
+	})
+}
+
+// makeImage makes a copy's data at img: a sparse image of size holding an ext4 file system.
+func makeImage(ctx context.Context, img string, size int64) error {
 	if err := os.MkdirAll(filepath.Dir(img), 0o700); err != nil {
 		return err
 	}
@@ -129,19 +164,13 @@ func (s *store) makeImage(ctx context.Context, vol *lh.Volume) error {
 	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
 		return err
 	}
-	if err := os.Truncate(tmp, vol.Spec.Size); err != nil {
+	if err := os.Truncate(tmp, size); err != nil {
 		return err
 	}
 	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1", tmp).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.ext4 %s: %v: %s", tmp, err, out)
 	}
-	if err := os.Rename(tmp, img); err != nil {
-		return err
-	}
-	return s.setState(ctx, vol.Name, func(v *lh.Volume) {
-		v.Status.State = lh.VolumeStateDetached
-		v.Status.Conditions = []lh.Condition{s.scheduled(ctx, v)}
-	})
+	return os.Rename(tmp, img)
 }
 
 // scheduled is the volume's Scheduled condition: false while some copies have no node.
@@ -181,11 +210,13 @@ func (s *store) setState(ctx context.Context, name string, change func(*lh.Volum
 	}
 }
 
-// deleteVolume removes a detached volume's objects and its data.
+// deleteVolume removes a detached volume's objects and the data of its copies on this node;
+// each other node's plugin removes the data of its copies once their Replicas are gone
+// (keepCopies).
 func (s *store) deleteVolume(ctx context.Context, name string) error {
 	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return os.RemoveAll(filepath.Dir(s.imagePath(name)))
+		return s.keepCopies(ctx)
 	}
 	if err != nil {
 		return err
@@ -208,7 +239,7 @@ func (s *store) deleteVolume(ctx context.Context, name string) error {
 	errs = append(errs,
 		ignoreNotFound(api.Engines(namespace).Delete(ctx, engineName(name), metav1.DeleteOptions{})),
 		ignoreNotFound(api.VolumeAttachments(namespace).Delete(ctx, name, metav1.DeleteOptions{})),
-		os.RemoveAll(filepath.Dir(s.imagePath(name))))
+		s.keepCopies(ctx))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -223,31 +254,34 @@ func ignoreNotFound(err error) error {
 }
 
 // attach adds the csi-attacher ticket for node to the volume's VolumeAttachment and attaches the
-// volume there, as Longhorn's attachment and volume controllers do: attaching, its engine and its
-// copy on this node running with the copy RW (healthyAt set the first time, lastHealthyAt every
-// time), then attached, healthy when every copy wanted is RW, degraded otherwise; the ticket then
-// satisfied.
-func (s *store) attach(ctx context.Context, name, node string) error {
+// volume there, as Longhorn's attachment and volume controllers do: attaching, its engine on node
+// and its reachable copies running RW (healthyAt set the first time, lastHealthyAt every time),
+// then attached, healthy when every copy wanted is RW, degraded otherwise; the ticket then
+// satisfied. A copy on a node that is not Ready is marked failed, as the engine marks a replica
+// it cannot reach; with no copy left that has not failed, the one healthy last is salvaged. It
+// returns the copy whose data the engine serves (primary), the same while the volume stays
+// attached.
+func (s *store) attach(ctx context.Context, name, node string) (*lh.Replica, error) {
 	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if node != s.node {
 		// Longhorn's engine runs on any node its manager runs on: there, the stand-in's node
 		// plugin, which made the node's Longhorn Node.
 		if _, err := s.lh.LonghornV1beta2().Nodes(namespace).Get(ctx, node, metav1.GetOptions{}); err != nil {
-			return fmt.Errorf("%w: node %s runs no Longhorn: %v", errBusy, node, err)
+			return nil, fmt.Errorf("%w: node %s runs no Longhorn: %v", errBusy, node, err)
 		}
 	}
 	if vol.Status.State == lh.VolumeStateAttached && vol.Status.CurrentNodeID != node {
 		// One node at a time: Longhorn attaches a ReadWriteOnce volume elsewhere only once its
 		// ticket there is gone.
-		return fmt.Errorf("%w: volume %s is attached to node %s", errBusy, name, vol.Status.CurrentNodeID)
+		return nil, fmt.Errorf("%w: volume %s is attached to node %s", errBusy, name, vol.Status.CurrentNodeID)
 	}
 	switch vol.Status.State {
 	case lh.VolumeStateAttached, lh.VolumeStateDetached, lh.VolumeStateAttaching:
 	default:
-		return fmt.Errorf("%w: volume %s is %s", errBusy, name, vol.Status.State)
+		return nil, fmt.Errorf("%w: volume %s is %s", errBusy, name, vol.Status.State)
 	}
 	id := ticketID(name, node)
 	if err := s.updateTickets(ctx, name, func(va *lh.VolumeAttachment) {
@@ -259,36 +293,49 @@ func (s *store) attach(ctx context.Context, name, node string) error {
 				Parameters: map[string]string{"disableFrontend": "false", "lastAttachedBy": ""}}
 		}
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	if vol.Status.State != lh.VolumeStateAttached {
+	var primary *lh.Replica
+	if vol.Status.State == lh.VolumeStateAttached {
+		if primary, err = s.lh.LonghornV1beta2().Replicas(namespace).Get(ctx, vol.Annotations[annotationPrimary], metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("the copy volume %s's engine serves: %w", name, err)
+		}
+	} else {
 		if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateAttaching }); err != nil {
-			return err
+			return nil, err
 		}
-		if err := s.instances(ctx, vol, node, true); err != nil {
-			return err
+		usable, err := s.usableCopies(ctx, name)
+		if err != nil {
+			return nil, err
 		}
-		rw := 0
-		if reps, err := s.replicas(ctx, name); err == nil {
-			for _, r := range reps {
-				if r.Spec.NodeID != "" {
-					rw++
-				}
-			}
+		primary = choosePrimary(usable, node, s.node)
+		if err := s.instances(ctx, vol, node, usable); err != nil {
+			return nil, err
+		}
+		vol, err = s.volumes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if vol.Annotations == nil {
+			vol.Annotations = map[string]string{}
+		}
+		vol.Annotations[annotationPrimary] = primary.Name
+		vol.Spec.NodeID = node
+		if _, err := s.volumes().Update(ctx, vol, metav1.UpdateOptions{}); err != nil {
+			return nil, err
 		}
 		if err := s.setState(ctx, name, func(v *lh.Volume) {
-			v.Spec.NodeID = node
 			v.Status.State, v.Status.CurrentNodeID = lh.VolumeStateAttached, node
 			v.Status.Robustness = lh.VolumeRobustnessHealthy
-			if rw < v.Spec.NumberOfReplicas {
+			if len(usable) < v.Spec.NumberOfReplicas {
 				v.Status.Robustness = lh.VolumeRobustnessDegraded
 				v.Status.LastDegradedAt = now()
 			}
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return s.updateTicketStatus(ctx, name, func(va *lh.VolumeAttachment) {
+	return primary, s.updateTicketStatus(ctx, name, func(va *lh.VolumeAttachment) {
 		if va.Status.AttachmentTicketStatuses == nil {
 			va.Status.AttachmentTicketStatuses = map[string]*lh.AttachmentTicketStatus{}
 		}
@@ -298,9 +345,10 @@ func (s *store) attach(ctx context.Context, name, node string) error {
 	})
 }
 
-// detach removes node's csi-attacher ticket; once no ticket is left, the volume's file system is
-// unmounted wherever it still is and its loop device detached, and the volume goes detaching,
-// then detached (robustness unknown, its engine and copies stopped).
+// detach removes node's csi-attacher ticket; once no ticket is left, the other copies the engine
+// ran take the data of the copy it served (syncCopies), the volume's file system is unmounted
+// wherever it still is and the devices serving its copies detached, and the volume goes
+// detaching, then detached (robustness unknown, its engine and copies stopped).
 func (s *store) detach(ctx context.Context, name, node string) error {
 	id := ticketID(name, node)
 	left := 0
@@ -330,61 +378,34 @@ func (s *store) detach(ctx context.Context, name, node string) error {
 	if err := s.setState(ctx, name, func(v *lh.Volume) { v.Status.State = lh.VolumeStateDetaching }); err != nil {
 		return err
 	}
-	if d := s.exported[name]; d != nil {
-		d.Close() //nolint:errcheck // release detaches the device itself
-		delete(s.exported, name)
-	}
-	if err := release(s.imagePath(name)); err != nil {
+	if err := s.syncCopies(ctx, vol); err != nil {
 		return err
 	}
-	if err := s.instances(ctx, vol, "", false); err != nil {
+	if err := s.instances(ctx, vol, "", nil); err != nil {
+		return err
+	}
+	if vol, err = s.volumes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		return err
+	}
+	delete(vol.Annotations, annotationPrimary)
+	vol.Spec.NodeID = ""
+	if _, err := s.volumes().Update(ctx, vol, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
 	return s.setState(ctx, name, func(v *lh.Volume) {
-		v.Spec.NodeID = ""
 		v.Status.State, v.Status.CurrentNodeID, v.Status.Robustness = lh.VolumeStateDetached, "", lh.VolumeRobustnessUnknown
 	})
 }
 
-// export serves the volume's data to another node, whose engine it is attached to: its image,
-// grown first when its volume was expanded, bound to a loop device this plugin holds until the
-// volume detaches. Loop devices are the kernel's, shared by every lab host, so that node's plugin
-// mounts the device by its number (publishLoop in the publish context), as Longhorn's engine
-// there would serve the volume from its copies on other nodes. Published again, it returns the
-// same device.
-func (s *store) export(ctx context.Context, name string) (int, error) {
-	img := s.imagePath(name)
-	if d := s.exported[name]; d != nil {
-		if d.BoundTo(img) {
-			return d.Number, nil
-		}
-		d.Close() //nolint:errcheck // no longer bound to the image
-		delete(s.exported, name)
-	}
-	// A device left bound to the image (by an earlier run of the plugin) goes first, so that no
-	// two devices share it.
-	if err := release(img); err != nil {
-		return 0, err
-	}
-	if err := growFS(ctx, img); err != nil {
-		return 0, err
-	}
-	d, err := loop.Attach(img)
-	if err != nil {
-		return 0, err
-	}
-	s.exported[name] = d
-	return d.Number, nil
-}
-
-// instances starts (on node) or stops the volume's engine and its scheduled copies, as the
-// instance manager reports them.
-func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, run bool) error {
+// instances starts (on node, the copies in running RW) or stops (running nil) the volume's
+// engine and its copies, as the instance manager reports them.
+func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, running []*lh.Replica) error {
 	api := s.lh.LonghornV1beta2()
 	reps, err := s.replicas(ctx, vol.Name)
 	if err != nil {
 		return err
 	}
+	run := running != nil
 	state, desire := lh.InstanceStateStopped, lh.InstanceStateStopped
 	if run {
 		state, desire = lh.InstanceStateRunning, lh.InstanceStateRunning
@@ -395,19 +416,23 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, run 
 		if r.Spec.NodeID == "" {
 			continue
 		}
-		r.Spec.DesireState, r.Spec.VolumeSize = desire, vol.Spec.Size
-		if run {
+		rw := slices.ContainsFunc(running, func(u *lh.Replica) bool { return u.Name == r.Name })
+		r.Spec.DesireState, r.Spec.VolumeSize = lh.InstanceStateStopped, vol.Spec.Size
+		if rw {
 			t := now()
 			if r.Spec.HealthyAt == "" {
 				r.Spec.HealthyAt = t
 			}
-			r.Spec.LastHealthyAt = t
+			r.Spec.DesireState, r.Spec.LastHealthyAt = desire, t
 			modes[r.Name], times[r.Name] = lh.ReplicaModeRW, t
 		}
 		if r, err = api.Replicas(namespace).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		r.Status.OwnerID, r.Status.CurrentState, r.Status.Started = s.node, state, run
+		r.Status.OwnerID, r.Status.CurrentState, r.Status.Started = r.Spec.NodeID, lh.InstanceStateStopped, false
+		if rw {
+			r.Status.CurrentState, r.Status.Started = state, true
+		}
 		r.Status.CurrentImage = engineImage
 		if _, err := api.Replicas(namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
 			return err
@@ -459,8 +484,10 @@ func (s *store) updateAttachment(ctx context.Context, name string, change func(*
 	}
 }
 
-// expand grows a volume to size: its image, then its Volume and Engine. A mounted file system
-// grows at NodeExpandVolume.
+// expand grows a volume to size: its Volume, Engine and Replicas, and the image of each copy,
+// this node's at once, another's by its plugin's next pass (keepCopies), before the copy next
+// serves. Each copy's node needs room for the growth. A file system grows when it is next
+// staged.
 func (s *store) expand(ctx context.Context, name string, size int64) (int64, error) {
 	vol, err := s.volumes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -472,23 +499,30 @@ func (s *store) expand(ctx context.Context, name string, size int64) (int64, err
 	if size <= vol.Spec.Size {
 		return vol.Spec.Size, nil
 	}
-	room, err := s.room(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if more := size - vol.Spec.Size; more > room {
-		return 0, fmt.Errorf("%w: failed to schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, more, defaultDisk, s.node, room)
-	}
-	if err := os.Truncate(s.imagePath(name), size); err != nil {
-		return 0, err
-	}
-	vol.Spec.Size = size
-	if _, err := s.volumes().Update(ctx, vol, metav1.UpdateOptions{}); err != nil {
-		return 0, err
-	}
 	api := s.lh.LonghornV1beta2()
 	reps, err := s.replicas(ctx, name)
 	if err != nil {
+		return 0, err
+	}
+	more := size - vol.Spec.Size
+	for _, r := range reps {
+		if r.Spec.NodeID == "" {
+			continue
+		}
+		n, err := api.Nodes(namespace).Get(ctx, r.Spec.NodeID, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		room, err := s.room(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		if more > room {
+			return 0, fmt.Errorf("%w: failed to schedule %d more bytes to disk %s of node %s: %d bytes schedulable", errNoRoom, more, defaultDisk, n.Name, room)
+		}
+	}
+	vol.Spec.Size = size
+	if _, err := s.volumes().Update(ctx, vol, metav1.UpdateOptions{}); err != nil {
 		return 0, err
 	}
 	for i := range reps {
@@ -505,7 +539,7 @@ func (s *store) expand(ctx context.Context, name string, size int64) (int64, err
 	if _, err := api.Engines(namespace).Update(ctx, e, metav1.UpdateOptions{}); err != nil {
 		return 0, err
 	}
-	return size, nil
+	return size, s.keepCopies(ctx)
 }
 
 // mount is one line of /proc/self/mountinfo.
@@ -543,7 +577,18 @@ func unescape(s string) string {
 }
 
 func mounted(path string) bool {
-	return slices.ContainsFunc(mounts(), func(m mount) bool { return m.point == path })
+	return sourceOf(path) != ""
+}
+
+// sourceOf is the source of what is mounted at path (the latest mount), "" when nothing is.
+func sourceOf(path string) string {
+	ms := mounts()
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].point == path {
+			return ms[i].source
+		}
+	}
+	return ""
 }
 
 // unmountSource unmounts what is mounted at path and every other mount of its source (bind

@@ -31,6 +31,9 @@ type Device struct {
 	f      *os.File
 }
 
+// File is the open device, to read and write it.
+func (d *Device) File() *os.File { return d.f }
+
 // Close drops this process's hold on the device.
 func (d *Device) Close() error { return d.f.Close() }
 
@@ -170,6 +173,16 @@ func Backing(sysBlock string) map[int]string {
 		out[n] = strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
 	}
 	return out
+}
+
+// Number is the number of the loop device whose node is path (/dev/loopN).
+func Number(path string) (int, bool) {
+	rest, ok := strings.CutPrefix(path, "/dev/loop")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0
 }
 
 // Find returns the number of a loop device whose backing file has file's path, or -1; BoundTo

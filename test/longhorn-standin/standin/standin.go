@@ -38,8 +38,8 @@ const (
 	Namespace = "longhorn-system"
 	// Dir is where the stand-in's binaries and Longhorn's CRDs are on the host.
 	Dir = "/usr/local/lib/longhorn-standin"
-	// DataPath is Longhorn's data path on the host: a volume's data is
-	// DataPath/replicas/<volume>/volume.img.
+	// DataPath is Longhorn's data path on the host: the data of a volume's copy there is
+	// DataPath/replicas/<volume>-<8 hex digits>/volume.img.
 	DataPath = "/var/lib/longhorn"
 	// Unit is the plugin's systemd unit; each sidecar's is Unit's name with its own
 	// (longhorn-standin-csi-provisioner.service, …), bound to it.
@@ -54,9 +54,19 @@ var sidecars = []struct{ name, flags string }{
 	{"csi-resizer", "--timeout=2m"},
 }
 
-// Image returns where a volume's data is on h, as this machine sees it.
+// Image returns where the data of a volume's copy on h is, as this machine sees it (a host holds
+// one copy of a volume at most); with no copy there, a path that does not exist.
 func Image(h *lab.Host, volume string) string {
-	return h.Path(filepath.Join(DataPath, "replicas", volume, "volume.img"))
+	pattern := images(h, volume)
+	if m, _ := filepath.Glob(pattern); len(m) == 1 {
+		return m[0]
+	}
+	return pattern
+}
+
+// images is the glob pattern of the images of volume's copies on h; volume may be a pattern too.
+func images(h *lab.Host, volume string) string {
+	return h.Path(filepath.Join(DataPath, "replicas", volume+"-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]", "volume.img"))
 }
 
 // Install builds the plugin from this checkout, puts it and the CSI sidecars (bin/csi, from
@@ -282,8 +292,8 @@ func Uninstall(ctx context.Context, h *lab.Host) ([]string, error) {
 			errs = append(errs, fmt.Sprintf("stop %s: %v: %s", Unit, err, out))
 		}
 	}
-	images, _ := filepath.Glob(Image(h, "*"))
-	detached, err := loop.DetachFiles(images...)
+	files, _ := filepath.Glob(images(h, "*"))
+	detached, err := loop.DetachFiles(files...)
 	if err != nil {
 		errs = append(errs, err.Error())
 	}
