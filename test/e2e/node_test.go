@@ -534,7 +534,8 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 				t.Errorf("service %s has a copy on %q, want copies on %v", ref, got, want)
 			}
 			for _, h := range []*lab.Host{srv, w} {
-				if _, err := os.Stat(standin.Image(h, r.Spec.VolumeName)); (err == nil) != (r.Spec.NodeID == h.Name) {
+				img := h.Path(filepath.Join(standin.DataPath, "replicas", r.Spec.DataDirectoryName, "volume.img"))
+				if _, err := os.Stat(img); (err == nil) != (r.Spec.NodeID == h.Name) {
 					t.Errorf("service %s's copy %s on %s: its data on %s: %v", ref, r.Name, r.Spec.NodeID, h.Name, err)
 				}
 			}
