@@ -462,8 +462,8 @@ type onWorker struct {
 // servicesOnWorker runs onWorker's three services on w. The Longhorn stand-in runs on the server
 // too (as Longhorn's manager there: the sidecars, and copies on the server's disk), and the
 // console stand-in turns each service kip service add writes into a StatefulSet whose container
-// appends a line to its data volume at every start and prints them all. The server is cordoned
-// meanwhile, so their pods run on w. current's copies are on the server, served to w on a loop
+// appends a line to its data volume at every start and prints them all. The server is tainted
+// meanwhile (keepPodsOff), so their pods run on w. current's copies are on the server, served to w on a loop
 // device as Longhorn's engine on w would reach them; only's are on w, made while the server's
 // Longhorn node allowed no scheduling; stale (two copies, after kip cluster storage --max-copies
 // 2) has one on each, and its server copy is marked failed, as Longhorn marks a replica its
@@ -478,8 +478,7 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
-		Command: []string{"sh", "-c", `echo "written by $HOSTNAME: $(cat /proc/sys/kernel/random/uuid)" >> /data/kept && sync && ` +
-			`tr '\n' ' ' < /data/kept | sed 's/ $//'; echo; trap "exit 0" TERM; while :; do sleep 1; done`},
+		Command: []string{"sh", "-c", appendLine},
 		Interval: 500 * time.Millisecond, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
@@ -490,19 +489,6 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	for _, cmd := range [][]string{{"cluster", "storage", "--max-copies", "2"}, {"node", "storage", w.Name, "--copies", "--ignore-slow-disk"}} {
 		if r := s.Kip(t, home, cmd...); r.ExitCode != 0 {
 			t.Fatalf("kip %s: exit %d\n%s", strings.Join(cmd, " "), r.ExitCode, r.Stderr)
-		}
-	}
-	patchNode := func(patch string) {
-		t.Helper()
-		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, srv.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	scheduling := func(allow bool) {
-		t.Helper()
-		patch := fmt.Sprintf(`{"spec":{"allowScheduling":%t}}`, allow)
-		if _, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Patch(ctx, srv.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
 		}
 	}
 	add := func(ref service.Ref, flags ...string) {
@@ -517,13 +503,12 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 		}
 		on.printed[ref] = printed
 	}
-	patchNode(`{"spec":{"unschedulable":true}}`)
-	defer patchNode(`{"spec":{"unschedulable":false}}`)
+	defer keepPodsOff(ctx, t, c, srv)()
 	add(on.current)
 	add(on.stale, "--copies", "2")
-	scheduling(false)
+	longhornScheduling(ctx, t, c, srv, false)
 	add(on.only)
-	scheduling(true)
+	longhornScheduling(ctx, t, c, srv, true)
 
 	// Where the copies are: current's on the server only, only's on the worker only, stale's on
 	// both; each host holds the data of its copies.
@@ -580,6 +565,40 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	}
 	on.printed[on.stale] = printed
 	return on
+}
+
+// keepPodsOff keeps new pods off h's node with a NoSchedule taint, until the func it returns
+// lifts it. A cordon would do that too, but Longhorn (and its stand-in) evicts from a cordoned
+// node each copy that is its volume's last healthy one, under the drain policy kip pins.
+func keepPodsOff(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host) func() {
+	t.Helper()
+	taint := corev1.Taint{Key: "kipper.run/test-elsewhere", Effect: corev1.TaintEffectNoSchedule}
+	change := func(on bool) {
+		t.Helper()
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == taint.Key })
+		if on {
+			n.Spec.Taints = append(n.Spec.Taints, taint)
+		}
+		if _, err := c.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	change(true)
+	return func() { change(false) }
+}
+
+// longhornScheduling allows or disallows new copies on h's Longhorn node, as an operator does in
+// Longhorn's node settings.
+func longhornScheduling(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host, allow bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"allowScheduling":%t}}`, allow)
+	if _, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Patch(ctx, h.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // dataCopies are the Longhorn replicas of the volumes of the service's pod.
@@ -718,9 +737,14 @@ func notReadyForAMinute(ctx context.Context, t *testing.T, c *kube.Clients, w *l
 // its drain, the Deployment's pod runs on the server and a second node command is refused
 // naming the reboot as the lock's holder; then the host boots again (a new boot ID), its node is
 // Ready and schedulable, and the Deployment is Ready.
-func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
+func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, vol string) {
 	t.Helper()
 	reboot := []string{"node", "reboot", w.Name, "--yes"}
+	before := drainedData(ctx, t, c, w)
+	old, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol + ",longhornnode=" + w.Name})
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("the copy of volume %s on %s: %v (%v)", vol, w.Name, old, err)
+	}
 	bootBefore, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Fatal(err)
@@ -757,6 +781,64 @@ func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if err := kube.WaitRollout(ctx, c, "Deployment", "default", "drained", time.Second); err != nil {
 		t.Errorf("the Deployment after the reboot: %v", err)
 	}
+
+	// The volume's only copy moved to the server before the drain: the Deployment's pod there
+	// reads every line it wrote on the worker, and the worker's disk no longer holds the old copy.
+	if want := "Another node holds a current copy of " + vol; !strings.Contains(r.Stderr, want) {
+		t.Errorf("the reboot does not say %q:\n%s", want, r.Stderr)
+	}
+	if got := drainedData(ctx, t, c, srv); !strings.HasPrefix(got, before+" written by ") {
+		t.Errorf("the Deployment's volume after the reboot holds %q; want %q first", got, before)
+	}
+	reps, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reps.Items {
+		if r.Spec.NodeID != "" && (r.Spec.NodeID != srv.Name || r.Spec.HealthyAt == "" || r.Spec.FailedAt != "") {
+			t.Errorf("volume %s after the reboot has copy %s on %q (healthy at %q, failed at %q); want its one copy on %s", vol, r.Name, r.Spec.NodeID, r.Spec.HealthyAt, r.Spec.FailedAt, srv.Name)
+		}
+	}
+	gone := w.Path(filepath.Join(standin.DataPath, "replicas", old.Items[0].Spec.DataDirectoryName))
+	if err := poll(ctx, time.Minute, "the old copy's data gone from "+w.Name, func(context.Context) (bool, error) {
+		_, err := os.Stat(gone)
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// appendLine is a container's script that appends a line with a fresh ID to its data volume at
+// every start, prints them all on one line, and runs until it is stopped.
+const appendLine = `echo "written by $HOSTNAME: $(cat /proc/sys/kernel/random/uuid)" >> /data/kept && sync && ` +
+	`tr '\n' ' ' < /data/kept | sed 's/ $//'; echo; trap "exit 0" TERM; while :; do sleep 1; done`
+
+// drainedData waits until the Deployment "drained" has a running pod on h that printed what its
+// volume holds, and returns that.
+func drainedData(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host) string {
+	t.Helper()
+	var line string
+	if err := poll(ctx, 3*time.Minute, "the Deployment's pod on "+h.Name+" printing its volume", func(ctx context.Context) (bool, error) {
+		pods, err := c.Kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != h.Name || p.DeletionTimestamp != nil || !podutils.IsPodReady(&p) {
+				continue
+			}
+			logs, err := c.Kube.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return false, nil //nolint:nilerr // the kubelet serves the log once the container runs
+			}
+			line, _, _ = strings.Cut(string(logs), "\n")
+			return line != "", nil
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return line
 }
 
 // podNodes names each pod with its node, for a failure message.
@@ -1058,7 +1140,16 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 			t.Error(err)
 		}
 	}
-	tmpl := podOn("drained", "", "sleep 3600")
+	// The Deployment keeps its data on a Longhorn volume whose only copy is on the worker (made
+	// while the server's Longhorn node allowed no scheduling): the reboot moves that copy.
+	longhornScheduling(ctx, t, c, srv, false)
+	vol, err := standin.CreateClaim(ctx, c, "drained", "default", "64Mi")
+	longhornScheduling(ctx, t, c, srv, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := podOn("drained", "", appendLine)
+	mountClaim(tmpl, "drained", false)
 	tmpl.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	tmpl.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 		Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{w.Name}}}},
@@ -1066,6 +1157,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "drained", Namespace: "default"},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
 	}
 	dep.Spec.Template.Name, dep.Spec.Template.Namespace = "", ""
@@ -1082,7 +1174,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}
 	}
 	runsOn(w.Name)
-	rebootWorker(ctx, t, s, home, c, srv, w)
+	rebootWorker(ctx, t, s, home, c, srv, w, vol)
 	// The reboot's drain moved the Deployment's pod to the server: deleted, it starts on the
 	// worker again, which it prefers, for the remove's drain to move.
 	if err := c.Kube.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app=drained"}); err != nil {

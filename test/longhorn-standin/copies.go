@@ -37,13 +37,14 @@ const (
 // serveTimeout bounds the wait for another node's plugin to serve a copy.
 const serveTimeout = time.Minute
 
-// schedule picks the nodes for a new volume's copies (at most copies, one per node), as
+// schedule picks nodes for copies of a volume of size (at most copies, one per node), as
 // Longhorn's replica scheduler does: nodes whose Longhorn Node and disk allow scheduling, not
-// being evicted, Ready in Kubernetes, with room for size. The stand-in takes this node (the
-// controller's, the server) first, then the others by name, where Longhorn takes the disk with
-// the most usable storage; tests place copies elsewhere by disallowing scheduling on a node, as
-// an operator does. It refuses when no node has room.
-func (s *store) schedule(ctx context.Context, size int64, copies int) ([]string, error) {
+// being evicted, Ready in Kubernetes, holding every tag of the volume's node selector, with room
+// for size, and none in exclude (those holding a copy of it already). The stand-in takes this
+// node (the controller's, the server) first, then the others by name, where Longhorn takes the
+// disk with the most usable storage; tests place copies elsewhere by disallowing scheduling on a
+// node, as an operator does. It refuses when no node qualifies.
+func (s *store) schedule(ctx context.Context, size int64, copies int, selector, exclude []string) ([]string, error) {
 	nodes, err := s.lh.LonghornV1beta2().Nodes(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -55,7 +56,9 @@ func (s *store) schedule(ctx context.Context, size int64, copies int) ([]string,
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		disk := n.Spec.Disks[defaultDisk]
-		if len(picked) == copies || !n.Spec.AllowScheduling || n.Spec.EvictionRequested || !disk.AllowScheduling || disk.EvictionRequested || !s.ready(ctx, n.Name) {
+		tagged := !slices.ContainsFunc(selector, func(tag string) bool { return !slices.Contains(n.Spec.Tags, tag) })
+		if len(picked) == copies || slices.Contains(exclude, n.Name) || !tagged || !n.Spec.AllowScheduling || n.Spec.EvictionRequested ||
+			!disk.AllowScheduling || disk.EvictionRequested || !s.ready(ctx, n.Name) {
 			continue
 		}
 		room, err := s.room(ctx, n)

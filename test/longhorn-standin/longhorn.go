@@ -123,7 +123,10 @@ type store struct {
 	lh   lhclient.Interface
 	kube kubernetes.Interface
 	node string
-	root string // Longhorn's data path, /var/lib/longhorn
+	// controller marks the plugin on the node the CSI sidecars serve, which also evicts copies
+	// from cordoned nodes (evict).
+	controller bool
+	root       string // Longhorn's data path, /var/lib/longhorn
 	// exported holds the loop devices of volumes attached to other nodes (see export), by name.
 	exported map[string]*loop.Device
 }
@@ -355,7 +358,8 @@ func (s *store) settingInt(ctx context.Context, name string, def int64) int64 {
 // reconcile does what Longhorn's controllers and webhooks would have done since the last pass:
 // a plain value written to a data-engine-specific setting becomes its per-engine JSON (the
 // setting mutator's rewrite, here after the write rather than during it), every setting is
-// applied, the node's disk is measured, and each volume's Kubernetes status and actual size
+// applied, the node's disk is measured, the copies on it kept (keepCopies), copies evicted from
+// cordoned nodes (the controller's, evict), and each volume's Kubernetes status and actual size
 // follow its PV and image.
 func (s *store) reconcile(ctx context.Context) error {
 	api := s.lh.LonghornV1beta2()
@@ -387,6 +391,9 @@ func (s *store) reconcile(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, s.updateNode(ctx), s.keepCopies(ctx))
+	if s.controller {
+		errs = append(errs, s.evict(ctx))
+	}
 	vols, err := api.Volumes(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return errors.Join(append(errs, err)...)

@@ -4,7 +4,7 @@
 // /var/lib/longhorn, and keeps Longhorn's objects (Volume, Replica, Engine, VolumeAttachment,
 // Node, Setting, EngineImage) as Longhorn's manager would for them.
 //
-//	longhorn-standin -node NAME [-kubeconfig FILE] [-crds FILE]   serve
+//	longhorn-standin -node NAME [-controller] [-kubeconfig FILE] [-crds FILE]   serve
 //	longhorn-standin cleanup                                       unmount and detach every volume
 package main
 
@@ -54,18 +54,19 @@ func main() {
 	node := flag.String("node", "", "this node's Kubernetes name")
 	kubeconfig := flag.String("kubeconfig", "/etc/rancher/k3s/k3s.yaml", "kubeconfig of the cluster")
 	crds := flag.String("crds", "", "Longhorn's crds.yaml, whose CRDs the stand-in needs it installs")
+	controller := flag.Bool("controller", false, "also do what Longhorn's managers do for the whole cluster (evict copies from cordoned nodes): on the node the CSI sidecars serve")
 	flag.Parse()
 	if *node == "" {
 		log.Fatal("longhorn-standin: -node is required")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, *node, *kubeconfig, *crds); err != nil {
+	if err := serve(ctx, *node, *controller, *kubeconfig, *crds); err != nil {
 		log.Fatalf("longhorn-standin: %v", err)
 	}
 }
 
-func serve(ctx context.Context, node, kubeconfig, crdsFile string) error {
+func serve(ctx context.Context, node string, controller bool, kubeconfig, crdsFile string) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -91,7 +92,7 @@ func serve(ctx context.Context, node, kubeconfig, crdsFile string) error {
 			return err
 		}
 	}
-	s := &store{lh: lhc, kube: kube, node: node, root: dataPath, exported: map[string]*loop.Device{}}
+	s := &store{lh: lhc, kube: kube, node: node, controller: controller, root: dataPath, exported: map[string]*loop.Device{}}
 	if err := s.setUp(ctx); err != nil {
 		return fmt.Errorf("set up Longhorn's objects: %w", err)
 	}

@@ -73,7 +73,7 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if locality == "" {
 		locality = lh.DataLocalityDisabled
 	}
-	nodes, err := s.schedule(ctx, size, replicas)
+	nodes, err := s.schedule(ctx, size, replicas, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -98,27 +98,22 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if vol, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{}); err != nil {
 		return nil, err
 	}
-	owner := []metav1.OwnerReference{{APIVersion: "longhorn.io/v1beta2", Kind: "Volume", Name: vol.Name, UID: vol.UID}}
 	api := s.lh.LonghornV1beta2()
-	instance := lh.InstanceSpec{VolumeName: name, VolumeSize: size, Image: engineImage, DesireState: lh.InstanceStateStopped, DataEngine: lh.DataEngineTypeV1}
-	engine := &lh.Engine{ObjectMeta: metav1.ObjectMeta{Name: engineName(name), Namespace: namespace, Labels: labels, OwnerReferences: owner},
-		Spec: lh.EngineSpec{InstanceSpec: instance, Frontend: lh.VolumeFrontendBlockDev, Active: true, ReplicaAddressMap: map[string]string{}}}
+	engine := &lh.Engine{ObjectMeta: metav1.ObjectMeta{Name: engineName(name), Namespace: namespace, Labels: labels, OwnerReferences: ownedBy(vol)},
+		Spec: lh.EngineSpec{InstanceSpec: instanceOf(vol), Frontend: lh.VolumeFrontendBlockDev, Active: true, ReplicaAddressMap: map[string]string{}}}
 	if _, err := api.Engines(namespace).Create(ctx, engine, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
 	for i := range replicas {
-		r := &lh.Replica{ObjectMeta: metav1.ObjectMeta{Name: replicaName(name, i), Namespace: namespace, Labels: map[string]string{"longhornvolume": name}, OwnerReferences: owner},
-			Spec: lh.ReplicaSpec{InstanceSpec: instance, EngineName: engineName(name), Active: true}}
+		node := ""
 		if i < len(nodes) {
-			n := nodes[i]
-			r.Spec.NodeID, r.Spec.DiskID, r.Spec.DiskPath, r.Spec.DataDirectoryName = n, "standin-"+n, s.root+"/", dataDirectory(name, i)
-			r.Labels["longhornnode"], r.Labels["longhorndiskuuid"] = n, "standin-"+n
+			node = nodes[i]
 		}
-		if _, err := api.Replicas(namespace).Create(ctx, r, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := api.Replicas(namespace).Create(ctx, s.newReplica(vol, i, node), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
 		}
 	}
-	va := &lh.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
+	va := &lh.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, OwnerReferences: ownedBy(vol)},
 		Spec: lh.VolumeAttachmentSpec{Volume: name, AttachmentTickets: map[string]*lh.AttachmentTicket{}}}
 	if _, err := api.VolumeAttachments(namespace).Create(ctx, va, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
@@ -126,15 +121,47 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	return vol, s.makeData(ctx, vol)
 }
 
-// makeData has each copy's node make its data (keepCopies: this node's at once, another's
-// within a pass of its plugin), then marks the volume detached.
+// ownedBy makes an object vol's, as Longhorn's engines and replicas are their volume's.
+func ownedBy(vol *lh.Volume) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: "longhorn.io/v1beta2", Kind: "Volume", Name: vol.Name, UID: vol.UID}}
+}
+
+// instanceOf is the instance spec of vol's engine and copies, stopped.
+func instanceOf(vol *lh.Volume) lh.InstanceSpec {
+	return lh.InstanceSpec{VolumeName: vol.Name, VolumeSize: vol.Spec.Size, Image: engineImage, DesireState: lh.InstanceStateStopped, DataEngine: lh.DataEngineTypeV1}
+}
+
+// newReplica is copy i of vol, scheduled on node ("": unscheduled).
+func (s *store) newReplica(vol *lh.Volume, i int, node string) *lh.Replica {
+	r := &lh.Replica{ObjectMeta: metav1.ObjectMeta{Name: replicaName(vol.Name, i), Namespace: namespace, Labels: map[string]string{"longhornvolume": vol.Name}, OwnerReferences: ownedBy(vol)},
+		Spec: lh.ReplicaSpec{InstanceSpec: instanceOf(vol), EngineName: engineName(vol.Name), Active: true}}
+	if node != "" {
+		r.Spec.NodeID, r.Spec.DiskID, r.Spec.DiskPath, r.Spec.DataDirectoryName = node, "standin-"+node, s.root+"/", dataDirectory(vol.Name, i)
+		r.Labels["longhornnode"], r.Labels["longhorndiskuuid"] = node, "standin-"+node
+	}
+	return r
+}
+
+// makeData has each copy's node make its data (waitData), then marks the volume detached.
 func (s *store) makeData(ctx context.Context, vol *lh.Volume) error {
+	if err := s.waitData(ctx, vol.Name); err != nil {
+		return err
+	}
+	return s.setState(ctx, vol.Name, func(v *lh.Volume) {
+		v.Status.State = lh.VolumeStateDetached
+		v.Status.Conditions = []lh.Condition{s.scheduled(ctx, v)}
+	})
+}
+
+// waitData has the node of each of the volume's copies make its data (keepCopies: this node's at
+// once, another's within a pass of its plugin), and waits until they have.
+func (s *store) waitData(ctx context.Context, vol string) error {
 	if err := s.keepCopies(ctx); err != nil {
 		return err
 	}
 	var waiting string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		reps, err := s.replicas(ctx, vol.Name)
+		reps, err := s.replicas(ctx, vol)
 		if err != nil {
 			return false, err
 		}
@@ -147,12 +174,9 @@ func (s *store) makeData(ctx context.Context, vol *lh.Volume) error {
 		return waiting == "", nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: node %s has not made the data of its copy of volume %s: %v", errBusy, waiting, vol.Name, err)
+		return fmt.Errorf("%w: node %s has not made the data of its copy of volume %s: %v", errBusy, waiting, vol, err)
 	}
-	return s.setState(ctx, vol.Name, func(v *lh.Volume) {
-		v.Status.State = lh.VolumeStateDetached
-		v.Status.Conditions = []lh.Condition{s.scheduled(ctx, v)}
-	})
+	return nil
 }
 
 // makeImage makes a copy's data at img: a sparse image of size holding an ext4 file system.
@@ -379,6 +403,9 @@ func (s *store) detach(ctx context.Context, name, node string) error {
 		return err
 	}
 	if err := s.syncCopies(ctx, vol); err != nil {
+		return err
+	}
+	if err := s.dropEvicted(ctx, name); err != nil {
 		return err
 	}
 	if err := s.instances(ctx, vol, "", nil); err != nil {

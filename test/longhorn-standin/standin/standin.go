@@ -174,9 +174,9 @@ func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byt
 // stops k3s-agent and every container), and not started while its start is skipped (a fenced
 // worker's drop-in), also at boot.
 func pluginUnit(node, kubeconfig string, worker bool) string {
-	deps, wantedBy := "After=k3s.service\nWants=k3s.service", "multi-user.target"
+	deps, wantedBy, flags := "After=k3s.service\nWants=k3s.service", "multi-user.target", " -controller"
 	if worker {
-		deps, wantedBy = "After=k3s-agent.service\nBindsTo=k3s-agent.service", "k3s-agent.service"
+		deps, wantedBy, flags = "After=k3s-agent.service\nBindsTo=k3s-agent.service", "k3s-agent.service", ""
 	}
 	// It never stops trying, as the pod of Longhorn's plugin restarts for as long as its
 	// DaemonSet runs: it ends when it cannot reach the API server at its start, which a
@@ -187,7 +187,7 @@ Description=The lab's Longhorn stand-in: CSI plugin for %[1]s (test only)
 StartLimitIntervalSec=0
 
 [Service]
-ExecStart=%[2]s/longhorn-standin -node %[3]s -kubeconfig %[4]s -crds %[2]s/crds.yaml
+ExecStart=%[2]s/longhorn-standin -node %[3]s%[7]s -kubeconfig %[4]s -crds %[2]s/crds.yaml
 # Its volumes' file systems are unmounted and their loop devices detached when it stops.
 ExecStopPost=%[2]s/longhorn-standin cleanup
 Restart=on-failure
@@ -195,7 +195,7 @@ RestartSec=2
 
 [Install]
 WantedBy=%[6]s
-`, Driver, Dir, node, kubeconfig, deps, wantedBy)
+`, Driver, Dir, node, kubeconfig, deps, wantedBy, flags)
 }
 
 func sidecarUnit(name, flags string) string {
