@@ -257,8 +257,9 @@ func TestNodeAdd(t *testing.T) {
 // OutOfService, and kip node reboot and remove refuse it. kip node add then rejoins it: it
 // reboots the host, which has not booted since the fence (the drop-in keeps k3s-agent stopped
 // through that reboot: checked while the rejoin is paused after it), lifts the fence step by
-// step (Ready, untainted, uncordoned, the fence forgotten) and starts only on its copies from the
-// worker. The services are deleted then, with their data and their project. The fence's taint had
+// step (Ready, untainted, uncordoned, the fence forgotten) and starts only with every line it
+// wrote on the worker (its copies rebuilt on the server meanwhile, the rejoin's cordon having
+// Longhorn evict them). The services are deleted then, with their data and their project. The fence's taint had
 // Kubernetes delete the bare pod "ordinary", which removeWorker's first check needs on the
 // worker: it is made again.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
@@ -478,7 +479,7 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
-		Command: []string{"sh", "-c", appendLine},
+		Command:  []string{"sh", "-c", appendLine},
 		Interval: 500 * time.Millisecond, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
@@ -736,7 +737,10 @@ func notReadyForAMinute(ctx context.Context, t *testing.T, c *kube.Clients, w *l
 // back up (the backup step is proven against the API server and Velero elsewhere). Paused after
 // its drain, the Deployment's pod runs on the server and a second node command is refused
 // naming the reboot as the lock's holder; then the host boots again (a new boot ID), its node is
-// Ready and schedulable, and the Deployment is Ready.
+// Ready and schedulable, and the Deployment is Ready. The Deployment's volume (vol) had its only
+// copy on the worker: the reboot's copies step had Longhorn (its stand-in) rebuild it on the
+// server, so the pod there reads every line it wrote on the worker, whose disk no longer holds
+// the old copy.
 func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, vol string) {
 	t.Helper()
 	reboot := []string{"node", "reboot", w.Name, "--yes"}
