@@ -199,7 +199,17 @@ func (s *store) keepCopies(ctx context.Context) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, d := range dirs {
-		if img := s.imageOf(d.Name()); !mine[d.Name()] && loop.Find(img) < 0 {
+		dir := d.Name()
+		if mine[dir] {
+			continue
+		}
+		img := s.imageOf(dir)
+		if dev := s.exported[dir]; dev != nil { // served until its Replica went
+			dev.Close() //nolint:errcheck // release detaches the device itself
+			delete(s.exported, dir)
+			errs = append(errs, release(img))
+		}
+		if loop.Find(img) < 0 {
 			errs = append(errs, os.RemoveAll(filepath.Dir(img)))
 		}
 	}
