@@ -299,14 +299,12 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 			pvs[pv.Spec.ClaimRef.Namespace+"/"+pv.Spec.ClaimRef.Name] = pv
 		}
 	}
-	vas, err := cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	attached, err := attachedTo(ctx, cl, node)
 	if err != nil {
-		return out, fmt.Errorf("list volume attachments: %w", err)
+		return out, err
 	}
-	for _, va := range vas.Items {
-		if va.Spec.NodeName == node && va.Spec.Source.PersistentVolumeName != nil {
-			addPV(*va.Spec.Source.PersistentVolumeName)
-		}
+	for _, pv := range attached {
+		addPV(pv)
 	}
 	pods, err := cl.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
@@ -626,19 +624,13 @@ func (f *fencer) deleteLeft(ctx context.Context) (bool, string, error) {
 	if err != nil || len(left) == 0 {
 		return err == nil, "", err
 	}
-	vas, err := f.cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	attached, err := attachedTo(ctx, f.cl, name)
 	if err != nil {
-		return false, "", fmt.Errorf("list volume attachments: %w", err)
-	}
-	attached := map[string]bool{}
-	for _, va := range vas.Items {
-		if va.Spec.NodeName == name && va.Spec.Source.PersistentVolumeName != nil {
-			attached[*va.Spec.Source.PersistentVolumeName] = true
-		}
+		return false, "", err
 	}
 	var waiting []string
 	for _, lp := range left {
-		if slices.ContainsFunc(lp.volumes, func(pv string) bool { return attached[pv] }) {
+		if slices.ContainsFunc(lp.volumes, func(pv string) bool { return slices.Contains(attached, pv) }) {
 			waiting = append(waiting, lp.pod.Namespace+"/"+lp.pod.Name+" (its volume is still attached to "+name+")")
 			continue
 		}

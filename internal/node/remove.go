@@ -30,6 +30,10 @@ import (
 const (
 	evictTimeout = 30 * time.Minute // Longhorn rebuilding the worker's copies on other nodes
 	drainTimeout = 10 * time.Minute // the worker's pods evicted and gone
+	// detachTimeout bounds the wait, after a drain, for the worker's kubelet to unmount its
+	// volumes and Kubernetes to detach them: longer than the 6 minutes after which Kubernetes
+	// detaches a volume of a node that stopped reporting.
+	detachTimeout = 7 * time.Minute
 )
 
 // RemoveOptions is what kip node remove was asked to do, and what it takes from the command
@@ -459,10 +463,13 @@ func (r *remover) copiesStep() workflow.Step {
 	}
 }
 
-// drainStep cordons node and evicts its pods (see drainer).
+// drainStep cordons node, evicts its pods (see drainer) and waits until its volumes have
+// detached: a pod is gone before its kubelet has unmounted its volumes, and a reboot or wipe
+// before that could lose what the file systems had not written, and leaves the volumes attached
+// to the node, where their pods elsewhere cannot attach them.
 func drainStep(cl *kube.Clients, name string) workflow.Step {
 	return workflow.Step{
-		Name: "drain", Title: "Drain " + name + " (DaemonSet pods stay, emptyDir data is deleted)",
+		Name: "drain", Title: "Drain " + name + " (DaemonSet pods stay, emptyDir data is deleted) and wait for its volumes to detach",
 		Done: "Drained " + name, Already: name + " already drained",
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -473,7 +480,11 @@ func drainStep(cl *kube.Clients, name string) workflow.Step {
 				return false, err
 			}
 			list, errs := drainer(ctx, cl).GetPodsForDeletion(name)
-			return list != nil && len(errs) == 0 && len(list.Pods()) == 0, nil
+			if list == nil || len(errs) > 0 || len(list.Pods()) > 0 {
+				return false, nil
+			}
+			attached, err := attachedTo(ctx, cl, name)
+			return err == nil && len(attached) == 0, err
 		},
 		Apply: func(ctx context.Context) error {
 			// A pod started since the command began is refused in kip's words, not kubectl's.
@@ -486,9 +497,38 @@ func drainStep(cl *kube.Clients, name string) workflow.Step {
 			if err := drain.RunNodeDrain(drainer(ctx, cl), name); err != nil {
 				return fmt.Errorf("drain %s: %w; see 'kubectl get pods -A -o wide --field-selector spec.nodeName=%s', then run the same command again", name, err, name)
 			}
+			err := kube.Poll(ctx, detachTimeout, "the volumes of "+name+" detached", func(ctx context.Context) (bool, string, error) {
+				attached, err := attachedTo(ctx, cl, name)
+				return err == nil && len(attached) == 0, "still attached: " + strings.Join(attached, ", "), err
+			})
+			if err != nil {
+				return fmt.Errorf("%w: the kubelet on %s has not unmounted them yet; see 'kubectl get volumeattachments', then run the same command again", err, name)
+			}
 			return nil
 		},
 	}
+}
+
+// attachedTo names the volumes (their PersistentVolumes) Kubernetes has attached to node, or is
+// attaching or detaching there, sorted.
+func attachedTo(ctx context.Context, cl *kube.Clients, node string) ([]string, error) {
+	vas, err := cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list volume attachments: %w", err)
+	}
+	var names []string
+	for _, va := range vas.Items {
+		if va.Spec.NodeName != node {
+			continue
+		}
+		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
+			names = append(names, *pv)
+		} else {
+			names = append(names, va.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // wipeStep removes k3s-agent, its containers and data from the host. A forced remove keeps

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
@@ -71,5 +72,37 @@ func TestRemoveRefusals(t *testing.T) {
 	}
 	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != WorkerReady {
 		t.Errorf("the refusals changed the record: %+v (%v)", n, err)
+	}
+}
+
+// TestDrainWaitsForDetach runs the drain step of kip node remove and reboot against the real API
+// server: a node without pods whose volume is still attached is not drained; once Kubernetes'
+// VolumeAttachment is gone, the step's wait ends and the node counts as drained.
+func TestDrainWaitsForDetach(t *testing.T) {
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	env.AddNode(t, "dr-w", testenv.NodeOptions{})
+	attach(t, cl, "pv-dr", "dr-w")
+	if err := cordon(ctx, cl, "dr-w", true); err != nil {
+		t.Fatal(err)
+	}
+	step := drainStep(cl, "dr-w")
+	if done, err := step.Check(ctx); err != nil || done {
+		t.Errorf("drain check with a volume attached: %v, %v; want not drained", done, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- step.Apply(ctx) }()
+	if err := cl.Kube.StorageV1().VolumeAttachments().Delete(ctx, "va-pv-dr", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("drain once the volume detached: %v", err)
+	}
+	if ok, err := step.Check(ctx); err != nil || !ok {
+		t.Errorf("drain check with no volume attached: %v, %v; want drained", ok, err)
 	}
 }
