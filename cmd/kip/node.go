@@ -110,8 +110,8 @@ func newNodeRemoveCmd(f *cli.Factory, runF func(*node.RemoveOptions) error) *cob
 		Short: "Take a worker out of the cluster",
 		Long: `Take a worker out of the cluster. kip has Longhorn move the volume copies on it to other nodes,
 drains it (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet pods stay; emptyDir
-data is deleted; a pod no controller manages cancels the remove before anything changes), wipes
-k3s, its containers and Longhorn's data from the host, deletes the node, and removes the
+data is deleted; a pod no controller manages cancels the remove before anything changes) and
+waits until its volumes have detached, wipes k3s, its containers and Longhorn's data from the host, deletes the node, and removes the
 worker's address from every firewall kip manages. For a firewall you manage, it lists the
 rules to remove. The worker must be Ready and answer over SSH.
 
@@ -137,7 +137,7 @@ func newNodeRebootCmd(f *cli.Factory, runF func(*node.RebootOptions) error) *cob
 		Long: `Reboot a worker. kip takes a backup of every Kipper project and waits until it is a completed
 backup, has Longhorn move the only current copy of any volume from the worker to the server
 (which must have room for them), drains the worker (every pod is evicted, respecting PodDisruptionBudgets; DaemonSet
-pods stay; emptyDir data is deleted; finished pods are deleted), reboots the host, waits until
+pods stay; emptyDir data is deleted; finished pods are deleted) and waits until its volumes have detached, reboots the host, waits until
 its node is Ready on the new boot, uncordons it, and waits until every Deployment, StatefulSet
 and DaemonSet that had a Ready pod on it has rolled out again.
 
