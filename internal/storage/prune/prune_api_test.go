@@ -3,6 +3,7 @@ package prune_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -599,7 +600,7 @@ func TestPruneDeletesWhatMayGo(t *testing.T) {
 		t.Errorf("removed %v", rm.dirs)
 	}
 	for _, ref := range []service.Ref{ok.ref} {
-		if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, oldVolume(ref), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if err := deleted(ctx, f, oldVolume(ref)); err != nil {
 			t.Errorf("volume %s after the prune: %v", oldVolume(ref), err)
 		}
 	}
@@ -670,7 +671,22 @@ func TestInterruptedDeleteIsFinished(t *testing.T) {
 	if len(rm.dirs) != 1 || !strings.Contains(out.String(), "To finish deleting, an earlier prune started and was interrupted:") {
 		t.Errorf("removed %v\n%s", rm.dirs, out.String())
 	}
-	if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, oldVolume(m.ref), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if err := deleted(ctx, f, oldVolume(m.ref)); err != nil {
 		t.Errorf("volume after the prune: %v", err)
 	}
+}
+
+// deleted checks that the PersistentVolume is deleted: gone, or being deleted while Kubernetes'
+// controller lifts its protection finalizer, which it does on its own time.
+func deleted(ctx context.Context, f *fixture, name string) error {
+	pv, err := f.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case pv.DeletionTimestamp == nil:
+		return errors.New("not deleted")
+	}
+	return nil
 }
