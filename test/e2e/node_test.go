@@ -638,21 +638,8 @@ func serviceData(ctx context.Context, t *testing.T, c *kube.Clients, ref service
 		if err != nil {
 			return false, err
 		}
-		for i := range pods {
-			p := &pods[i]
-			if p.DeletionTimestamp != nil || !podutils.IsPodReady(p) {
-				continue
-			}
-			logs, err := c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-			if err != nil {
-				return false, nil //nolint:nilerr // the kubelet serves the log once the container runs
-			}
-			if first, _, _ := strings.Cut(string(logs), "\n"); first != "" {
-				pod, line = p, first
-				return true, nil
-			}
-		}
-		return false, nil
+		pod, line = printedLine(ctx, c, pods, "")
+		return pod != nil, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -827,22 +814,33 @@ func drainedData(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host
 		if err != nil {
 			return false, err
 		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != h.Name || p.DeletionTimestamp != nil || !podutils.IsPodReady(&p) {
-				continue
-			}
-			logs, err := c.Kube.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-			if err != nil {
-				return false, nil //nolint:nilerr // the kubelet serves the log once the container runs
-			}
-			line, _, _ = strings.Cut(string(logs), "\n")
-			return line != "", nil
-		}
-		return false, nil
+		var pod *corev1.Pod
+		pod, line = printedLine(ctx, c, pods.Items, h.Name)
+		return pod != nil, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	return line
+}
+
+// printedLine finds, among pods, a Ready one not being deleted (on node, unless "") that has
+// printed a first line (appendLine's: what its volume holds), and returns it with that line; nil
+// when none has yet.
+func printedLine(ctx context.Context, c *kube.Clients, pods []corev1.Pod, node string) (*corev1.Pod, string) {
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || !podutils.IsPodReady(p) || node != "" && p.Spec.NodeName != node {
+			continue
+		}
+		logs, err := c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			continue // the kubelet serves the log once the container runs
+		}
+		if first, _, _ := strings.Cut(string(logs), "\n"); first != "" {
+			return p, first
+		}
+	}
+	return nil, ""
 }
 
 // podNodes names each pod with its node, for a failure message.
