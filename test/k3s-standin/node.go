@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/test/controlplane"
+	"kipper.run/kip/test/nodelease"
 )
 
 // node is what a stand-in process knows about the Node it keeps: its own, as a kubelet would.
@@ -320,23 +319,18 @@ func (n *node) updateNode(ctx context.Context, kube kubernetes.Interface, withSt
 	return nil
 }
 
-// Kubelet's defaults: a 40 s Lease renewed every 10 s.
-const (
-	leaseDuration = 40 * time.Second
-	renewInterval = 10 * time.Second
-	// statusInterval is how old the Node's heartbeat may get before it is posted again.
-	statusInterval = time.Minute
-)
+// statusInterval is how old the Node's heartbeat may get before it is posted again.
+const statusInterval = time.Minute
 
 // heartbeat keeps the Node alive until ctx ends, as a kubelet does: it renews the Node's Lease
 // and posts Ready when the heartbeat is old or the node lifecycle controller marked the Node
 // otherwise. When the process stops, the Lease goes stale and the controller marks the Node
 // NotReady (Unknown) after its --node-monitor-grace-period.
 func (n *node) heartbeat(ctx context.Context, kube kubernetes.Interface) {
-	t := time.NewTicker(renewInterval)
+	t := time.NewTicker(nodelease.Interval)
 	defer t.Stop()
 	for {
-		if err := n.renewLease(ctx, kube); err != nil && ctx.Err() == nil {
+		if err := nodelease.Renew(ctx, kube, n.name); err != nil && ctx.Err() == nil {
 			slog.Warn("renew node lease", "node", n.name, "err", err)
 		}
 		if err := n.postStatus(ctx, kube); err != nil && ctx.Err() == nil {
@@ -348,35 +342,6 @@ func (n *node) heartbeat(ctx context.Context, kube kubernetes.Interface) {
 		case <-t.C:
 		}
 	}
-}
-
-func (n *node) renewLease(ctx context.Context, kube kubernetes.Interface) error {
-	leases := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, n.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: n.name, Namespace: corev1.NamespaceNodeLease},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(n.name),
-				LeaseDurationSeconds: ptr.To(int32(leaseDuration.Seconds())),
-				RenewTime:            &now,
-			},
-		}
-		if nd, err := kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err == nil {
-			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nd.Name, UID: nd.UID}}
-		}
-		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	lease.Spec.HolderIdentity = ptr.To(n.name)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(leaseDuration.Seconds()))
-	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
 }
 
 func (n *node) postStatus(ctx context.Context, kube kubernetes.Interface) error {

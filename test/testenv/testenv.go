@@ -70,6 +70,10 @@ type Env struct {
 	kwok    *process
 	kwokErr error
 
+	nodesMu    sync.Mutex
+	readyNodes map[string]bool // see ReadyNode
+
+	done     chan struct{} // closed by Stop
 	stopOnce sync.Once
 }
 
@@ -235,7 +239,7 @@ func startOnce(bin string, crds []*apiextensionsv1.CustomResourceDefinition) (_ 
 	if err != nil {
 		return nil, fmt.Errorf("create environment directory: %w", err)
 	}
-	e := &Env{Dir: dir, binDir: bin}
+	e := &Env{Dir: dir, binDir: bin, done: make(chan struct{})}
 	defer func() {
 		if err == nil {
 			return
@@ -414,6 +418,7 @@ const KeepEnv = "KIP_TESTENV_KEEP"
 // It is safe to call more than once.
 func (e *Env) Stop() {
 	e.stopOnce.Do(func() {
+		close(e.done)
 		e.kwokMu.Lock()
 		procs := append([]*process(nil), e.procs...)
 		if e.kwok != nil {

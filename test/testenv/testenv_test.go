@@ -333,3 +333,60 @@ func BenchmarkStart(b *testing.B) {
 	}
 	b.ReportMetric(total.Seconds()/float64(n), "start-s/op")
 }
+
+// TestReadyNodeKeepsPodStatus: the node lifecycle controller leaves a ReadyNode and the status
+// written on a Pod bound to it alone, after it has marked NotReady the Pod of a Node that
+// reported Ready once and then stopped renewing.
+func TestReadyNodeKeepsPodStatus(t *testing.T) {
+	t.Parallel()
+	e := Get(t)
+	ns := e.Namespace(t)
+	ctx := t.Context()
+	kept := e.ReadyNode(t, "ready-"+ns, nil)
+	silent, err := e.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "silent-" + ns}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Kube.CoreV1().Nodes().Delete(context.Background(), silent.Name, metav1.DeleteOptions{}) })
+	if _, err := e.reportReady(ctx, silent.Name); err != nil {
+		t.Fatal(err)
+	}
+	readyPod := func(name, node string) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+		p, err := e.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		if _, err := e.Kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readyPod("on-kept", kept.Name)
+	readyPod("on-silent", silent.Name)
+	podReady := func(name string) (bool, string) {
+		p, err := e.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue, fmt.Sprintf("pod %s Ready %s", name, c.Status)
+			}
+		}
+		return false, "pod " + name + " has no Ready condition"
+	}
+	// The controller's grace for a Node that stopped reporting is 50 s.
+	waitFor(t, 3*time.Minute, "the pod on the silent node marked NotReady", func() (bool, string) {
+		ready, state := podReady("on-silent")
+		return !ready, state
+	})
+	if ready, state := podReady("on-kept"); !ready {
+		t.Errorf("%s, want it left Ready", state)
+	}
+	n, err := e.Kube.CoreV1().Nodes().Get(ctx, kept.Name, metav1.GetOptions{})
+	if err != nil || !nodeReady(n) {
+		t.Errorf("node %s after the grace period: %v %+v", kept.Name, err, n.Status.Conditions)
+	}
+}

@@ -45,8 +45,8 @@ type fixture struct {
 	cl *kube.Clients
 }
 
-// setup connects to the test API server with a server Node that no kubelet runs (pods on it
-// keep the status a case gives them) and Longhorn's and Velero's namespaces.
+// setup connects to the test API server with a server Node that no kubelet runs, kept Ready so
+// that pods on it keep the status a case gives them, and Longhorn's and Velero's namespaces.
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	e := testenv.Get(t)
@@ -60,10 +60,7 @@ func setup(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: server, Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}}}
-	if _, err := cl.Kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	e.ReadyNode(t, server, map[string]string{"node-role.kubernetes.io/control-plane": "true"})
 	return &fixture{e: e, cl: cl}
 }
 
