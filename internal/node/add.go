@@ -423,7 +423,7 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 			}
 		}
 		if info.Status == cluster.NodeOutOfService && n.Name != j.intent.Node {
-			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add <its host> first", n.Name)
+			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add %s first", n.Name, j.nodes.Workers[n.Name].Host)
 		}
 	}
 	if j.serverAtStart == nil {

@@ -53,14 +53,9 @@ const fenceKubelet = "127.0.0.37"
 // Run again, it finds everything done. Then kip service start refuses the service whose only copy
 // is on the worker and starts the stale one with --accept-stale-data.
 func TestFence(t *testing.T) {
-	env := testenv.Get(t)
+	env, cl := apiCluster(t, "fx-srv")
 	srv := sshd.Start(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
-	env.AddNode(t, "fx-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	env.AddNode(t, "fx-two", testenv.NodeOptions{})
 	w := deadNode(t, cl, "fx-w")
 
@@ -289,9 +284,9 @@ func TestFence(t *testing.T) {
 	}
 
 	// kip service start: the fence's check.
-	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, Printer: env2.Printer, Prompter: env2.Prompter}}
+	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, WorkerHost: WorkerHost, Printer: env2.Printer, Prompter: env2.Prompter}}
 	so.Ref = service.Ref{Project: "fx", Environment: "prod", Name: "only"}
-	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w") {
+	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51)") {
 		t.Errorf("start only: %v", err)
 	}
 	so.Ref.Name = "stale"

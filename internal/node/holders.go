@@ -10,6 +10,16 @@ import (
 	"kipper.run/kip/internal/kube"
 )
 
+// WorkerHost is the address kip reaches worker name at, as the operator gave it to kip node add;
+// "" when kip keeps no record of that worker.
+func WorkerHost(ctx context.Context, cl *kube.Clients, name string) (string, error) {
+	workers, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		return "", err
+	}
+	return workers.Workers[name].Host, nil
+}
+
 // CopyHolders are the nodes that can hold a copy of a service's data now, server first: each
 // Ready node that may hold copies (the server always; a worker kip recorded ready whose disk
 // passed the disk check or was accepted with --ignore-slow-disk). A fenced node is never Ready.

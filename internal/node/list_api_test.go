@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"os"
 	"strings"
@@ -26,15 +27,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // and a recorded worker whose Node is gone; first before any worker is recorded, then with the
 // record, as text and as JSON.
 func TestList(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cl := apiCluster(t, "srv")
 	ctx := context.Background()
-	env.AddNode(t, "srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	env.AddNode(t, "w1", testenv.NodeOptions{})
-	env.AddNode(t, "w2", testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
+	env.AddNode(t, "w2", fencedNode)
 	env.AddNode(t, "w3", testenv.NodeOptions{})
 	if _, err := cl.Kube.CoreV1().Nodes().Patch(ctx, "w1", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -122,4 +118,45 @@ func TestList(t *testing.T) {
 	if w := byName["w4"]; !w.Recorded || w.Status != NodeMissing || w.State != WorkerJoining || w.Copies != CopiesUnchecked {
 		t.Errorf("JSON w4: %+v", w)
 	}
+}
+
+// apiCluster connects to the test API server and, unless server is "", adds a kwok Node of that
+// name labelled as the cluster's server.
+func apiCluster(t *testing.T, server string) (*testenv.Env, *kube.Clients) {
+	t.Helper()
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server != "" {
+		env.AddNode(t, server, testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
+	}
+	return env, cl
+}
+
+// fencedNode shapes a Node kip node fence left out of service.
+var fencedNode = testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}}
+
+// recordWorkers adds workers to kip's nodes record until t ends, and returns the record.
+func recordWorkers(t *testing.T, cl *kube.Clients, workers map[string]Worker) Nodes {
+	t.Helper()
+	nodes, err := UpdateNodes(t.Context(), cl.Dynamic, func(n *Nodes) error {
+		maps.Copy(n.Workers, workers)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := UpdateNodes(context.Background(), cl.Dynamic, func(n *Nodes) error {
+			for name := range workers {
+				delete(n.Workers, name)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+	return nodes
 }

@@ -30,16 +30,11 @@ import (
 // count) when the server has no room to take it, or whose only copy failed, a cluster without
 // backups unless --no-backup, and a worker SSH does not reach (also once the server has room).
 func TestRebootRefusals(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cl := apiCluster(t, "rb-srv")
 	ctx := context.Background()
-	env.AddNode(t, "rb-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	env.AddNode(t, "rb-stray", testenv.NodeOptions{})
 	env.AddNode(t, "rb-joining", testenv.NodeOptions{})
-	env.AddNode(t, "rb-fenced", testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
+	env.AddNode(t, "rb-fenced", fencedNode)
 	env.AddNode(t, "rb-only", testenv.NodeOptions{})
 	env.AddNode(t, "rb-stale", testenv.NodeOptions{})
 	env.AddNode(t, "rb-two", testenv.NodeOptions{})
@@ -56,24 +51,7 @@ func TestRebootRefusals(t *testing.T) {
 		"rb-stale":   {Host: "203.0.113.45", State: WorkerReady},
 		"rb-two":     {Host: "203.0.113.44", State: WorkerReady},
 	}
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-		for name, w := range workers {
-			n.Workers[name] = w
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-			for name := range workers {
-				delete(n.Workers, name)
-			}
-			return nil
-		}); err != nil {
-			t.Error(err)
-		}
-	})
+	recordWorkers(t, cl, workers)
 	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -122,7 +100,7 @@ func TestRebootRefusals(t *testing.T) {
 	// With room on the server, the copies no longer stop the reboot: it goes on to reach the
 	// worker.
 	setRoom(10 << 30)
-	err = Reboot(ctx, &RebootOptions{Worker: "rb-only", NoBackup: true,
+	err := Reboot(ctx, &RebootOptions{Worker: "rb-only", NoBackup: true,
 		Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
 			Dial: func(context.Context, string) (*sshx.Client, error) {
 				return nil, errors.New("no host is reached in this test")
@@ -166,11 +144,7 @@ func replica(t *testing.T, cl *kube.Clients, name, volume, node string, current 
 // server: the step tags it and restricts the volumes to the tag. A volume with a current copy on
 // the server as well keeps its copy on the worker. The unpin step then lifts the restriction.
 func TestRebootMovesOnlyCopies(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cl := apiCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cli"
@@ -21,32 +20,17 @@ import (
 // it refuses before it connects anywhere: the server, a worker kip did not record, a name no
 // node has, and a fenced worker without --force. Each refusal leaves the record as it was.
 func TestRemoveRefusals(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cl := apiCluster(t, "rm-srv")
 	ctx := context.Background()
-	env.AddNode(t, "rm-srv", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	env.AddNode(t, "rm-stray", testenv.NodeOptions{})
-	env.AddNode(t, "rm-fenced", testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}})
+	env.AddNode(t, "rm-fenced", fencedNode)
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
 		rec.Profile, rec.Storage, rec.Server = "small", cluster.StorageLonghorn, "203.0.113.10"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-		n.Workers["rm-fenced"] = Worker{Host: "203.0.113.31", State: WorkerReady}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error { delete(n.Workers, "rm-fenced"); return nil }); err != nil {
-			t.Error(err)
-		}
-	})
+	recordWorkers(t, cl, map[string]Worker{"rm-fenced": {Host: "203.0.113.31", State: WorkerReady}})
 	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	for _, tt := range []struct {
 		worker string
@@ -79,11 +63,7 @@ func TestRemoveRefusals(t *testing.T) {
 // server: a node without pods whose volume is still attached is not drained; once Kubernetes'
 // VolumeAttachment is gone, the step's wait ends and the node counts as drained.
 func TestDrainWaitsForDetach(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, cl := apiCluster(t, "")
 	ctx := t.Context()
 	env.AddNode(t, "dr-w", testenv.NodeOptions{})
 	attach(t, cl, "pv-dr", "dr-w")

@@ -28,10 +28,13 @@ type Options struct {
 	Kube func() (*kube.Clients, error)
 	// CopyHolders are the nodes that can hold a copy of a service's data now (node.CopyHolders).
 	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
-	Printer     *cli.Printer
-	Prompter    *cli.Prompter
-	JSON        bool
-	Out         io.Writer
+	// WorkerHost is the address kip reaches a worker at, "" for one it keeps no record of
+	// (node.WorkerHost).
+	WorkerHost func(context.Context, *kube.Clients, string) (string, error)
+	Printer    *cli.Printer
+	Prompter   *cli.Prompter
+	JSON       bool
+	Out        io.Writer
 }
 
 // MoveGate refuses action on a service whose move to Longhorn is unfinished, saying how to

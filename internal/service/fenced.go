@@ -63,9 +63,13 @@ func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) strin
 		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(storage.Describe(copies), "\n  "), lost)
 }
 
-// OnlyThereRecipe says how to bring back a service whose only copy is on a worker that is lost:
-// delete it and restore it from a backup taken before the fence, while it ran.
+// OnlyThereRecipe says how to bring back a service whose only copy is on a worker, whose host is
+// host ("" when kip keeps no record of it): rejoin it, or when it is lost, delete the service and
+// restore it from a backup taken before the fence, while it ran.
 func OnlyThereRecipe(s *Service, worker, host string) string {
+	if host == "" {
+		host = "HOST"
+	}
 	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add %s); if %s is lost, "+
 		"delete the service with 'kip service delete %s --delete-data' and restore it with 'kip backup restore <backup> --namespace %s', "+
 		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
@@ -76,15 +80,15 @@ func OnlyThereRecipe(s *Service, worker, host string) string {
 // of the copies of its volumes with gone (the fenced worker, or "" once it is back): yes when
 // other nodes hold a current copy of every volume; with accept (--accept-stale-data) or a yes
 // on a terminal when some hold only copies that may be older; never when a volume's only copy
-// is on gone. why says what keeps it stopped.
-func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone string, accept bool) (ok bool, why string, err error) {
+// is on gone, whose host is goneHost. why says what keeps it stopped.
+func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone, goneHost string, accept bool) (ok bool, why string, err error) {
 	verdict, copies, err := FencedData(ctx, cl, s, gone)
 	if err != nil {
 		return false, "", err
 	}
 	switch verdict {
 	case storage.DataOnlyThere:
-		return false, OnlyThereRecipe(s, gone, "<its host>"), nil
+		return false, OnlyThereRecipe(s, gone, goneHost), nil
 	case storage.DataStale:
 		if !accept {
 			if accept, err = p.Consent(StaleQuestion(s, gone, copies)); err != nil {
@@ -111,7 +115,11 @@ func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *S
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
 	}
-	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, o.AcceptStale)
+	host, err := o.WorkerHost(ctx, cl, s.FenceStop)
+	if err != nil {
+		return err
+	}
+	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, host, o.AcceptStale)
 	if err != nil {
 		return err
 	}

@@ -423,7 +423,7 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 		}
 		for _, s := range kipnode.ServicesOn(svcs, claims[n.Name], n.Name) {
 			copies := kipstorage.CopiesIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
-			why := strandedWhy(n.Name, cluster.NodeStatus(n), s, kipstorage.Judge(copies, n.Name), kipstorage.CurrentOn(copies, n.Name))
+			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, kipstorage.Judge(copies, n.Name), kipstorage.CurrentOn(copies, n.Name))
 			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: kipstorage.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
 		}
@@ -431,9 +431,10 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 	return nil
 }
 
-// strandedWhy says why service s is stranded on worker, in state st, how its data stands there
-// (kipstorage.Judge) and on which nodes it is current, and what brings it back.
-func strandedWhy(worker, st string, s *service.Service, data string, currentOn []string) string {
+// strandedWhy says why service s is stranded on worker, whose host is host ("" when not recorded),
+// in state st, how its data stands there (kipstorage.Judge) and on which nodes it is current, and
+// what brings it back.
+func strandedWhy(worker, host, st string, s *service.Service, data string, currentOn []string) string {
 	copies := "no node but " + worker + " holds a copy of its data known to be current"
 	switch {
 	case data == kipstorage.DataOnlyThere:
@@ -443,7 +444,10 @@ func strandedWhy(worker, st string, s *service.Service, data string, currentOn [
 	}
 	switch {
 	case s.FenceStop == worker:
-		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add <its host>, or see kip service start %s", worker, copies, worker, s.Flags())
+		if host == "" {
+			host = "HOST"
+		}
+		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add %s, or see kip service start %s", worker, copies, worker, host, s.Flags())
 	case st == cluster.NodeOutOfService:
 		return fmt.Sprintf("%s is fenced (%s)", worker, copies)
 	}

@@ -127,11 +127,11 @@ func TestStrandedOnWorkers(t *testing.T) {
 		{cluster.NodeUnknown, kipstorage.DataStale, "", nil,
 			"it has a volume on w1, which is Unknown (no node but w1 holds a copy of its data known to be current): once you know w1 is down, run kip node fence w1"},
 		{cluster.NodeOutOfService, kipstorage.DataOnlyThere, "w1", nil,
-			"the fence of w1 stopped it (its only copy of some volume is on w1): rejoin w1 with kip node add <its host>, or see kip service start db --project shop --environment prod"},
+			"the fence of w1 stopped it (its only copy of some volume is on w1): rejoin w1 with kip node add 192.0.2.51, or see kip service start db --project shop --environment prod"},
 		{cluster.NodeOutOfService, kipstorage.DataCurrent, "", []string{"srv"}, "w1 is fenced (current copies of its data are on srv)"},
 	} {
 		s.FenceStop = tt.fenceStop
-		if got := strandedWhy("w1", tt.st, s, tt.data, tt.on); got != tt.want {
+		if got := strandedWhy("w1", "192.0.2.51", tt.st, s, tt.data, tt.on); got != tt.want {
 			t.Errorf("strandedWhy(%s, %s) =\n%q, want\n%q", tt.st, tt.data, got, tt.want)
 		}
 	}

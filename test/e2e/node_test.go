@@ -315,7 +315,8 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	r = s.Kip(t, home, "status")
 	for _, want := range []string{
 		"service " + on.stale.String() + " is stranded: the fence of " + w.Name + " stopped it (no node but " + w.Name + " holds a copy of its data known to be current)",
-		"service " + on.only.String() + " is stranded: the fence of " + w.Name + " stopped it (its only copy of some volume is on " + w.Name + ")",
+		"service " + on.only.String() + " is stranded: the fence of " + w.Name + " stopped it (its only copy of some volume is on " + w.Name + "): rejoin " +
+			w.Name + " with kip node add " + w.PublicIP.String(),
 	} {
 		if !strings.Contains(r.Stdout+r.Stderr, want) {
 			t.Errorf("kip status with %s fenced (exit %d) does not say %q:\n%s%s", w.Name, r.ExitCode, want, r.Stdout, r.Stderr)
@@ -428,7 +429,7 @@ func startFenced(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	start := func(ref service.Ref, flags ...string) e2e.Result {
 		return s.Kip(t, home, append([]string{"service", "start", ref.Name, "--project", ref.Project, "--environment", ref.Environment}, flags...)...)
 	}
-	if r := start(on.only); r.ExitCode != 1 || !strings.Contains(r.Stderr, "its only copy of some volume is on "+w.Name) {
+	if r := start(on.only); r.ExitCode != 1 || !strings.Contains(r.Stderr, "its only copy of some volume is on "+w.Name+", so it stays stopped until "+w.Name+" rejoins (kip node add "+w.PublicIP.String()+")") {
 		t.Errorf("kip service start %s with its only copy on the fenced worker: exit %d\n%s", on.only, r.ExitCode, r.Stderr)
 	}
 	if r := start(on.stale); r.ExitCode != 1 || !strings.Contains(r.Stderr, "run kip service start "+on.stale.Name) {

@@ -1,0 +1,41 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/test/testenv"
+)
+
+// TestJoinRefusesOtherNodes runs a join's check of the cluster's nodes against the real API
+// server (kwok's Nodes): it refuses, before it reaches any worker, a fenced worker, naming the
+// command that rejoins it at the host kip recorded, and a worker kip did not record.
+func TestJoinRefusesOtherNodes(t *testing.T) {
+	env, cl := apiCluster(t, "ja-srv")
+	ctx := context.Background()
+	env.AddNode(t, "ja-stray", testenv.NodeOptions{})
+	env.AddNode(t, "ja-fenced", fencedNode)
+	nodes := recordWorkers(t, cl, map[string]Worker{"ja-fenced": {Host: "203.0.113.41", State: WorkerReady, Fence: &FenceRecord{}}})
+	// o.Dial is nil: both refusals come before the join reaches any worker.
+	j := &joiner{o: &AddOptions{Host: "203.0.113.50"}, cl: cl, nodes: nodes, intent: joinIntent{Node: "ja-new"}}
+	err := j.checkNodes(ctx)
+	if want := "node ja-fenced is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add 203.0.113.41 first"; err == nil || err.Error() != want {
+		t.Errorf("join with ja-fenced fenced: %v\nwant %s", err, want)
+	}
+
+	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "ja-fenced", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = nil
+	if _, err := cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = j.checkNodes(ctx)
+	if want := "node ja-stray is a worker kip did not record: run kip node add <host> for that worker first to adopt it, then add 203.0.113.50"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("join with ja-stray in the cluster: %v\nwant %s", err, want)
+	}
+}
