@@ -63,17 +63,22 @@ func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) strin
 		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(storage.Describe(copies), "\n  "), lost)
 }
 
-// OnlyThereRecipe says how to bring back a service whose only copy is on a worker, whose host is
-// host ("" when kip keeps no record of it): rejoin it, or when it is lost, delete the service and
-// restore it from a backup taken before the fence, while it ran.
-func OnlyThereRecipe(s *Service, worker, host string) string {
+// RejoinCommand is the command that rejoins a worker at host, "" when kip keeps no record of it.
+func RejoinCommand(host string) string {
 	if host == "" {
 		host = "HOST"
 	}
-	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (kip node add %s); if %s is lost, "+
+	return "kip node add " + host
+}
+
+// OnlyThereRecipe says how to bring back a service whose only copy is on a worker, whose host is
+// host (see RejoinCommand): rejoin it, or when it is lost, delete the service and restore it from
+// a backup taken before the fence, while it ran.
+func OnlyThereRecipe(s *Service, worker, host string) string {
+	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (%s); if %s is lost, "+
 		"delete the service with 'kip service delete %s --delete-data' and restore it with 'kip backup restore <backup> --namespace %s', "+
 		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
-		"and a later backup holds none of its files", worker, worker, host, worker, s.Flags(), s.Namespace(), s.Project)
+		"and a later backup holds none of its files", worker, worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
 }
 
 // MayStart decides whether a service the fence stopped may start again, by the fence's own check

@@ -444,10 +444,7 @@ func strandedWhy(worker, host, st string, s *service.Service, data string, curre
 	}
 	switch {
 	case s.FenceStop == worker:
-		if host == "" {
-			host = "HOST"
-		}
-		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with kip node add %s, or see kip service start %s", worker, copies, worker, host, s.Flags())
+		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with %s, or see kip service start %s", worker, copies, worker, service.RejoinCommand(host), s.Flags())
 	case st == cluster.NodeOutOfService:
 		return fmt.Sprintf("%s is fenced (%s)", worker, copies)
 	}

@@ -135,4 +135,9 @@ func TestStrandedOnWorkers(t *testing.T) {
 			t.Errorf("strandedWhy(%s, %s) =\n%q, want\n%q", tt.st, tt.data, got, tt.want)
 		}
 	}
+	// A worker kip keeps no record of: its host is unknown.
+	s.FenceStop = "w1"
+	if got, want := strandedWhy("w1", "", cluster.NodeOutOfService, s, kipstorage.DataOnlyThere, nil), "rejoin w1 with kip node add HOST,"; !strings.Contains(got, want) {
+		t.Errorf("strandedWhy for a worker kip keeps no record of = %q, want it to say %q", got, want)
+	}
 }
