@@ -477,6 +477,7 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 		t.Fatal(err)
 	}
 	standin.LogOnFailure(t, srv)
+	standin.LogOnFailure(t, w)
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
@@ -547,14 +548,17 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 		t.Fatalf("kip service stop %s: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
 	}
 	// Its volumes detach before it starts again, so that its engine runs without the failed copy.
-	if err := poll(ctx, 2*time.Minute, "service "+on.stale.String()+"'s volumes detached", func(ctx context.Context) (bool, error) {
+	if err := kube.Poll(ctx, 2*time.Minute, "service "+on.stale.String()+"'s volumes detached", func(ctx context.Context) (bool, string, error) {
 		for _, r := range dataCopies(ctx, t, c, on.stale, pod) {
 			v, err := c.Longhorn.LonghornV1beta2().Volumes("longhorn-system").Get(ctx, r.Spec.VolumeName, metav1.GetOptions{})
-			if err != nil || v.Status.State != lh.VolumeStateDetached {
-				return false, err
+			if err != nil {
+				return false, "", err
+			}
+			if v.Status.State != lh.VolumeStateDetached {
+				return false, fmt.Sprintf("volume %s is %s", v.Name, v.Status.State), nil
 			}
 		}
-		return true, nil
+		return true, "", nil
 	}); err != nil {
 		t.Fatal(err)
 	}

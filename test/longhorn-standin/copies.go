@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
 )
@@ -147,15 +148,46 @@ func (s *store) usableCopies(ctx context.Context, vol string) ([]*lh.Replica, er
 // setFailed sets a copy's failedAt (and lastFailedAt with it) to at, or clears failedAt when at
 // is "".
 func (s *store) setFailed(ctx context.Context, r *lh.Replica, at string) error {
-	r.Spec.FailedAt = at
-	if at != "" {
-		r.Spec.LastFailedAt = at
-	}
-	got, err := s.lh.LonghornV1beta2().Replicas(namespace).Update(ctx, r, metav1.UpdateOptions{})
+	got, err := s.updateReplica(ctx, r.Name, func(latest *lh.Replica) {
+		latest.Spec.FailedAt = at
+		if at != "" {
+			latest.Spec.LastFailedAt = at
+		}
+	}, nil)
 	if err == nil {
 		*r = *got
 	}
 	return err
+}
+
+// updateReplica changes Replica name's spec with change and then, unless status is nil, its
+// status with status, each on the latest Replica: the plugins of other nodes annotate Replicas
+// (serve and keepCopies) while this one works on them.
+func (s *store) updateReplica(ctx context.Context, name string, change, status func(*lh.Replica)) (*lh.Replica, error) {
+	api := s.lh.LonghornV1beta2().Replicas(namespace)
+	var r *lh.Replica
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var err error
+		if r, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		change(r)
+		r, err = api.Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil || status == nil {
+		return r, err
+	}
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var err error
+		if r, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		status(r)
+		r, err = api.UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		return err
+	})
+	return r, err
 }
 
 // choosePrimary picks the copy whose data an engine on node serves: one on another node when

@@ -111,19 +111,14 @@ func (s *store) rebuild(ctx context.Context, name string, old *lh.Replica, reps 
 			return err
 		}
 	}
-	if target, err = api.Get(ctx, target.Name, metav1.GetOptions{}); err != nil {
-		return err
-	}
 	t := now()
-	target.Spec.HealthyAt, target.Spec.LastHealthyAt = t, t
-	if _, err := api.Update(ctx, target, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.updateReplica(ctx, target.Name, func(r *lh.Replica) { r.Spec.HealthyAt, r.Spec.LastHealthyAt = t, t }, nil); err != nil {
 		return err
 	}
 	if detached {
 		return ignoreNotFound(api.Delete(ctx, old.Name, metav1.DeleteOptions{}))
 	}
-	old.Spec.EvictionRequested = true
-	_, err = api.Update(ctx, old, metav1.UpdateOptions{})
+	_, err = s.updateReplica(ctx, old.Name, func(r *lh.Replica) { r.Spec.EvictionRequested = true }, nil)
 	return err
 }
 

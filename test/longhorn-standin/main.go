@@ -148,7 +148,17 @@ func listen(path string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server{srv: grpc.NewServer(), lis: lis, path: path}, nil
+	return &server{srv: grpc.NewServer(grpc.UnaryInterceptor(logFailure)), lis: lis, path: path}, nil
+}
+
+// logFailure logs each call that fails, so that the plugin's journal tells what the CSI
+// sidecars and the kubelet only retry.
+func logFailure(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil {
+		log.Printf("longhorn-standin: %s: %v", info.FullMethod, err)
+	}
+	return resp, err
 }
 
 func (s *server) serve() {

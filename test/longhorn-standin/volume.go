@@ -439,29 +439,31 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, runn
 	}
 	modes, times := map[string]lh.ReplicaMode{}, map[string]string{}
 	for i := range reps {
-		r := &reps[i]
-		if r.Spec.NodeID == "" {
+		if reps[i].Spec.NodeID == "" {
 			continue
 		}
-		rw := slices.ContainsFunc(running, func(u *lh.Replica) bool { return u.Name == r.Name })
-		r.Spec.DesireState, r.Spec.VolumeSize = lh.InstanceStateStopped, vol.Spec.Size
+		name := reps[i].Name
+		rw := slices.ContainsFunc(running, func(u *lh.Replica) bool { return u.Name == name })
+		t := now()
 		if rw {
-			t := now()
-			if r.Spec.HealthyAt == "" {
-				r.Spec.HealthyAt = t
+			modes[name], times[name] = lh.ReplicaModeRW, t
+		}
+		_, err := s.updateReplica(ctx, name, func(r *lh.Replica) {
+			r.Spec.DesireState, r.Spec.VolumeSize = lh.InstanceStateStopped, vol.Spec.Size
+			if rw {
+				if r.Spec.HealthyAt == "" {
+					r.Spec.HealthyAt = t
+				}
+				r.Spec.DesireState, r.Spec.LastHealthyAt = desire, t
 			}
-			r.Spec.DesireState, r.Spec.LastHealthyAt = desire, t
-			modes[r.Name], times[r.Name] = lh.ReplicaModeRW, t
-		}
-		if r, err = api.Replicas(namespace).Update(ctx, r, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		r.Status.OwnerID, r.Status.CurrentState, r.Status.Started = r.Spec.NodeID, lh.InstanceStateStopped, false
-		if rw {
-			r.Status.CurrentState, r.Status.Started = state, true
-		}
-		r.Status.CurrentImage = engineImage
-		if _, err := api.Replicas(namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+		}, func(r *lh.Replica) {
+			r.Status.OwnerID, r.Status.CurrentState, r.Status.Started = r.Spec.NodeID, lh.InstanceStateStopped, false
+			if rw {
+				r.Status.CurrentState, r.Status.Started = state, true
+			}
+			r.Status.CurrentImage = engineImage
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -553,8 +555,7 @@ func (s *store) expand(ctx context.Context, name string, size int64) (int64, err
 		return 0, err
 	}
 	for i := range reps {
-		reps[i].Spec.VolumeSize = size
-		if _, err := api.Replicas(namespace).Update(ctx, &reps[i], metav1.UpdateOptions{}); err != nil {
+		if _, err := s.updateReplica(ctx, reps[i].Name, func(r *lh.Replica) { r.Spec.VolumeSize = size }, nil); err != nil {
 			return 0, err
 		}
 	}
