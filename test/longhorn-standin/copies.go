@@ -166,28 +166,27 @@ func (s *store) setFailed(ctx context.Context, r *lh.Replica, at string) error {
 func (s *store) updateReplica(ctx context.Context, name string, change, status func(*lh.Replica)) (*lh.Replica, error) {
 	api := s.lh.LonghornV1beta2().Replicas(namespace)
 	var r *lh.Replica
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var err error
-		if r, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return err
+	for _, w := range []struct {
+		edit  func(*lh.Replica)
+		write func(context.Context, *lh.Replica, metav1.UpdateOptions) (*lh.Replica, error)
+	}{{change, api.Update}, {status, api.UpdateStatus}} {
+		if w.edit == nil {
+			continue
 		}
-		change(r)
-		r, err = api.Update(ctx, r, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil || status == nil {
-		return r, err
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			var err error
+			if r, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			w.edit(r)
+			r, err = w.write(ctx, r, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return r, err
+		}
 	}
-	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		var err error
-		if r, err = api.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return err
-		}
-		status(r)
-		r, err = api.UpdateStatus(ctx, r, metav1.UpdateOptions{})
-		return err
-	})
-	return r, err
+	return r, nil
 }
 
 // choosePrimary picks the copy whose data an engine on node serves: one on another node when
