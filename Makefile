@@ -3,9 +3,10 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipper.run/kip/internal/buildinfo.Commit=$(COMMIT)
-# -parallel 4: the end-to-end tests run side by side, each on its own lab hosts (test/e2e), where
-# they mostly wait on their hosts; 4 at a time keeps them under half the time one at a time takes.
-TESTFLAGS ?= -timeout 60m -parallel 4
+# -parallel 16: the end-to-end tests run side by side, each on its own lab hosts (test/e2e), all of
+# them at once, so that the longest start first; a test powers its hosts off when it ends
+# (e2e.Suite.Own), so that the ones still running have the machine.
+TESTFLAGS ?= -timeout 60m -parallel 16
 
 .PHONY: all build build-fault mover-image mover-image-pin test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
 
@@ -28,24 +29,23 @@ mover-image:
 mover-image-pin:
 	$(GO) run ./internal/storage/moverimage/build -pin
 
-# FAULT_TEST_PKGS are the packages with tests built only with -tags kipfault.
-FAULT_TEST_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test 2>/dev/null))))
+export GO TESTFLAGS
 
-## test: install test dependencies, build the test environment, lint, run every test tier, then the lab's own tests (after the end-to-end tests, whose lab they would otherwise wait for), then the packages with fault-injection tests (-tags kipfault) again
-test: test-deps testenv lint
-	$(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v '^kipper.run/kip/test/lab$$')
-	$(GO) test $(TESTFLAGS) ./test/lab
-	$(if $(FAULT_TEST_PKGS),$(GO) test $(TESTFLAGS) -tags kipfault $(FAULT_TEST_PKGS))
+## test: install test dependencies, build the test environment, lint, run every test tier: the lab's own tests beside the builds, then the unit, API, SSH and end-to-end tiers, then the packages with fault-injection tests (-tags kipfault) again (tools/test.sh)
+test:
+	sh tools/test.sh
 
 ## test-deps: install the Debian packages the tests use (sshd, sudo, busybox-static for the lab's images, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
 test-deps:
 	sh test/deps.sh
 
-## testenv: build (or reuse from ~/.cache/kip) the control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the node components (kubelet, kube-proxy, containerd), the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, and the CSI sidecars of the lab's Longhorn stand-in
+## testenv: build (or reuse from ~/.cache/kip) the test environment from the one module graph of tools/testenv: the control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok), the node components (kubelet, kube-proxy, containerd, CoreDNS, the local-path provisioner) with the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, and the CSI sidecars of the lab's Longhorn stand-in
 testenv:
-	sh tools/testenv.sh
-	sh tools/velero.sh
-	sh tools/csi.sh
+	sh tools/phase.sh "Go modules (tools/testenv and kip's)" sh tools/testenv.sh modules
+	sh tools/phase.sh "build: control plane" sh tools/testenv.sh control
+	sh tools/phase.sh "build: node components and the lab's container images" sh tools/testenv.sh node
+	sh tools/phase.sh "build: Velero" sh tools/testenv.sh velero
+	sh tools/phase.sh "build: CSI sidecars" sh tools/testenv.sh csi
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps
@@ -68,12 +68,17 @@ lab-down:
 demo: test-deps testenv build k3s-standin
 	$(GO) run ./test/demo
 
+# FAULT_PKGS are the packages with files built only with -tags kipfault: vet looks at them again
+# with the tag (every package is compiled with it by make build-fault, which the end-to-end tests
+# run, and the fault-injection tests).
+FAULT_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell grep -rl --include='*.go' '^//go:build.*kipfault' cmd internal test 2>/dev/null))))
+
 ## lint: formatting, vet, shell syntax of embedded scripts, no tracked file over 1 MiB or executable binary
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags kipfault ./...
+	$(GO) vet -tags kipfault $(FAULT_PKGS)
 	@for f in $$(git ls-files '*.sh' .ci/run 2>/dev/null); do sh -n "$$f" || exit 1; done
 	sh tools/check-tree.sh
 

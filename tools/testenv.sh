@@ -1,68 +1,96 @@
 #!/bin/sh
-# Builds the binaries of kip's test environment from Go modules: the control plane
-# (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok), the node
-# components lab hosts run under the k3s stand-in (kubelet, kube-proxy, containerd, its runc shim
-# and ctr) and the container images they import (images/*.tar: pause, CoreDNS, the local-path
-# provisioner, busybox; test/images). Caches them outside the checkout keyed by a stamp of their
-# recipe, and links the cached directory to bin/testenv.
-# Nothing built here is ever linked into kip.
+# testenv.sh PART: builds one part of kip's test environment from the Go modules of tools/testenv,
+# one module graph for all of them (so each package is compiled once, and the modules are
+# downloaded once), caches it outside the checkout keyed by a stamp of the recipe, and links the
+# cached directory into bin/. Nothing built here is ever linked into kip. The parts, in the
+# order make testenv builds them:
+#
+#   modules  downloads the Go modules of tools/testenv and of kip itself
+#   control  the control plane, bin/testenv: one binary (testenv-control) that runs as
+#            kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd; kwok,
+#            and its stage configurations
+#   node     the node components lab hosts run under the k3s stand-in, bin/testenv: one binary
+#            (testenv-node) that runs as kubelet and kube-proxy, which report the k3s release,
+#            containerd and ctr; containerd's runc shim, CoreDNS and the local-path provisioner;
+#            and the lab's container images (images/*.tar: pause, CoreDNS, the local-path
+#            provisioner, busybox; test/images)
+#   velero   the backup tests' Velero server at the velero pin of manifests/versions.yaml, its
+#            restore helper, its AWS object-store plugin and gofakes3, an S3-compatible server,
+#            bin/velero, with Velero's container images
+#   csi      the CSI sidecars of the lab's Longhorn stand-in, bin/csi: external-provisioner,
+#            external-attacher and external-resizer
+#   lab      the lab hosts' base image (test/lab, cached in ~/.cache/kip/lab; make lab-image)
+#
+# Each part prints whether it was cached, and writes it to the file KIP_PHASE_NOTE names
+# (tools/phase.sh).
 set -eu
 
+part=${1:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
+mod=$root/tools/testenv
 cache_root=${KIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kip}
-k8s_version=$(cd "$root/tools/testenv" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-kwok_version=v0.8.0
-containerd_version=v2.4.2
-coredns_version=v1.14.6
-local_path_version=v0.0.30
-# The kubelet reports the k3s release, as k3s's own does: kip reads a node's k3s version there.
-k3s_version=$(sed -n '/^  - name: k3s$/{n;s/^    version: //p;}' "$root/manifests/versions.yaml")
-[ -n "$k3s_version" ] || { echo "testenv: no k3s version in manifests/versions.yaml" >&2; exit 1; }
 
-stamp=$( (cat "$root/tools/testenv/go.mod" "$root/tools/testenv/go.sum" \
-	"$root/tools/etcd/go.mod" "$root/tools/etcd/go.sum" "$root/tools/etcd/main.go" \
-	"$root/tools/testenv.sh"; echo "$k3s_version"; go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
-dir=$cache_root/testenv/$k8s_version-$stamp
+note() { # note TEXT: says TEXT, and records it for the run's table of timings
+	echo "testenv $part: $*"
+	if [ -n "${KIP_PHASE_NOTE:-}" ]; then echo "$*" >>"$KIP_PHASE_NOTE"; fi
+}
+pin() { # pin NAME: the version of NAME in manifests/versions.yaml
+	v=$(sed -n "/^  - name: $1\$/{n;s/^    version: //p;}" "$root/manifests/versions.yaml")
+	[ -n "$v" ] || { echo "testenv: no $1 version in manifests/versions.yaml" >&2; exit 1; }
+	echo "$v"
+}
+modversion() { # modversion MODULE: MODULE's version in tools/testenv's module graph
+	(cd "$mod" && go list -m -f '{{.Version}}' "$1")
+}
+build() { # build LDFLAGS OUT PACKAGE...: go build in tools/testenv
+	ldflags=$1 out=$2
+	shift 2
+	(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@")
+}
+links() { # links DIR BINARY NAME...: DIR/NAME for each NAME, a link to DIR/BINARY
+	d=$1 bin=$2
+	shift 2
+	for n in "$@"; do ln -sfn "$bin" "$d/$n"; done
+}
 
-link() {
+# The stamp covers everything the binaries are built from; a change of any of it rebuilds them.
+k3s_version=$(pin k3s)
+stamp=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/*/*.go "$root/tools/testenv.sh"
+	echo "$k3s_version"; go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
+
+# cached DIR: whether DIR was completed by this recipe; else start building it in $tmp, which
+# done moves to DIR once complete.
+cached() {
+	dir=$1
+	if [ -f "$dir/.complete" ]; then return 0; fi
+	tmp=$dir.tmp.$$
+	trap 'rm -rf "$tmp"' EXIT
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	return 1
+}
+done_() { # done_ KEEP: moves $tmp into place as $dir, then removes every other build in KEEP's
+	# directory: earlier recipes' (a build of the control plane and node components is about
+	# 750 MB)
+	touch "$tmp/.complete"
+	rm -rf "$dir"
+	mkdir -p "$(dirname "$dir")"
+	mv "$tmp" "$dir"
+	trap - EXIT
+	for old in "$(dirname "$1")"/*; do
+		[ "$old" = "$1" ] || rm -rf "$old"
+	done
+}
+link() { # link NAME DIR: bin/NAME points at DIR
 	mkdir -p "$root/bin"
-	ln -sfn "$dir" "$root/bin/testenv"
+	ln -sfn "$2" "$root/bin/$1"
 }
 
-# images builds the lab's container images into $dir/images from the cached binaries, again
-# whenever their recipe (test/images) changed: seconds, not the binaries' build.
-images() {
-	img_stamp=$(cat "$root"/test/images/*.go "$root"/test/images/pause/*.go | sha256sum | cut -c1-16)
-	if [ "$(cat "$dir/images/.stamp" 2>/dev/null)" = "$img_stamp" ]; then
-		return
-	fi
-	rm -rf "$dir/images" "$dir/images.tmp"
-	mkdir -p "$dir/images.tmp"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/pause" ./test/images/pause)
-	(cd "$root" && go run ./test/images -bin "$dir" -busybox /bin/busybox -out "$dir/images.tmp")
-	echo "$img_stamp" >"$dir/images.tmp/.stamp"
-	mv "$dir/images.tmp" "$dir/images"
-	echo "testenv: built the lab's container images in $dir/images"
-}
-
-if [ -f "$dir/.complete" ]; then
-	images
-	link
-	echo "testenv: $k8s_version binaries cached in $dir"
-	exit 0
-fi
-
-echo "testenv: building $k8s_version binaries into $dir (about 40 minutes on 2 cores when cold)"
-tmp=$dir.tmp.$$
-trap 'rm -rf "$tmp"' EXIT
-rm -rf "$tmp"
-mkdir -p "$tmp"
-
+k8s_version=$(modversion k8s.io/kubernetes)
 minor=$(echo "$k8s_version" | cut -d. -f2)
 major=$(echo "$k8s_version" | cut -d. -f1 | tr -d v)
 version_flags() { # version_flags VERSION: the ldflags that stamp a Kubernetes build with VERSION
-	echo "-s -w
- -X k8s.io/component-base/version.gitVersion=$1
+	echo "-X k8s.io/component-base/version.gitVersion=$1
  -X k8s.io/component-base/version.gitMajor=$major
  -X k8s.io/component-base/version.gitMinor=$minor
  -X k8s.io/component-base/version.gitTreeState=clean
@@ -70,44 +98,157 @@ version_flags() { # version_flags VERSION: the ldflags that stamp a Kubernetes b
  -X k8s.io/client-go/pkg/version.gitMajor=$major
  -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 }
-ldflags=$(version_flags "$k8s_version")
 
-(cd "$root/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" .)
-(cd "$root/tools/testenv" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-	k8s.io/kubernetes/cmd/kube-apiserver \
-	k8s.io/kubernetes/cmd/kube-controller-manager \
-	k8s.io/kubernetes/cmd/kube-scheduler \
-	k8s.io/kubernetes/cmd/kubectl)
-(cd "$root/tools/testenv" && CGO_ENABLED=0 go build -trimpath -ldflags "$(version_flags "$k3s_version")" -o "$tmp/" \
-	k8s.io/kubernetes/cmd/kubelet \
-	k8s.io/kubernetes/cmd/kube-proxy)
-GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version"
-GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
-	"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
-	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" \
-	"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version"
-GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version"
-GOBIN=$tmp CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/rancher/local-path-provisioner@$local_path_version"
+# testenv_dir holds the control plane and the node components (test/testenv reads bin/testenv).
+testenv_dir=$cache_root/testenv/$k8s_version-$stamp
 
-# kwok's stage configurations make its fake kubelets move Nodes and Pods through their lifecycle:
-# nodes initialise and heartbeat; pods become ready, complete and are deleted at once (the
-# "fast" set: no random delays, so tests wait on kip, not on simulated kubelets).
-kwok_src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$kwok_version/kustomize/stage
-mkdir -p "$tmp/kwok-stages"
-cp "$kwok_src/node/fast/node-initialize.yaml" "$kwok_src/node/heartbeat/node-heartbeat.yaml" \
-	"$kwok_src"/pod/fast/pod-*.yaml "$tmp/kwok-stages/"
-chmod -R u+w "$tmp/kwok-stages"
-
-echo "$k8s_version" >"$tmp/VERSION"
-touch "$tmp/.complete"
-rm -rf "$dir"
-mkdir -p "$(dirname "$dir")"
-mv "$tmp" "$dir"
-trap - EXIT
-images
-link
-# Earlier builds are superseded by this recipe; each is about 750 MB.
-for old in "$cache_root"/testenv/*; do
-	[ "$old" = "$dir" ] || rm -rf "$old"
-done
-echo "testenv: built $k8s_version binaries in $dir"
+case $part in
+modules)
+	count() { find "$(go env GOMODCACHE)/cache/download" -name '*.zip' 2>/dev/null | wc -l; }
+	before=$(count)
+	(cd "$mod" && go mod download)
+	(cd "$root" && go mod download)
+	after=$(count)
+	if [ "$after" = "$before" ]; then
+		note "every module was in the module cache ($after)"
+	else
+		note "downloaded $((after - before)) modules ($before were in the module cache)"
+	fi
+	;;
+control)
+	if cached "$testenv_dir/control"; then
+		note "cached in $testenv_dir"
+	else
+		note "building $k8s_version into $testenv_dir"
+		build "$(version_flags "$k8s_version")" "$tmp/testenv-control" ./control
+		links "$tmp" testenv-control kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+		build "" "$tmp/" sigs.k8s.io/kwok/cmd/kwok
+		# kwok's stage configurations make its fake kubelets move Nodes and Pods through their
+		# lifecycle: nodes initialise and heartbeat; pods become ready, complete and are deleted
+		# at once (the "fast" set: no random delays, so tests wait on kip, not on simulated
+		# kubelets).
+		kwok_src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+		mkdir -p "$tmp/kwok-stages"
+		cp "$kwok_src/node/fast/node-initialize.yaml" "$kwok_src/node/heartbeat/node-heartbeat.yaml" \
+			"$kwok_src"/pod/fast/pod-*.yaml "$tmp/kwok-stages/"
+		chmod -R u+w "$tmp/kwok-stages"
+		done_ "$testenv_dir"
+		note "built"
+	fi
+	# bin/testenv is the control plane's and the node components' directory, one for both.
+	for n in "$testenv_dir"/control/*; do ln -sfn "control/$(basename "$n")" "$testenv_dir/$(basename "$n")"; done
+	echo "$k8s_version" >"$testenv_dir/VERSION"
+	link testenv "$testenv_dir"
+	;;
+node)
+	if cached "$testenv_dir/node"; then
+		note "cached in $testenv_dir"
+	else
+		note "building the node components into $testenv_dir"
+		# The kubelet reports the k3s release, as k3s's own does: kip reads a node's k3s version
+		# there.
+		build "$(version_flags "$k3s_version")" "$tmp/testenv-node" ./node
+		links "$tmp" testenv-node kubelet kube-proxy containerd ctr
+		build "" "$tmp/" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/coredns/coredns
+		# A build of its own: the provisioner imports logrus under its old path
+		# (github.com/Sirupsen/logrus), which one build cannot hold beside the new one.
+		build "" "$tmp/" github.com/rancher/local-path-provisioner
+		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/pause" ./test/images/pause)
+		done_ "$testenv_dir"
+		note "built"
+	fi
+	for n in "$testenv_dir"/node/*; do ln -sfn "node/$(basename "$n")" "$testenv_dir/$(basename "$n")"; done
+	# The lab's container images, again whenever their recipe (test/images) changed: seconds,
+	# not the binaries' build.
+	img_stamp=$(cat "$root"/test/images/*.go "$root"/test/images/pause/*.go | sha256sum | cut -c1-16)
+	if [ "$(cat "$testenv_dir/images/.stamp" 2>/dev/null)" != "$img_stamp" ]; then
+		rm -rf "$testenv_dir/images" "$testenv_dir/images.tmp"
+		mkdir -p "$testenv_dir/images.tmp"
+		(cd "$root" && go run ./test/images -bin "$testenv_dir" -busybox /bin/busybox -out "$testenv_dir/images.tmp")
+		echo "$img_stamp" >"$testenv_dir/images.tmp/.stamp"
+		mv "$testenv_dir/images.tmp" "$testenv_dir/images"
+		note "the lab's container images built"
+	fi
+	link testenv "$testenv_dir"
+	;;
+velero)
+	velero_version=$(pin velero)
+	plugin_version=$(pin velero-plugin-for-aws)
+	for m in "github.com/vmware-tanzu/velero $velero_version" "github.com/vmware-tanzu/velero-plugin-for-aws $plugin_version"; do
+		set -- $m
+		if [ "$(modversion "$1")" != "$2" ]; then
+			echo "testenv: tools/testenv/go.mod has $1 $(modversion "$1"), manifests/versions.yaml pins $2" >&2
+			exit 1
+		fi
+	done
+	gofakes3_version=$(modversion github.com/johannesboyne/gofakes3)
+	dir=$cache_root/velero/$stamp
+	if cached "$dir"; then
+		note "cached in $dir"
+	else
+		note "building velero $velero_version, velero-plugin-for-aws $plugin_version and gofakes3 $gofakes3_version into $dir"
+		# The server reports the pinned version (`velero version`, its start-up log), as the
+		# released image does. controller-runtime's own metrics listener (":8080" on every
+		# interface, which the server gives no flag for) is turned off, so that servers of tests
+		# running in parallel do not fight over one port; Velero's metrics stay
+		# (--metrics-address).
+		build "-X github.com/vmware-tanzu/velero/pkg/buildinfo.Version=$velero_version
+ -X github.com/vmware-tanzu/velero/pkg/buildinfo.GitTreeState=clean
+ -X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=0" "$tmp/velero" github.com/vmware-tanzu/velero/cmd/velero
+		# Velero's file-system restores run it as an init container of each restored pod;
+		# velero server --plugin-dir takes a directory of plugin executables.
+		mkdir -p "$tmp/plugins"
+		build "" "$tmp/" github.com/vmware-tanzu/velero/cmd/velero-restore-helper github.com/johannesboyne/gofakes3/cmd/gofakes3
+		build "" "$tmp/plugins/" github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws
+		printf 'velero %s\nvelero-plugin-for-aws %s\ngofakes3 %s\n' "$velero_version" "$plugin_version" "$gofakes3_version" >"$tmp/VERSIONS"
+		done_ "$dir"
+		note "built"
+	fi
+	# Velero's container images (test/images -set velero: the server, node agent and restore
+	# helper; the AWS plugin), again whenever their recipe changed: the backup tests import them
+	# on the lab hosts that run Velero.
+	img_stamp=$(cat "$root"/test/images/*.go | sha256sum | cut -c1-16)
+	if [ "$(cat "$dir/images/.stamp" 2>/dev/null)" != "$img_stamp" ]; then
+		rm -rf "$dir/images" "$dir/images.tmp"
+		mkdir -p "$dir/images.tmp"
+		(cd "$root" && go run ./test/images -set velero -bin "$dir" -busybox /bin/busybox -out "$dir/images.tmp")
+		echo "$img_stamp" >"$dir/images.tmp/.stamp"
+		mv "$dir/images.tmp" "$dir/images"
+		note "Velero's container images built"
+	fi
+	link velero "$dir"
+	;;
+csi)
+	dir=$cache_root/csi/$stamp
+	if cached "$dir"; then
+		note "cached in $dir"
+	else
+		note "building the CSI sidecars into $dir"
+		: >"$tmp/VERSIONS"
+		for s in external-provisioner/v6:csi-provisioner external-attacher/v4:csi-attacher external-resizer/v2:csi-resizer; do
+			m=github.com/kubernetes-csi/${s%%:*} name=${s#*:}
+			v=$(modversion "$m")
+			build "-X main.version=$v" "$tmp/$name" "$m/cmd/$name"
+			echo "$name $v" >>"$tmp/VERSIONS"
+		done
+		done_ "$dir"
+		note "built"
+	fi
+	link csi "$dir"
+	;;
+lab)
+	out=$(cd "$root" && go run ./test/lab/cmd/kiplab image 2>&1) || {
+		echo "$out" >&2
+		exit 1
+	}
+	echo "$out"
+	case $out in
+	*"built the base image"*) note "built" ;;
+	*) note "cached" ;;
+	esac
+	;;
+*)
+	echo "usage: testenv.sh modules|control|node|velero|csi|lab" >&2
+	exit 2
+	;;
+esac

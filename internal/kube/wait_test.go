@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
@@ -60,12 +61,18 @@ func TestWaitRolloutDeployment(t *testing.T) {
 	t.Logf("rolled out in %s", time.Since(began).Round(time.Millisecond))
 
 	// A new template rolls out again; the wait covers the replacement of the old replicas.
-	d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "console-api", metav1.GetOptions{})
+	// The Deployment controller writes the Deployment too (its status): the change is made on the
+	// latest one, again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, "console-api", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Image = "registry.invalid/console-api:2"
+		_, err = c.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Template.Spec.Containers[0].Image = "registry.invalid/console-api:2"
-	if _, err := c.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.WaitRollout(ctx, c, "deployment", ns, "console-api", time.Minute); err != nil {

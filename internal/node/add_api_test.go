@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/test/testenv"
 )
@@ -26,12 +27,18 @@ func TestJoinRefusesOtherNodes(t *testing.T) {
 		t.Errorf("join with ja-fenced fenced: %v\nwant %s", err, want)
 	}
 
-	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "ja-fenced", metav1.GetOptions{})
+	// The node lifecycle controller writes Nodes too: the change is made on the latest one, again
+	// on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "ja-fenced", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = nil
+		_, err = cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = nil
-	if _, err := cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = j.checkNodes(ctx)

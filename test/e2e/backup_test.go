@@ -48,7 +48,7 @@ func TestBackupOfRealVolumes(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	h := s.Lab.Hosts[backupHost]
+	h := s.Own(t, backupHost)[0]
 	e2e.LogK3sOnFailure(t, h)
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)

@@ -40,9 +40,9 @@ const StandinBinDir = "/opt/kip-testenv"
 // StandinImagesDir is where k3s imports an airgap install's images from.
 const StandinImagesDir = "/var/lib/rancher/k3s/agent/images"
 
-// VeleroDir is where lab hosts find tools/velero.sh's output (bind-mounted read-only from
-// bin/velero): Velero's container images under images/, which the backup tests import on the
-// hosts that run Velero (ImportVeleroImages).
+// VeleroDir is where lab hosts find Velero's build (sh tools/testenv.sh velero; bind-mounted
+// read-only from bin/velero): Velero's container images under images/, which the backup tests
+// import on the hosts that run Velero (ImportVeleroImages).
 const VeleroDir = "/opt/kip-velero"
 
 // Suite is what a package's end-to-end tests share.
@@ -177,6 +177,28 @@ func Get(t testing.TB) *Suite {
 		need.Missing(t, "%v", setupErr)
 	}
 	return suite
+}
+
+// Own returns the lab hosts of the indexes given, which t alone uses, and powers them off when t
+// has ended, after t's other cleanups (registered later, they run first): a finished test's
+// cluster then takes no CPU from the tests still running beside it. The lab removes them at the
+// end as it removes every host.
+func (s *Suite) Own(t testing.TB, indexes ...int) []*lab.Host {
+	t.Helper()
+	hosts := make([]*lab.Host, len(indexes))
+	for i, n := range indexes {
+		hosts[i] = s.Lab.Hosts[n]
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, h := range hosts {
+			if err := h.Stop(ctx); err != nil {
+				t.Errorf("power off %s at the end of the test: %v", h.Name, err)
+			}
+		}
+	})
+	return hosts
 }
 
 // Home returns a fresh KIP_HOME for one test.

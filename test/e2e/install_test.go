@@ -134,7 +134,7 @@ func TestInstallNano(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	h := s.Lab.Hosts[nanoHost]
+	h := s.Own(t, nanoHost)[0]
 	e2e.LogK3sOnFailure(t, h)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
@@ -434,7 +434,7 @@ func TestInstallLonghorn(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	h := s.Lab.Hosts[longhornHost]
+	h := s.Own(t, longhornHost)[0]
 	e2e.LogK3sOnFailure(t, h)
 	home := s.Home(t)
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/e2e"
@@ -38,7 +39,7 @@ func TestLonghornStandin(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	h := s.Lab.Hosts[longhornStandinHost]
+	h := s.Own(t, longhornStandinHost)[0]
 	e2e.LogK3sOnFailure(t, h)
 	standin.LogOnFailure(t, h)
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
@@ -281,13 +282,19 @@ func ticketID(vol, node string) string {
 
 func setSetting(ctx context.Context, t *testing.T, c *kube.Clients, name, value string) {
 	t.Helper()
+	// The stand-in writes its settings too (their status): the change is made on the latest
+	// object, again on a conflict.
 	api := c.Longhorn.LonghornV1beta2().Settings(standin.Namespace)
-	st, err := api.Get(ctx, name, metav1.GetOptions{})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		st, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st.Value = value
+		_, err = api.Update(ctx, st, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	st.Value = value
-	if _, err := api.Update(ctx, st, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

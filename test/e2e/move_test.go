@@ -60,7 +60,7 @@ type moveLab struct {
 func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 	t.Helper()
 	s := e2e.Get(t)
-	h := s.Lab.Hosts[host]
+	h := s.Own(t, host)[0]
 	e2e.LogK3sOnFailure(t, h)
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)

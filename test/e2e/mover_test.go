@@ -36,7 +36,7 @@ func TestMoverInPods(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	h := s.Lab.Hosts[moverHost]
+	h := s.Own(t, moverHost)[0]
 	e2e.LogK3sOnFailure(t, h)
 	if err := s.InstallStandin(ctx, h, "server", e2e.ServerConfig(h)); err != nil {
 		t.Fatal(err)

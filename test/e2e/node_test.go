@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
@@ -61,7 +62,8 @@ func TestNodeAdd(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	srv, w, outsider := s.Lab.Hosts[nodeServerHost], s.Lab.Hosts[nodeWorkerHost], s.Lab.Hosts[0]
+	own := s.Own(t, nodeServerHost, nodeWorkerHost, nodeWorker2Host)
+	srv, w, outsider := own[0], own[1], s.Lab.Hosts[0]
 	e2e.LogK3sOnFailure(t, srv)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
@@ -238,7 +240,7 @@ func TestNodeAdd(t *testing.T) {
 	}
 	diskCheck(ctx, t, s, home, c, w)
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
-	secondWorker(ctx, t, s, home, c, srv, w, s.Lab.Hosts[nodeWorker2Host], outsider)
+	secondWorker(ctx, t, s, home, c, srv, w, own[2], outsider)
 	fenceWorker(ctx, t, s, home, c, srv, w)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
@@ -537,9 +539,20 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 		if r.Spec.NodeID != srv.Name {
 			continue
 		}
+		// The Longhorn stand-in writes its Replicas too: the change is made on the latest
+		// one, again on a conflict.
 		failed := time.Now().UTC().Format(time.RFC3339)
-		r.Spec.FailedAt, r.Spec.LastFailedAt = failed, failed
-		if _, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").Update(ctx, &r, metav1.UpdateOptions{}); err != nil {
+		replicas := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system")
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			latest, err := replicas.Get(ctx, r.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			latest.Spec.FailedAt, latest.Spec.LastFailedAt = failed, failed
+			_, err = replicas.Update(ctx, latest, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -581,15 +594,21 @@ func keepPodsOff(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host
 	taint := corev1.Taint{Key: "kipper.run/test-elsewhere", Effect: corev1.TaintEffectNoSchedule}
 	change := func(on bool) {
 		t.Helper()
-		n, err := c.Kube.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+		// The kubelet writes the Node too (its status): the change is made on the latest one,
+		// again on a conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := c.Kube.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == taint.Key })
+			if on {
+				n.Spec.Taints = append(n.Spec.Taints, taint)
+			}
+			_, err = c.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == taint.Key })
-		if on {
-			n.Spec.Taints = append(n.Spec.Taints, taint)
-		}
-		if _, err := c.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -872,7 +891,8 @@ func TestNodeAddPublic(t *testing.T) {
 	s := e2e.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	srv, w, outsider := s.Lab.Hosts[publicServer], s.Lab.Hosts[publicWorker], s.Lab.Hosts[1]
+	own := s.Own(t, publicServer, publicWorker)
+	srv, w, outsider := own[0], own[1], s.Lab.Hosts[1]
 	e2e.LogK3sOnFailure(t, srv)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {

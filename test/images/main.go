@@ -62,7 +62,7 @@ type image struct {
 }
 
 // Image sets: -set testenv builds the lab's own images from make testenv's binaries (-bin
-// bin/testenv); -set velero builds Velero's from tools/velero.sh's (-bin bin/velero), which the
+// bin/testenv); -set velero builds Velero's from those of sh tools/testenv.sh velero (-bin bin/velero), which the
 // backup tests import on the hosts that run Velero.
 const (
 	setTestenv = "testenv"
@@ -123,7 +123,7 @@ var images = []image{
 	// Velero's server and node agent (one binary, as in Velero's image, with the restore helper
 	// its file-system restores run as an init container) and its AWS plugin, whose image copies
 	// the plugin into the server's plugin directory (the chart's init container mounts it at
-	// /target), all built from their modules by tools/velero.sh.
+	// /target), all built from their modules by tools/testenv.sh.
 	{
 		file: "velero.tar", pin: "velero", set: setVelero,
 		bins: []binary{{path: "/velero", bin: "velero"}, {path: "/velero-restore-helper", bin: "velero-restore-helper"}},

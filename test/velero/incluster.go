@@ -24,7 +24,7 @@ const NodeAgent = "node-agent"
 
 // StartInCluster runs Velero the way the chart kip installs runs it, in a cluster whose nodes run
 // containers (the lab's): the server is the Deployment velero and the node agent the DaemonSet
-// node-agent, both from the images tools/velero.sh builds into bin/velero/images, which the caller imports on the cluster's nodes
+// node-agent, both from the images tools/testenv.sh builds into bin/velero/images, which the caller imports on the cluster's nodes
 // first. gofakes3 runs on this machine, listening on host, an address the cluster's pods reach
 // (the lab's gateway). It returns once the server and every node's agent run and the location is
 // Available; at cleanup it stops gofakes3 (the cluster's objects go with its hosts).

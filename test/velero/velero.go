@@ -4,7 +4,7 @@
 //
 // The Velero server (v1.18.3) and its AWS object-store plugin (v1.14.2) are built from their Go
 // modules at the pins of manifests/versions.yaml, and gofakes3 (v1.2.0) is the S3 server, by
-// tools/velero.sh (make testenv) into bin/velero. Start runs them as child processes and sets
+// tools/testenv.sh (make testenv) into bin/velero. Start runs them as child processes and sets
 // Velero up as kip's install does: namespace velero, the credentials Secret velero-credentials
 // (key cloud, an AWS shared-credentials file), a BackupStorageLocation named default (provider
 // aws, path-style S3 at the loopback URL, region minio), Kopia as the uploader and every volume
@@ -166,7 +166,7 @@ func findBinaries(t testing.TB) string {
 		}
 	}
 	if len(missing) > 0 {
-		need.Missing(t, "velero test binaries not built: run make testenv or sh tools/velero.sh (%s missing in %s)", strings.Join(missing, ", "), dir)
+		need.Missing(t, "velero test binaries not built: run make testenv or sh tools/testenv.sh velero (%s missing in %s)", strings.Join(missing, ", "), dir)
 	}
 	return dir
 }

@@ -1,6 +1,6 @@
 // Package standin installs the lab's Longhorn stand-in (test/longhorn-standin,
 // docs/longhorn-standin.md) on a lab host that runs the k3s stand-in's server: the plugin and
-// the CSI sidecars (tools/csi.sh) as systemd units on the host, Longhorn's stock StorageClass and
+// the CSI sidecars (tools/testenv.sh csi) as systemd units on the host, Longhorn's stock StorageClass and
 // the CSIDriver object. Tests then make claims of class longhorn as on a cluster with Longhorn.
 package standin
 
@@ -70,7 +70,7 @@ func images(h *lab.Host, volume string) string {
 }
 
 // Install builds the plugin from this checkout, puts it and the CSI sidecars (bin/csi, from
-// tools/csi.sh) on h with Longhorn's CRDs (from the longhorn-manager module), starts them under
+// tools/testenv.sh csi) on h with Longhorn's CRDs (from the longhorn-manager module), starts them under
 // systemd, and creates the StorageClass longhorn and the CSIDriver. It returns once the kubelet
 // on h has registered the driver and the plugin has made Longhorn's Node for h. c is a client of
 // h's cluster; h runs its server.
@@ -93,7 +93,7 @@ func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byt
 	}
 	csiDir, err := filepath.EvalSymlinks(filepath.Join(root, "bin", "csi"))
 	if err != nil {
-		return fmt.Errorf("the CSI sidecars are not built: run make testenv (sh tools/csi.sh): %w", err)
+		return fmt.Errorf("the CSI sidecars are not built: run make testenv (sh tools/testenv.sh csi): %w", err)
 	}
 	plugin := filepath.Join(root, "bin", "longhorn-standin")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", plugin, "./test/longhorn-standin")

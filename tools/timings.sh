@@ -1,0 +1,52 @@
+#!/bin/sh
+# timings.sh begin FILE: starts a run's record of where its time goes in FILE: the machine's load
+# and what its caches held at the start.
+# timings.sh print FILE: prints the table of the run's phases (tools/phase.sh appends them: each
+# build, each test command and each test package) with what each found cached, and the load now.
+set -eu
+mode=$1
+file=$2
+cache_root=${KIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kip}
+
+size() { # size DIR: DIR's size, or "empty"
+	if [ -d "$1" ] && [ -n "$(ls -A "$1" 2>/dev/null)" ]; then
+		du -sh "$1" 2>/dev/null | cut -f1
+	else
+		echo empty
+	fi
+}
+
+case $mode in
+begin)
+	mkdir -p "$(dirname "$file")"
+	{
+		printf '#start\t%s\n' "$(date +%s)"
+		printf '#load\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+		printf '#caches\tGo module cache %s, Go build cache %s, kip cache (%s) %s\n' \
+			"$(size "$(go env GOMODCACHE)")" "$(size "$(go env GOCACHE)")" "$cache_root" "$(size "$cache_root")"
+	} >"$file"
+	;;
+print)
+	[ -f "$file" ] || exit 0
+	now=$(date +%s)
+	awk -F '\t' -v now="$now" -v load="$(cut -d' ' -f1-3 /proc/loadavg)" '
+	function clock(ms,   s) { s = int(ms / 1000 + 0.5); return sprintf("%d:%02d", int(s / 60), s % 60) }
+	$1 == "#start" { start = $2; next }
+	$1 == "#load" { startload = $2; next }
+	$1 == "#caches" { caches = $2; next }
+	{ name[++n] = $1; ms[n] = $2; note[n] = $3 }
+	END {
+		print ""
+		print "Where the time went:"
+		if (caches != "") print "  at the start: " caches
+		if (startload != "") print "  load average (1, 5, 15 min) at the start: " startload "; at the end: " load
+		printf "  %-58s %7s  %s\n", "phase", "took", "cached / done"
+		for (i = 1; i <= n; i++) printf "  %-58s %7s  %s\n", name[i], clock(ms[i]), note[i]
+		if (start != "") printf "  %-58s %7s\n", "the whole run", clock((now - start) * 1000)
+	}' "$file"
+	;;
+*)
+	echo "usage: timings.sh begin|print FILE" >&2
+	exit 2
+	;;
+esac
