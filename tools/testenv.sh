@@ -119,7 +119,7 @@ control)
 	if cached "$testenv_dir/control"; then
 		note "cached in $testenv_dir"
 	else
-		note "building $k8s_version into $testenv_dir"
+		echo "testenv control: building $k8s_version into $testenv_dir"
 		build "$(version_flags "$k8s_version")" "$tmp/testenv-control" ./control
 		links "$tmp" testenv-control kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
 		build "" "$tmp/" sigs.k8s.io/kwok/cmd/kwok
@@ -144,7 +144,7 @@ node)
 	if cached "$testenv_dir/node"; then
 		note "cached in $testenv_dir"
 	else
-		note "building the node components into $testenv_dir"
+		echo "testenv node: building the node components into $testenv_dir"
 		# The kubelet reports the k3s release, as k3s's own does: kip reads a node's k3s version
 		# there.
 		build "$(version_flags "$k3s_version")" "$tmp/testenv-node" ./node
@@ -186,7 +186,7 @@ velero)
 	if cached "$dir"; then
 		note "cached in $dir"
 	else
-		note "building velero $velero_version, velero-plugin-for-aws $plugin_version and gofakes3 $gofakes3_version into $dir"
+		echo "testenv velero: building velero $velero_version, velero-plugin-for-aws $plugin_version and gofakes3 $gofakes3_version into $dir"
 		# The server reports the pinned version (`velero version`, its start-up log), as the
 		# released image does. controller-runtime's own metrics listener (":8080" on every
 		# interface, which the server gives no flag for) is turned off, so that servers of tests
@@ -223,7 +223,7 @@ csi)
 	if cached "$dir"; then
 		note "cached in $dir"
 	else
-		note "building the CSI sidecars into $dir"
+		echo "testenv csi: building the CSI sidecars into $dir"
 		: >"$tmp/VERSIONS"
 		for s in external-provisioner/v6:csi-provisioner external-attacher/v4:csi-attacher external-resizer/v2:csi-resizer; do
 			m=github.com/kubernetes-csi/${s%%:*} name=${s#*:}
