@@ -31,7 +31,10 @@ if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
 	missing="$missing busybox-static"
 fi
 
+# note TEXT: what make test's table of timings says of this phase (tools/phase.sh).
+note() { if [ -n "${KIP_PHASE_NOTE:-}" ]; then echo "$*" >>"$KIP_PHASE_NOTE"; fi; }
 if [ -z "$missing" ]; then
+	note "all installed already"
 	exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -51,3 +54,4 @@ fi
 apt-get update -qq
 # shellcheck disable=SC2086 # the package list is meant to split
 apt-get install -y -qq --no-install-recommends $missing
+note "installed$missing"
