@@ -289,14 +289,19 @@ func (n *node) writeKubeletConfig() (string, error) {
 		"containerRuntimeEndpoint": "unix://" + containerdSocket,
 		"evictionHard":             map[string]string{"imagefs.available": "5%", "nodefs.available": "5%"},
 		"evictionMinimumReclaim":   map[string]string{"imagefs.available": "10%", "nodefs.available": "10%"},
-		"healthzBindAddress":       "127.0.0.1",
-		"healthzPort":              10248,
-		"providerID":               "k3s://" + n.name,
-		"readOnlyPort":             0,
-		"serializeImagePulls":      false,
-		"staticPodPath":            filepath.Join(dir, "pod-manifests"),
-		"tlsCertFile":              filepath.Join(dir, "serving-kubelet.crt"),
-		"tlsPrivateKeyFile":        filepath.Join(dir, "serving-kubelet.key"),
+		// A lab host's disk is the lab machine's, filled by what else that machine keeps (Go's
+		// caches): at the kubelet's 85% it would delete images that tests imported and that no
+		// registry serves here (the data mover's). The lab's kubelets never collect images.
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"healthzBindAddress":          "127.0.0.1",
+		"healthzPort":                 10248,
+		"providerID":                  "k3s://" + n.name,
+		"readOnlyPort":                0,
+		"serializeImagePulls":         false,
+		"staticPodPath":               filepath.Join(dir, "pod-manifests"),
+		"tlsCertFile":                 filepath.Join(dir, "serving-kubelet.crt"),
+		"tlsPrivateKeyFile":           filepath.Join(dir, "serving-kubelet.key"),
 	}
 	resolv, err := n.resolvConf()
 	if err != nil {
