@@ -52,10 +52,18 @@ step phase "build: Velero" sh tools/testenv.sh velero
 step phase "build: CSI sidecars" sh tools/testenv.sh csi
 step phase "build: kip (bin/kip-fault) and the k3s stand-in" make --no-print-directory build-fault k3s-standin
 # The end-to-end package first: go test starts packages in the order it is given them, and the
-# end-to-end tests take longest; the other packages run beside them, two at a time in all.
+# end-to-end tests take longest; the other packages run beside them, two at a time in all. The
+# packages whose tests bring up lab hosts of their own (lab.ForTest) come after: they would wait
+# for the end-to-end tests' lab (one lab at a time) past their tests' limit.
+own_lab=$(grep -rl --include='*_test.go' '"kipper.run/kip/test/lab"' cmd internal | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
 # shellcheck disable=SC2086
 step sh tools/gotest.sh "tests: unit, API, SSH and end-to-end tiers" $TESTFLAGS ./test/e2e \
-	$($GO list ./... | grep -v -e '^kipper.run/kip/test/lab$' -e '^kipper.run/kip/test/e2e$')
+	$($GO list ./... | grep -v -e '^kipper.run/kip/test/lab$' -e '^kipper.run/kip/test/e2e$' \
+		$(for d in $own_lab; do printf -- '-e ^kipper.run/kip/%s$ ' "${d#./}"; done))
+if [ -n "$own_lab" ]; then
+	# shellcheck disable=SC2086
+	step sh tools/gotest.sh "tests: packages with lab hosts of their own" $TESTFLAGS $own_lab
+fi
 fault=$(grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
 if [ -n "$fault" ]; then
 	# shellcheck disable=SC2086
