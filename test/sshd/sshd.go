@@ -125,14 +125,25 @@ func (s *Server) Connections() int { return len(children(s.cmd.Process.Pid)) }
 
 // KillConnections kills the sshd processes serving client connections, dropping them as a
 // network failure or a crashed host would. Commands running in those connections are left
-// alone. Each connection's processes die child first, so that none is orphaned out of the
-// tree holding its socket, and the tree is read again until no sshd is left below the
-// listener (a connection's monitor may fork its child meanwhile).
+// alone. Each connection's processes die child first, and the processes are read again until
+// none is left: below the listener, or in a connection's session (sshd starts one for each), where
+// a child stays when its monitor forked it just before the monitor died, and it left the tree.
 func (s *Server) KillConnections() {
+	listener := s.cmd.Process.Pid
+	own := session(listener)
+	sessions := map[int]bool{}
 	for {
 		var sshds []int
-		for _, pid := range descendants(s.cmd.Process.Pid) {
+		for _, pid := range descendants(listener) {
 			if comm(pid) == "sshd" {
+				sshds = append(sshds, pid)
+				if sid := session(pid); sid != own && sid > 0 {
+					sessions[sid] = true
+				}
+			}
+		}
+		for pid := range parents() {
+			if sessions[session(pid)] && comm(pid) == "sshd" && !slices.Contains(sshds, pid) {
 				sshds = append(sshds, pid)
 			}
 		}
@@ -303,7 +314,7 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// parents maps each process to its parent, from /proc.
+// parents maps each process that has not ended to its parent, from /proc.
 func parents() map[int]int {
 	m := make(map[int]int)
 	ents, _ := os.ReadDir("/proc")
@@ -312,20 +323,33 @@ func parents() map[int]int {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // the process has gone
-		}
-		// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[0] == "Z" {
-			continue // a zombie has ended: it serves no connection
-		}
-		if ppid, err := strconv.Atoi(fields[1]); err == nil {
-			m[pid] = ppid
+		if fields := statFields(pid); len(fields) >= 2 && fields[0] != "Z" { // a zombie has ended: it serves no connection
+			if ppid, err := strconv.Atoi(fields[1]); err == nil {
+				m[pid] = ppid
+			}
 		}
 	}
 	return m
+}
+
+// session is the session of pid, 0 when it has gone.
+func session(pid int) int {
+	if fields := statFields(pid); len(fields) >= 4 {
+		sid, _ := strconv.Atoi(fields[3])
+		return sid
+	}
+	return 0
+}
+
+// statFields are the fields of /proc/PID/stat after the command name: state, ppid, pgrp,
+// session, …; none when the process has gone.
+func statFields(pid int) []string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
+	return strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
 }
 
 // childrenOf maps each process to its children.
