@@ -41,15 +41,11 @@ test-deps:
 
 ## testenv: build (or reuse from ~/.cache/kip) the test environment from the one module graph of tools/testenv: the control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok), the node components (kubelet, kube-proxy, containerd, CoreDNS, the local-path provisioner) with the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, and the CSI sidecars of the lab's Longhorn stand-in
 testenv:
-	sh tools/phase.sh "Go modules (tools/testenv and kip's)" sh tools/testenv.sh modules
-	sh tools/phase.sh "build: control plane" sh tools/testenv.sh control
-	sh tools/phase.sh "build: node components and the lab's container images" sh tools/testenv.sh node
-	sh tools/phase.sh "build: Velero" sh tools/testenv.sh velero
-	sh tools/phase.sh "build: CSI sidecars" sh tools/testenv.sh csi
+	for part in modules control node velero csi; do sh tools/testenv.sh $$part || exit 1; done
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps
-	$(GO) run ./test/lab/cmd/kiplab image
+	sh tools/testenv.sh lab
 
 ## lab-up: bring up N lab hosts (make lab-up N=3), up until make lab-down; see docs/lab.md
 N ?= 3
