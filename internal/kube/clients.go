@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/homedir"
 
 	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/fault"
 )
 
 // Scheme knows the typed objects kip converts unstructured ones to and from: Kubernetes' built-in
@@ -61,7 +62,8 @@ type Clients struct {
 
 // NewClients builds the clients for cfg. A copy of cfg is kept; when it has no user agent it
 // gets kip/<version> (<os>/<arch>), and when it has no rate limits it gets kubectl's (QPS 50,
-// burst 300) so that applying a bundle is not throttled.
+// burst 300) so that applying a bundle is not throttled. A test build counts the clients' writes
+// (package fault).
 func NewClients(cfg *rest.Config) (*Clients, error) {
 	if cfg == nil {
 		return nil, errors.New("build api clients: no rest config")
@@ -76,6 +78,7 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 	if cfg.Burst == 0 {
 		cfg.Burst = 300
 	}
+	fault.WrapConfig(cfg)
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("build api clients: %w", err)

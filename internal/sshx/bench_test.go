@@ -61,7 +61,7 @@ func BenchmarkRun200(b *testing.B) {
 	} {
 		b.Run(tc.name+"/sshx", func(b *testing.B) {
 			each(b, func(b *testing.B) {
-				res, err := c.run(context.Background(), tc.remote, nil, true)
+				res, err := c.run(context.Background(), tc.remote, nil, raw)
 				if err == nil {
 					err = res.Err()
 				}

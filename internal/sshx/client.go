@@ -119,7 +119,7 @@ func (c *Client) wrapErr(err error) error { return fmt.Errorf("ssh %s: %w", c.la
 
 // checkSudo makes sure the (non-root) user can run commands as root without a password.
 func (c *Client) checkSudo(ctx context.Context) error {
-	res, err := c.run(ctx, "sudo -n true", nil, true)
+	res, err := c.run(ctx, "sudo -n true", nil, raw)
 	if err != nil {
 		return err
 	}

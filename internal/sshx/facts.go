@@ -82,7 +82,7 @@ func (s ModuleState) Usable() bool { return s == ModuleLoaded || s == ModuleLoad
 // systems holding diskPaths, IPv4 addresses and routes, init system, and the kernel modules kip
 // may need (wireguard, iscsi_tcp, nfs).
 func (c *Client) Facts(ctx context.Context, diskPaths ...string) (*Facts, error) {
-	out, err := c.Output(ctx, Command("sh", append([]string{"-c", factsScript, "kip-facts"}, diskPaths...)...))
+	out, err := c.Query(ctx, Command("sh", append([]string{"-c", factsScript, "kip-facts"}, diskPaths...)...))
 	if err != nil {
 		return nil, err
 	}

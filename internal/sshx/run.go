@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/stop"
 )
 
@@ -81,8 +82,33 @@ func (c *Client) Output(ctx context.Context, cmd string) ([]byte, error) {
 
 // RunInput is Run with stdin as the command's standard input.
 func (c *Client) RunInput(ctx context.Context, cmd string, stdin io.Reader) (Result, error) {
-	return c.run(ctx, cmd, stdin, false)
+	return c.run(ctx, cmd, stdin, changing)
 }
+
+// Query is Output for a command that only reads the host: a test build of kip counts every
+// other command as a write it may be killed after (package fault).
+func (c *Client) Query(ctx context.Context, cmd string) ([]byte, error) {
+	res, err := c.run(ctx, cmd, nil, reading)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, err
+	}
+	return res.Stdout, nil
+}
+
+// kind is how run treats a command.
+type kind int
+
+const (
+	// changing: wrapped to run as root and be stoppable, and counted as a write (package fault).
+	changing kind = iota
+	// reading: wrapped, not counted.
+	reading
+	// raw: sent as it is, not counted.
+	raw
+)
 
 // killWrapper runs its first argument as a shell command in the background and waits for it;
 // on SIGTERM it kills its whole process group with SIGKILL. kill.sh finds it by its name ($0,
@@ -112,9 +138,9 @@ func wrapCommand(cmd, token string, sudo bool) string {
 	return "exec " + w
 }
 
-// run runs cmd on a session of its own, once a session slot is free. Unless raw, cmd is
+// run runs cmd on a session of its own, once a session slot is free. Unless it is raw, cmd is
 // wrapped (see wrap) so that it runs as root and can be stopped.
-func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, raw bool) (Result, error) {
+func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, k kind) (Result, error) {
 	select {
 	case c.slots <- struct{}{}:
 		defer func() { <-c.slots }()
@@ -131,7 +157,7 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, raw bool)
 	defer sess.Close()
 
 	token, remote := rand.Text(), cmd
-	if !raw {
+	if k != raw {
 		remote = c.wrap(cmd, token)
 	}
 	var stdout, stderr bytes.Buffer
@@ -145,7 +171,7 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, raw bool)
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			why, done = "timed out", "was stopped"
 		}
-		if !raw {
+		if k != raw {
 			if err := c.stopRemote(cn, token); err != nil {
 				return Result{}, c.wrapErr(fmt.Errorf("command %q %s (%w), and stopping it on the host failed: %v; it may still be running",
 					short(cmd), why, ctx.Err(), err))
@@ -162,6 +188,9 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, raw bool)
 		res.ExitStatus = exit.ExitStatus()
 	default:
 		return res, c.lost(cn, cmd, err)
+	}
+	if k == changing {
+		fault.Remote(c.label, cmd)
 	}
 	return res, nil
 }

@@ -10,7 +10,7 @@ import (
 
 // FileSums returns the SHA-256 of each path that exists on the host, by path, in one round trip.
 func (c *Client) FileSums(ctx context.Context, paths ...string) (map[string]string, error) {
-	out, err := c.Output(ctx, "for f in "+QuoteAll(paths)+`; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`)
+	out, err := c.Query(ctx, "for f in "+QuoteAll(paths)+`; do if [ -f "$f" ]; then sha256sum "$f"; fi; done`)
 	if err != nil {
 		return nil, fmt.Errorf("read checksums: %w", err)
 	}

@@ -1,0 +1,26 @@
+// Package fault lets a test build of kip stop after any single write it makes. A write is each
+// mutating Kubernetes API request the server accepted (create, update, patch, delete, eviction;
+// dry runs and access reviews excluded) and each remote command that may change a host (sshx
+// counts every command but those run through Client.Query). Writes are numbered from 1 in the
+// order they end.
+//
+// A binary built with -tags kipfault:
+//
+//   - with KillWriteEnv (KIP_FAULT_KILL_WRITE) set to N, kills itself with SIGKILL right after
+//     its Nth write ended, before kip sees the result: the server made the change, kip never
+//     learned it;
+//   - with WritesFileEnv (KIP_FAULT_WRITES) naming a file, appends a line to it for each write:
+//     its number, a tab and what it was ("API PATCH /api/v1/persistentvolumes/pv-1",
+//     "ssh root@10.0.0.1:22: rm -rf -- /var/lib/x").
+//
+// A test runs a workflow once with the file to count its writes, then once per write killed
+// after it, and checks that the next run reaches the same end state. The numbering is
+// deterministic where kip writes one thing at a time, as its workflows do. Without the tag the
+// hooks do nothing; kip as shipped is built without it.
+package fault
+
+// The environment variables of a kipfault build (see the package documentation).
+const (
+	KillWriteEnv  = "KIP_FAULT_KILL_WRITE"
+	WritesFileEnv = "KIP_FAULT_WRITES"
+)

@@ -1,0 +1,97 @@
+//go:build kipfault
+
+package fault
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"k8s.io/client-go/rest"
+)
+
+var (
+	mu     sync.Mutex
+	writes int
+)
+
+// WrapConfig makes the clients built from cfg count each mutating request the server accepted.
+func WrapConfig(cfg *rest.Config) {
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counting{rt} })
+}
+
+// Remote counts a remote command on host that ended, whatever its exit status.
+func Remote(host, cmd string) { wrote("ssh " + host + ": " + cmd) }
+
+type counting struct{ next http.RoundTripper }
+
+func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.StatusCode < 300 && mutating(req) {
+		wrote("API " + req.Method + " " + req.URL.Path)
+	}
+	return resp, err
+}
+
+// reviews are the kinds whose creation asks the server a question and stores nothing.
+var reviews = []string{"/selfsubjectaccessreviews", "/selfsubjectrulesreviews", "/subjectaccessreviews",
+	"/localsubjectaccessreviews", "/tokenreviews"}
+
+// mutating reports whether req may change what the server stores.
+func mutating(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		return false
+	}
+	if req.URL.Query().Has("dryRun") {
+		return false
+	}
+	for _, r := range reviews {
+		if strings.HasSuffix(req.URL.Path, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// wrote numbers a write, logs it to the file WritesFileEnv names, and kills the process when it
+// is the write KillWriteEnv names.
+func wrote(what string) {
+	mu.Lock()
+	defer mu.Unlock()
+	writes++
+	what = strings.Join(strings.Fields(what), " ")
+	if len(what) > 300 {
+		what = what[:300] + "…"
+	}
+	if file := os.Getenv(WritesFileEnv); file != "" {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "%d\t%s\n", writes, what)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			panic(fmt.Sprintf("kipfault: log write %d to %s: %v", writes, file, err))
+		}
+	}
+	v := os.Getenv(KillWriteEnv)
+	if v == "" {
+		return
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		panic(fmt.Sprintf("%s=%q: want the number of a write, from 1", KillWriteEnv, v))
+	}
+	if n == writes {
+		fmt.Fprintf(os.Stderr, "kipfault: SIGKILL after write %d: %s\n", writes, what)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught: the process ends here
+	}
+}

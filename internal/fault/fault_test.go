@@ -1,0 +1,150 @@
+//go:build kipfault
+
+package fault_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"kipper.run/kip/internal/fault"
+)
+
+// helperEnv, set, makes the test binary the helper process: it makes the requests of requests
+// against the server at its value, and counts the remote command "touch /x" after the third.
+const helperEnv = "KIP_FAULT_TEST_SERVER"
+
+// requests are the helper's requests, in order, with the status the server answers each with;
+// the third, fifth and seventh are writes.
+var requests = []struct {
+	method, path string
+	status       int
+}{
+	{http.MethodGet, "/api/v1/namespaces/a/pods", 200},
+	{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 201},
+	{http.MethodPost, "/api/v1/namespaces/a/pods", 201},
+	{http.MethodPost, "/api/v1/namespaces/a/pods?dryRun=All", 201},
+	{http.MethodPatch, "/api/v1/persistentvolumes/pv-1", 200},
+	{http.MethodPut, "/api/v1/namespaces/a/configmaps/c", 409},
+	{http.MethodDelete, "/api/v1/namespaces/a/pods/p", 200},
+}
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(helperEnv); url != "" {
+		if err := helper(url); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func helper(url string) error {
+	cfg := &rest.Config{Host: url}
+	fault.WrapConfig(cfg)
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	for i, r := range requests {
+		req, err := http.NewRequest(r.method, url+r.path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		fmt.Fprintf(os.Stderr, "answered %s %s\n", r.method, r.path)
+		if i == 2 {
+			fault.Remote("root@h:22", "touch /x")
+			fmt.Fprintln(os.Stderr, "ran touch /x")
+		}
+	}
+	return nil
+}
+
+// run runs the helper with the kill after write kill (0: none) and returns its standard error,
+// its signal and the writes it logged.
+func run(t *testing.T, kill int) (string, syscall.Signal, string) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		for _, r := range requests {
+			if path, _, _ := strings.Cut(r.path, "?"); r.method == req.Method && path == req.URL.Path &&
+				strings.Contains(r.path, "?") == (req.URL.RawQuery != "") {
+				w.WriteHeader(r.status)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	defer srv.Close()
+	writes := filepath.Join(t.TempDir(), "writes")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+srv.URL, fault.WritesFileEnv+"="+writes)
+	if kill > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", fault.KillWriteEnv, kill))
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var sig syscall.Signal
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			sig = ws.Signal()
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	logged, err := os.ReadFile(writes)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return stderr.String(), sig, string(logged)
+}
+
+func TestWritesCountedAndLogged(t *testing.T) {
+	stderr, sig, logged := run(t, 0)
+	want := "1\tAPI POST /api/v1/namespaces/a/pods\n" +
+		"2\tssh root@h:22: touch /x\n" +
+		"3\tAPI PATCH /api/v1/persistentvolumes/pv-1\n" +
+		"4\tAPI DELETE /api/v1/namespaces/a/pods/p\n"
+	if sig != 0 || logged != want {
+		t.Errorf("uninterrupted: signal %v, logged\n%s\nwant\n%s\nstderr:\n%s", sig, logged, want, stderr)
+	}
+}
+
+func TestKilledRightAfterTheWrite(t *testing.T) {
+	for _, tc := range []struct {
+		kill       int
+		last, what string
+	}{
+		{1, "answered POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "API POST /api/v1/namespaces/a/pods"},
+		{2, "answered POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x"},
+		{3, "answered POST /api/v1/namespaces/a/pods?dryRun=All", "API PATCH /api/v1/persistentvolumes/pv-1"},
+		{4, "answered PUT /api/v1/namespaces/a/configmaps/c", "API DELETE /api/v1/namespaces/a/pods/p"},
+	} {
+		stderr, sig, logged := run(t, tc.kill)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		wantKill := fmt.Sprintf("kipfault: SIGKILL after write %d: %s", tc.kill, tc.what)
+		if sig != syscall.SIGKILL || len(lines) < 2 || lines[len(lines)-1] != wantKill || lines[len(lines)-2] != tc.last {
+			t.Errorf("killed after write %d: signal %v, stderr\n%s\nwant its last lines %q, %q", tc.kill, sig, stderr, tc.last, wantKill)
+		}
+		if n := strings.Count(logged, "\n"); n != tc.kill {
+			t.Errorf("killed after write %d: %d writes logged:\n%s", tc.kill, n, logged)
+		}
+	}
+}
