@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,11 +28,17 @@ func WrapConfig(cfg *rest.Config) {
 // Remote counts a remote command on host that ended, whatever its exit status.
 func Remote(host, cmd string) { wrote("ssh " + host + ": " + cmd) }
 
+// Uncounted marks ctx's API requests as not counted: writes whose moment depends on the clock,
+// as a lock's renewals do, would make the numbering depend on the machine's speed.
+func Uncounted(ctx context.Context) context.Context { return context.WithValue(ctx, uncountedKey{}, true) }
+
+type uncountedKey struct{}
+
 type counting struct{ next http.RoundTripper }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
-	if err == nil && resp.StatusCode < 300 && mutating(req) {
+	if err == nil && resp.StatusCode < 300 && mutating(req) && req.Context().Value(uncountedKey{}) == nil {
 		wrote("API " + req.Method + " " + req.URL.Path)
 	}
 	return resp, err

@@ -4,6 +4,7 @@ package fault_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,18 +26,20 @@ import (
 const helperEnv = "KIP_FAULT_TEST_SERVER"
 
 // requests are the helper's requests, in order, with the status the server answers each with;
-// the third, fifth and seventh are writes.
+// the third, fifth and eighth are writes (the sixth is made with an Uncounted context).
 var requests = []struct {
 	method, path string
 	status       int
+	uncounted    bool
 }{
-	{http.MethodGet, "/api/v1/namespaces/a/pods", 200},
-	{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 201},
-	{http.MethodPost, "/api/v1/namespaces/a/pods", 201},
-	{http.MethodPost, "/api/v1/namespaces/a/pods?dryRun=All", 201},
-	{http.MethodPatch, "/api/v1/persistentvolumes/pv-1", 200},
-	{http.MethodPut, "/api/v1/namespaces/a/configmaps/c", 409},
-	{http.MethodDelete, "/api/v1/namespaces/a/pods/p", 200},
+	{http.MethodGet, "/api/v1/namespaces/a/pods", 200, false},
+	{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 201, false},
+	{http.MethodPost, "/api/v1/namespaces/a/pods", 201, false},
+	{http.MethodPost, "/api/v1/namespaces/a/pods?dryRun=All", 201, false},
+	{http.MethodPatch, "/api/v1/persistentvolumes/pv-1", 200, false},
+	{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kip-lock", 200, true},
+	{http.MethodPut, "/api/v1/namespaces/a/configmaps/c", 409, false},
+	{http.MethodDelete, "/api/v1/namespaces/a/pods/p", 200, false},
 }
 
 func TestMain(m *testing.M) {
@@ -58,7 +61,11 @@ func helper(url string) error {
 		return err
 	}
 	for i, r := range requests {
-		req, err := http.NewRequest(r.method, url+r.path, nil)
+		ctx := context.Background()
+		if r.uncounted {
+			ctx = fault.Uncounted(ctx)
+		}
+		req, err := http.NewRequestWithContext(ctx, r.method, url+r.path, nil)
 		if err != nil {
 			return err
 		}
