@@ -17,10 +17,16 @@
 // after it, and checks that the next run reaches the same end state. The numbering is
 // deterministic where kip writes one thing at a time, as its workflows do. Without the tag the
 // hooks do nothing; kip as shipped is built without it.
+//
+// The same build takes how often its waits poll from PollEnv (Interval).
 package fault
 
 // The environment variables of a kipfault build (see the package documentation).
 const (
 	KillWriteEnv  = "KIP_FAULT_KILL_WRITE"
 	WritesFileEnv = "KIP_FAULT_WRITES"
+	// PollEnv (a Go duration) replaces how often kip's waits ask again (kube.PollInterval), so
+	// that a test which runs a workflow once per write spends its time on the writes, not on
+	// half-second polls. What a wait waits for is the same at any interval.
+	PollEnv = "KIP_FAULT_POLL_INTERVAL"
 )

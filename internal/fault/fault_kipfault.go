@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -30,7 +31,9 @@ func Remote(host, cmd string) { wrote("ssh " + host + ": " + cmd) }
 
 // Uncounted marks ctx's API requests as not counted: writes whose moment depends on the clock,
 // as a lock's renewals do, would make the numbering depend on the machine's speed.
-func Uncounted(ctx context.Context) context.Context { return context.WithValue(ctx, uncountedKey{}, true) }
+func Uncounted(ctx context.Context) context.Context {
+	return context.WithValue(ctx, uncountedKey{}, true)
+}
 
 type uncountedKey struct{}
 
@@ -101,4 +104,17 @@ func wrote(what string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught: the process ends here
 	}
+}
+
+// Interval is how often kip's waits ask again: PollEnv's duration when set, else def.
+func Interval(def time.Duration) time.Duration {
+	v := os.Getenv(PollEnv)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		panic(fmt.Sprintf("%s=%q: want a positive duration such as 50ms", PollEnv, v))
+	}
+	return d
 }

@@ -4,6 +4,7 @@ package fault
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -16,3 +17,6 @@ func Remote(string, string) {}
 
 // Uncounted marks ctx's API requests as not counted; kip as shipped counts nothing.
 func Uncounted(ctx context.Context) context.Context { return ctx }
+
+// Interval is how often kip's waits ask again: def, in kip as shipped.
+func Interval(def time.Duration) time.Duration { return def }

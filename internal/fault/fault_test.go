@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -154,4 +155,21 @@ func TestKilledRightAfterTheWrite(t *testing.T) {
 			t.Errorf("killed after write %d: %d writes logged:\n%s", tc.kill, n, logged)
 		}
 	}
+}
+
+func TestInterval(t *testing.T) {
+	if got := fault.Interval(time.Second); got != time.Second {
+		t.Errorf("without %s: %s", fault.PollEnv, got)
+	}
+	t.Setenv(fault.PollEnv, "50ms")
+	if got := fault.Interval(time.Second); got != 50*time.Millisecond {
+		t.Errorf("%s=50ms: %s", fault.PollEnv, got)
+	}
+	t.Setenv(fault.PollEnv, "often")
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "want a positive duration") {
+			t.Errorf("%s=often: recovered %v, want a panic naming what it wants", fault.PollEnv, r)
+		}
+	}()
+	fault.Interval(time.Second)
 }

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"kipper.run/kip/internal/fault"
 )
 
 // Waits poll the API server every half second (apimachinery's wait) until the condition holds,
@@ -27,7 +29,7 @@ import (
 // Errors that waiting cannot cure (forbidden, a rollout past its progress deadline) end the wait
 // at once; others (not found yet, a dropped connection) are retried and reported as pending.
 
-// PollInterval is how often a wait asks again.
+// PollInterval is how often a wait asks again (a test build may ask more often: fault.Interval).
 const PollInterval = 500 * time.Millisecond
 
 // Check reports whether the awaited condition holds and, if not, what is pending. An error ends
@@ -38,7 +40,7 @@ type Check func(ctx context.Context) (done bool, pending string, err error)
 func Poll(ctx context.Context, timeout time.Duration, what string, fn Check) error {
 	pending := "nothing observed yet"
 	var failed error
-	err := wait.PollUntilContextTimeout(ctx, PollInterval, timeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, fault.Interval(PollInterval), timeout, true, func(context.Context) (bool, error) {
 		done, p, err := check(ctx, fn)
 		if err != nil && ctx.Err() == nil {
 			failed = fmt.Errorf("wait for %s: %w", what, err)
