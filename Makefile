@@ -16,7 +16,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kip ./cmd/kip
 
-## build-fault: build bin/kip-fault, kip with the step runner's fault points (-tags kipfault, KIP_FAULT_KILL); for tests only, never shipped
+## build-fault: build bin/kip-fault, kip with its fault points (-tags kipfault: KIP_FAULT_KILL at step boundaries, KIP_FAULT_KILL_WRITE after a single write); for tests only, never shipped
 build-fault:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags kipfault -ldflags "$(LDFLAGS)" -o bin/kip-fault ./cmd/kip
 
@@ -31,7 +31,7 @@ mover-image-pin:
 
 export GO TESTFLAGS
 
-## test: install test dependencies, build the test environment, lint, run every test tier: the lab's own tests beside the builds, then the unit, API, SSH and end-to-end tiers, then the packages with fault-injection tests (-tags kipfault) again (tools/test.sh)
+## test: install test dependencies, build the test environment, lint, run every test tier: the lab's own tests beside the builds, then the unit, API, SSH and end-to-end tiers and, beside them, the packages with fault-injection tests (-tags kipfault) again (tools/test.sh)
 test:
 	sh tools/test.sh
 

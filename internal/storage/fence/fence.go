@@ -218,6 +218,27 @@ func Lift(ctx context.Context, cs kubernetes.Interface, namespace, service strin
 	return nil
 }
 
+// Lifted reports whether nothing of service's fence is left: neither its ConfigMap nor its
+// namespace's label. A fence put only in part (its ConfigMap, not yet the label) is not lifted.
+func Lifted(ctx context.Context, cs kubernetes.Interface, namespace, service string) (bool, error) {
+	_, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, ConfigMapName(service), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("read the fence of %s/%s: %w", namespace, service, err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	_, labelled := ns.Labels[NamespaceLabel(service)]
+	return !labelled, nil
+}
+
 // Intact reports what is missing from f as it was put ("" when the fence still holds): a fence
 // whose ConfigMap was deleted or changed, or whose namespace lost its label, no longer protected
 // the volumes while kip was away.

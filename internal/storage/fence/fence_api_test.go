@@ -153,9 +153,23 @@ func TestFenceKeepsOtherPodsOffAndTheNamespaceAlive(t *testing.T) {
 		t.Fatalf("Intact after Put again: %q, %v", why, err)
 	}
 
+	// A fence whose ConfigMap is gone but whose namespace label is left is not lifted.
+	if lifted, err := fence.Lifted(ctx, e.Kube, "shop-staging", "db"); err != nil || lifted {
+		t.Fatalf("Lifted with the fence up: %v, %v", lifted, err)
+	}
+	if err := e.Kube.CoreV1().ConfigMaps("shop-staging").Delete(ctx, fence.ConfigMapName("db"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if lifted, err := fence.Lifted(ctx, e.Kube, "shop-staging", "db"); err != nil || lifted {
+		t.Fatalf("Lifted with the namespace still labelled: %v, %v", lifted, err)
+	}
+
 	// Lifted: pods are admitted again, the namespace can go, and Intact says the fence is gone.
 	if err := fence.Lift(ctx, e.Kube, "shop-staging", "db"); err != nil {
 		t.Fatal(err)
+	}
+	if lifted, err := fence.Lifted(ctx, e.Kube, "shop-staging", "db"); err != nil || !lifted {
+		t.Fatalf("Lifted after Lift: %v, %v", lifted, err)
 	}
 	if err := fence.Lift(ctx, e.Kube, "shop-staging", "db"); err != nil {
 		t.Fatalf("a second Lift: %v", err)

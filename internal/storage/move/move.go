@@ -159,7 +159,7 @@ func (m *mv) ref() service.Ref { return m.o.Ref }
 // steps are the move's steps, in order.
 func (m *mv) steps() []workflow.Step {
 	s := m.in.Service
-	return []workflow.Step{
+	steps := []workflow.Step{
 		{Name: "fence", Title: "Fence the volumes of " + s, Done: "Fenced the volumes of " + s + " (no other pod may mount them, the namespace cannot be deleted)",
 			Already: "Volumes of " + s + " fenced", Check: m.beforeCommit(m.fenced), Apply: m.putFence},
 		{Name: "stop", Title: "Stop service " + s, Done: "Stopped service " + s, Already: "Service " + s + " stopped",
@@ -174,11 +174,24 @@ func (m *mv) steps() []workflow.Step {
 			Check: m.beforeCommit(m.detached), Apply: m.detach},
 		{Name: "verify", Title: "Verify the copy against the original", Done: "Verified the copy: every file, owner, mode and checksum matches",
 			Already: "Copy verified", Check: m.verifiedCheck, Apply: m.verify},
-		{Name: "commit", Title: "Commit the move: the service's claim names the Longhorn volume", Done: "Committed the move",
+		{Name: "commit", Title: "Commit the move: the local volume records that its data moved to the Longhorn volume", Done: "Committed the move",
 			Already: "Move committed", Check: m.committed, Apply: m.commit},
+		{Name: "claim", Title: "Bind the claim of " + s + " to the Longhorn volume", Done: "The claim of " + s + " names the Longhorn volume",
+			Already: "The claim of " + s + " names the Longhorn volume", Check: m.claimed, Apply: m.claim},
+		{Name: "release", Title: "Give the Longhorn volume its class's reclaim policy and back it up again", Done: "The Longhorn volume has its class's reclaim policy and is backed up",
+			Already: "The Longhorn volume has its class's reclaim policy and is backed up", Check: m.released, Apply: m.release},
+	}
+	if m.in.Dump != "" {
+		steps = append(steps, workflow.Step{Name: "dump", Title: "Delete the dump volume of " + s + ", to be made empty on Longhorn",
+			Done: "Deleted the dump volume of " + s + ", to be made empty on Longhorn", Already: "The dump volume of " + s + " is made on Longhorn",
+			Check: m.dumpRecreated, Apply: m.deleteDump})
+	}
+	return append(steps, []workflow.Step{
+		{Name: "class", Title: "Make Longhorn the storage class of " + s, Done: "Longhorn is the storage class of " + s,
+			Already: "Longhorn is the storage class of " + s, Check: m.classSet, Apply: m.setClass},
 		{Name: "start", Title: "Start service " + s + " on Longhorn", Done: "Service " + s + " runs on Longhorn", Already: "Service " + s + " runs on Longhorn",
 			Check: m.started, Apply: m.start},
-	}
+	}...)
 }
 
 // beforeCommit is check for a step before the commit: done once the move committed, whatever
@@ -702,32 +715,22 @@ func reportText(r *mover.Report) string {
 
 // ---- commit
 
+// committed reports whether the move passed its commit point: the old volume records where its
+// data went. From then on every step before the commit counts as done and the move only goes
+// forward, whatever a later step left half-done.
 func (m *mv) committed(ctx context.Context) (bool, error) {
 	pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.OldVolume, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("read the local volume %s: %w", m.in.OldVolume, err)
 	}
-	if pv.Annotations[MovedToAnnotation] == "" {
-		return false, nil
-	}
-	c, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace).Get(ctx, m.in.OldClaim, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return c.Spec.VolumeName == m.in.NewVolume && c.Status.Phase == corev1.ClaimBound, nil
+	return pv.Annotations[MovedToAnnotation] != "", nil
 }
 
-// commit makes the service's claim name the new volume. The old claim is deleted only after the
-// old volume records where its data went; a claim the StatefulSet recreated meanwhile (empty) is
-// deleted too; the move's own claim goes, its volume retained, and a claim of the old name is
-// created bound to it.
+// commit passes the commit point. The new volume is set to survive the deletion of its claim
+// first (its policy before kept in an annotation, so that a second run keeps the first's), then
+// the old volume records where its data went.
 func (m *mv) commit(ctx context.Context) error {
-	pvs := m.cl.Kube.CoreV1().PersistentVolumes()
-	claims := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace)
-	newPV, err := pvs.Get(ctx, m.in.NewVolume, metav1.GetOptions{})
+	newPV, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.NewVolume, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read the Longhorn volume %s: %w", m.in.NewVolume, err)
 	}
@@ -735,26 +738,47 @@ func (m *mv) commit(ctx context.Context) error {
 	if reclaim == "" {
 		reclaim = string(newPV.Spec.PersistentVolumeReclaimPolicy)
 	}
-	// 1. Both volumes survive the deletion of their claims.
 	if err := m.patchPV(ctx, m.in.NewVolume, map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{ReclaimAnnotation: reclaim}},
 		"spec":     map[string]any{"persistentVolumeReclaimPolicy": corev1.PersistentVolumeReclaimRetain}}); err != nil {
 		return err
 	}
-	// 2. The commit point: the old volume records where its data went.
-	if err := m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		MovedToAnnotation: m.in.NewVolume, MovedAtAnnotation: m.o.now().UTC().Format(time.RFC3339)}}}); err != nil {
-		return err
+	return m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		MovedToAnnotation: m.in.NewVolume, MovedAtAnnotation: m.o.now().UTC().Format(time.RFC3339)}}})
+}
+
+// ---- claim
+
+// claimed reports whether the service's claim is bound to the new volume and the move's own
+// claim is gone.
+func (m *mv) claimed(ctx context.Context) (bool, error) {
+	claims := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace)
+	if c, err := m.newClaim(ctx); err != nil || c != nil {
+		return false, err
 	}
-	// 3. The move's claim goes; its volume is released and kept.
+	c, err := claims.Get(ctx, m.in.OldClaim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read claim %s/%s: %w", m.in.Namespace, m.in.OldClaim, err)
+	}
+	return c.Spec.VolumeName == m.in.NewVolume && c.Status.Phase == corev1.ClaimBound, nil
+}
+
+// claim makes the service's claim name the new volume, each write found done when a run before
+// made it: the move's own claim goes (its volume retained); the service's claim goes, whether the
+// original or an empty one the StatefulSet recreated, unless it already names the new volume;
+// the new volume is bound in advance to a claim of the service's name, and that claim made.
+func (m *mv) claim(ctx context.Context) error {
+	claims := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace)
 	if err := deleteClaim(ctx, claims, m.in.NewClaim, ""); err != nil {
 		return err
 	}
-	// 4. The service's claim goes, whether the original or an empty one the StatefulSet
-	// recreated, unless it already names the new volume (an earlier run got this far).
 	c, err := claims.Get(ctx, m.in.OldClaim, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		c = nil
 	case err != nil:
 		return fmt.Errorf("read claim %s/%s: %w", m.in.Namespace, m.in.OldClaim, err)
 	case c.Spec.VolumeName != m.in.NewVolume:
@@ -766,28 +790,32 @@ func (m *mv) commit(ctx context.Context) error {
 		}
 		c = nil
 	}
-	// 5. The new volume is bound in advance to a claim of the service's name, and the claim made.
 	if c == nil {
-		if err := m.patchPV(ctx, m.in.NewVolume, map[string]any{"spec": map[string]any{"claimRef": map[string]any{
-			"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": m.in.Namespace, "name": m.in.OldClaim,
-			"uid": nil, "resourceVersion": nil}}}); err != nil {
-			return err
+		newPV, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.NewVolume, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read the Longhorn volume %s: %w", m.in.NewVolume, err)
 		}
-		size := newPV.Spec.Capacity[corev1.ResourceStorage]
+		if ref := newPV.Spec.ClaimRef; ref == nil || ref.Namespace != m.in.Namespace || ref.Name != m.in.OldClaim {
+			if err := m.patchPV(ctx, m.in.NewVolume, map[string]any{"spec": map[string]any{"claimRef": map[string]any{
+				"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": m.in.Namespace, "name": m.in.OldClaim,
+				"uid": nil, "resourceVersion": nil}}}); err != nil {
+				return err
+			}
+		}
 		want := &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: m.in.OldClaim, Namespace: m.in.Namespace, Labels: map[string]string{service.Label: m.in.Service}},
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				StorageClassName: ptr.To(Class),
 				VolumeName:       m.in.NewVolume,
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: newPV.Spec.Capacity[corev1.ResourceStorage]}},
 			},
 		}
 		if _, err := claims.Create(ctx, want, metav1.CreateOptions{FieldManager: kube.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create claim %s/%s: %w", m.in.Namespace, m.in.OldClaim, err)
 		}
 	}
-	if err := kube.PollPending(ctx, bindTimeout, "claim "+m.in.Namespace+"/"+m.in.OldClaim+" to bind to "+m.in.NewVolume, func(ctx context.Context) (string, error) {
+	return kube.PollPending(ctx, bindTimeout, "claim "+m.in.Namespace+"/"+m.in.OldClaim+" to bind to "+m.in.NewVolume, func(ctx context.Context) (string, error) {
 		c, err := claims.Get(ctx, m.in.OldClaim, metav1.GetOptions{})
 		if err != nil {
 			return "", err
@@ -799,21 +827,69 @@ func (m *mv) commit(ctx context.Context) error {
 			return "it is " + string(c.Status.Phase), nil
 		}
 		return "", nil
-	}); err != nil {
-		return err
+	})
+}
+
+// ---- release
+
+// released reports whether the new volume is again what its class makes it: its policy from
+// before the commit, in backups, no longer the move's.
+func (m *mv) released(ctx context.Context) (bool, error) {
+	pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.NewVolume, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read the Longhorn volume %s: %w", m.in.NewVolume, err)
 	}
-	// 6. The new volume is again what its class makes it (Delete on Longhorn's), and the old one
-	// keeps its data, labelled for kip cluster storage prune.
-	if err := m.patchPV(ctx, m.in.NewVolume, map[string]any{"spec": map[string]any{"persistentVolumeReclaimPolicy": reclaim},
-		"metadata": map[string]any{"labels": map[string]any{velerov1.ExcludeFromBackupLabel: nil, MoveLabel: nil}, "annotations": map[string]any{ReclaimAnnotation: nil}}}); err != nil {
-		return err
+	_, excluded := pv.Labels[velerov1.ExcludeFromBackupLabel]
+	_, moving := pv.Labels[MoveLabel]
+	_, kept := pv.Annotations[ReclaimAnnotation]
+	return !excluded && !moving && !kept, nil
+}
+
+// release gives the new volume its policy from before the commit (Delete, on Longhorn's classes)
+// and puts it back in backups, in one write.
+func (m *mv) release(ctx context.Context) error {
+	pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.NewVolume, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the Longhorn volume %s: %w", m.in.NewVolume, err)
 	}
-	// 7. The dump volume is recreated empty on Longhorn when the service starts.
-	if m.in.Dump != "" {
-		if err := deleteClaim(ctx, claims, m.in.Dump, ""); err != nil {
-			return err
-		}
+	patch := map[string]any{"metadata": map[string]any{"labels": map[string]any{velerov1.ExcludeFromBackupLabel: nil, MoveLabel: nil},
+		"annotations": map[string]any{ReclaimAnnotation: nil}}}
+	if reclaim := pv.Annotations[ReclaimAnnotation]; reclaim != "" {
+		patch["spec"] = map[string]any{"persistentVolumeReclaimPolicy": reclaim}
 	}
+	return m.patchPV(ctx, m.in.NewVolume, patch)
+}
+
+// ---- dump
+
+// dumpRecreated reports whether the service's dump claim is gone, to be made again on Longhorn
+// when the service starts, or already made there.
+func (m *mv) dumpRecreated(ctx context.Context) (bool, error) {
+	c, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace).Get(ctx, m.in.Dump, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read claim %s/%s: %w", m.in.Namespace, m.in.Dump, err)
+	}
+	return ptr.Deref(c.Spec.StorageClassName, "") == Class, nil
+}
+
+func (m *mv) deleteDump(ctx context.Context) error {
+	return deleteClaim(ctx, m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace), m.in.Dump, "")
+}
+
+// ---- class
+
+func (m *mv) classSet(ctx context.Context) (bool, error) {
+	svc, err := service.Get(ctx, m.cl.Dynamic, m.ref())
+	if err != nil {
+		return false, err
+	}
+	return svc.StorageClass == Class, nil
+}
+
+func (m *mv) setClass(ctx context.Context) error {
 	return service.SetStorageClass(ctx, m.cl.Dynamic, m.ref(), Class)
 }
 
@@ -842,8 +918,8 @@ func (m *mv) started(ctx context.Context) (bool, error) {
 	if svc.Move != "" || svc.Stopped != m.in.WasStopped {
 		return false, nil
 	}
-	if why, err := m.fence().Intact(ctx, m.cl.Kube); err != nil || why == "" {
-		return false, err // still fenced
+	if lifted, err := fence.Lifted(ctx, m.cl.Kube, m.in.Namespace, m.in.Service); err != nil || !lifted {
+		return false, err // still fenced, or in part
 	}
 	return m.in.WasStopped || svc.Phase == service.PhaseRunning && svc.ObservedGeneration >= svc.Generation, nil
 }

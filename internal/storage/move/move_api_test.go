@@ -18,10 +18,21 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/test/nodestandin"
 	"kipper.run/kip/test/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// asHelper, set by everywrite_api_test.go (built with -tags kipfault), runs the binary as the
+// helper process that moves a service when its environment asks for that, and never returns then.
+var asHelper = func() {}
+
+// TestMain shares one API test environment among this package's tests. The binary run again by
+// the node stand-in for a mover pod runs the mover; run as the helper, it runs one move.
+func TestMain(m *testing.M) {
+	nodestandin.MoverMain()
+	asHelper()
+	os.Exit(testenv.Main(m))
+}
 
 type fixture struct {
 	e      *testenv.Env

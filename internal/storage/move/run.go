@@ -373,6 +373,18 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, in *Intent) err
 			return err
 		}
 		if in == nil {
+			// A move stopped while it counted the data, before it recorded anything, leaves
+			// only its scan pod.
+			m := &mv{o: o, cl: cl, in: &Intent{Namespace: o.Namespace(), Service: o.Name}, report: o.Printer}
+			scan := scanPodName(o.Name)
+			if _, err := cl.Kube.CoreV1().Pods(o.Namespace()).Get(ctx, scan, metav1.GetOptions{}); err == nil {
+				if err := m.deletePod(ctx, scan); err != nil {
+					return err
+				}
+				o.Printer.Info("Deleted the scan pod " + scan + " of a move stopped before it changed anything")
+			} else if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("read pod %s/%s: %w", o.Namespace(), scan, err)
+			}
 			o.Printer.StepAlready("Service " + o.Ref.String() + " has no unfinished move to roll back")
 			return nil
 		}

@@ -1,0 +1,567 @@
+//go:build kipfault
+
+package move_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/internal/storage"
+	"kipper.run/kip/internal/storage/fence"
+	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/internal/storage/mover/movertest"
+	"kipper.run/kip/internal/workflow"
+	consolestandin "kipper.run/kip/test/console-standin"
+	"kipper.run/kip/test/nodestandin"
+	"kipper.run/kip/test/testenv"
+)
+
+// The helper process: the test binary run again with these set moves one service against the
+// parent's API server, as kip service storage longhorn NAME --no-backup --yes does.
+const (
+	helperKubeconfig = "KIP_MOVE_HELPER_KUBECONFIG"
+	helperService    = "KIP_MOVE_HELPER_SERVICE" // project/environment/name
+	helperRollback   = "KIP_MOVE_HELPER_ROLLBACK"
+)
+
+// movedAt is every helper's clock, so that the commit's moved-at is the same in every run.
+var movedAt = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+
+func init() {
+	asHelper = func() {
+		kubeconfig := os.Getenv(helperKubeconfig)
+		if kubeconfig == "" {
+			return
+		}
+		if err := helperMove(kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+func helperMove(kubeconfig string) error {
+	cfg, err := kube.LoadConfig(kubeconfig, "")
+	if err != nil {
+		return err
+	}
+	cl, err := kube.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(os.Getenv(helperService), "/")
+	if len(parts) != 3 {
+		return fmt.Errorf("%s=%q: want project/environment/name", helperService, os.Getenv(helperService))
+	}
+	ios := &cli.IOStreams{Out: os.Stdout, ErrOut: os.Stderr, Getenv: os.Getenv}
+	o := move.Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, true),
+		Holder: "kip service storage longhorn (helper)", KipVersion: "v0.0.0-test", NoBackup: true,
+		Ref:      service.Ref{Project: parts[0], Environment: parts[1], Name: parts[2]},
+		Rollback: os.Getenv(helperRollback) != "", Now: func() time.Time { return movedAt }}
+	return move.Run(context.Background(), &o)
+}
+
+// moveEnv is one node's cluster in the API tier: the fence's policies, Longhorn's one-copy class
+// and its node with room, the cluster record of a nano cluster grown onto Longhorn without
+// backups, the console stand-in making each Service's StatefulSet, and the node stand-in running
+// its pods and the mover and provisioning Longhorn's volumes as directories.
+type moveEnv struct {
+	e    *testenv.Env
+	cl   *kube.Clients
+	node *nodestandin.Standin
+	dir  string
+}
+
+const (
+	everyNode    = "every-write-node"
+	everyProject = "every"
+	everyEnv     = "prod"
+)
+
+func newMoveEnv(ctx context.Context, t *testing.T) *moveEnv {
+	t.Helper()
+	e := testenv.Get(t)
+	cl, err := kube.NewClients(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &moveEnv{e: e, cl: cl, dir: t.TempDir()}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: storage.LonghornNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// A node the scheduler places the service's pods on: a kubelet's capacity, the node
+	// stand-in its kubelet.
+	e.ReadyNode(t, everyNode, map[string]string{corev1.LabelHostname: everyNode})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cl.Kube.CoreV1().Nodes().Get(ctx, everyNode, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+		n.Status.Capacity, n.Status.Allocatable = room, room
+		_, err = cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var policies []*unstructured.Unstructured
+	for _, p := range fence.Policies() {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policies = append(policies, &unstructured.Unstructured{Object: u})
+	}
+	if err := kube.Apply(ctx, cl, policies, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: move.Class}, Provisioner: nodestandin.Driver,
+		ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimDelete), VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+		AllowVolumeExpansion: ptr.To(true), Parameters: map[string]string{"numberOfReplicas": "1"}}
+	if _, err := cl.Kube.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	m.longhornNode(ctx, t)
+	rec := cluster.Record{Profile: "nano", Storage: cluster.StorageLonghorn, Backups: cluster.BackupsNone, KipVersion: "v0.0.0-test"}
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(r *cluster.Record, _ bool) error { *r = rec; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	console := &consolestandin.Standin{Kube: cl.Kube, Dynamic: cl.Dynamic, Image: "busybox", Command: []string{"sleep", "infinity"},
+		Interval: 100 * time.Millisecond, Logf: t.Logf}
+	m.node = &nodestandin.Standin{Clients: cl, Node: everyNode, Dir: filepath.Join(m.dir, "node"), Logf: t.Logf}
+	go func() { console.Run(runCtx); done <- struct{}{} }()
+	go func() { m.node.Run(runCtx); done <- struct{}{} }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": everyProject}, "spec": map[string]any{"environments": []any{map[string]any{"name": everyEnv}}}}}
+	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "namespace "+everyProject+"-"+everyEnv, func(ctx context.Context) (bool, string, error) {
+		_, err := cl.Kube.CoreV1().Namespaces().Get(ctx, everyProject+"-"+everyEnv, metav1.GetOptions{})
+		return err == nil, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// longhornNode is Longhorn's node: one disk, ready and schedulable, with 100 GiB free.
+func (m *moveEnv) longhornNode(ctx context.Context, t *testing.T) {
+	t.Helper()
+	lh := m.cl.Longhorn.LonghornV1beta2().Nodes(storage.LonghornNamespace)
+	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: everyNode, Namespace: storage.LonghornNamespace},
+		Spec: longhornv1beta2.NodeSpec{Name: everyNode, AllowScheduling: true, Disks: map[string]longhornv1beta2.DiskSpec{
+			"default": {Type: longhornv1beta2.DiskTypeFilesystem, Path: "/var/lib/longhorn", AllowScheduling: true}}}}
+	n, err := lh.Create(ctx, n, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // an earlier test's
+		n, err = lh.Get(ctx, everyNode, metav1.GetOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := []longhornv1beta2.Condition{{Type: longhornv1beta2.DiskConditionTypeReady, Status: longhornv1beta2.ConditionStatusTrue},
+		{Type: longhornv1beta2.DiskConditionTypeSchedulable, Status: longhornv1beta2.ConditionStatusTrue}}
+	n.Status.Conditions = []longhornv1beta2.Condition{{Type: longhornv1beta2.NodeConditionTypeReady, Status: longhornv1beta2.ConditionStatusTrue},
+		{Type: longhornv1beta2.NodeConditionTypeSchedulable, Status: longhornv1beta2.ConditionStatusTrue}}
+	n.Status.DiskStatus = map[string]*longhornv1beta2.DiskStatus{"default": {Conditions: ready, StorageMaximum: 100 << 30, StorageAvailable: 100 << 30}}
+	if _, err := lh.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// moveService creates a service of type typ on local storage on the node (its data volume, and
+// a Postgres service's dump volume, local-path volumes there, the data one holding the mover
+// tests' tree) and waits until it runs; it returns the data directory and its description.
+func (m *moveEnv) moveService(ctx context.Context, t *testing.T, typ, name string) (service.Ref, string, string) {
+	t.Helper()
+	ref := service.Ref{Project: everyProject, Environment: everyEnv, Name: name}
+	dir := filepath.Join(m.dir, "local", name+"-data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	movertest.MakeTree(t, dir, 0)
+	dump := filepath.Join(m.dir, "local", name+"-dump")
+	if err := os.MkdirAll(dump, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dump, "latest.dump"), []byte("a dump of "+name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	volumes := map[string]string{"data-" + name + "-0": dir}
+	if typ == "postgres" {
+		volumes["dump-"+name+"-0"] = dump
+	}
+	for claim, path := range volumes {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: "local-" + ref.Namespace() + "-" + claim, Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": "rancher.io/local-path"}},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				StorageClassName:              "local-path",
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}},
+				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ref.Namespace(), Name: claim},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{everyNode}}}}}}},
+			},
+		}
+		if _, err := m.cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ref.Namespace()},
+		"spec": map[string]any{"type": typ, "storage": "1Gi", "storageClass": "local-path",
+			"resources": map[string]any{"cpuRequest": "50m", "memoryRequest": "32Mi"}}}}
+	if _, err := m.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := service.WaitRunning(ctx, m.cl.Dynamic, m.cl.Kube, ref, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return ref, dir, movertest.Describe(t, dir)
+}
+
+// run runs the helper's move of ref with env added, its waits polling every 50 ms; it returns
+// the helper's standard error and the signal that ended it, or its exit code.
+func (m *moveEnv) run(t *testing.T, ref service.Ref, env ...string) (string, syscall.Signal, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperKubeconfig+"="+m.e.KubeconfigPath, helperService+"="+ref.Project+"/"+ref.Environment+"/"+ref.Name,
+		fault.PollEnv+"=50ms")
+	cmd.Env = append(cmd.Env, env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stderr.String(), 0, 0
+	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return stderr.String(), ws.Signal(), -1
+		}
+		return stderr.String(), 0, exit.ExitCode()
+	}
+	t.Fatalf("run the helper: %v\n%s", err, stderr.String())
+	return "", 0, 0
+}
+
+// endState describes, with the service's name written SVC, everything a move of ref leaves: the
+// service, its claims and what each is bound to, every volume its claims named (reclaim policy,
+// phase, kip's and Velero's labels and annotations), the Longhorn volumes, the move's claim,
+// pods, fence and record, and whether the data is byte for byte the original's on the volume the
+// service's claim names and in the local directory.
+func (m *moveEnv) endState(ctx context.Context, t *testing.T, ref service.Ref, dir, want string) string {
+	t.Helper()
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	ns := ref.Namespace()
+	svc, err := service.Get(ctx, m.cl.Dynamic, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("service: class %q, stopped %v, move %q, phase %s", svc.StorageClass, svc.Stopped, svc.Move, svc.Phase)
+	pvs, err := m.cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{} // volume name → how the description calls it
+	for _, pv := range pvs.Items {
+		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != ns || !ofService(pv.Spec.ClaimRef.Name, ref) {
+			continue
+		}
+		kind := "local"
+		if pv.Spec.CSI != nil {
+			kind = "Longhorn"
+		}
+		names[pv.Name] = fmt.Sprintf("%s volume for %s", kind, pv.Spec.ClaimRef.Name)
+	}
+	claims, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if ofService(c.Name, ref) {
+			add("claim %s: class %q, %s, bound to the %s", c.Name, ptr.Deref(c.Spec.StorageClassName, ""), c.Status.Phase, names[c.Spec.VolumeName])
+		}
+	}
+	var lines []string
+	for _, pv := range pvs.Items {
+		name, ok := names[pv.Name]
+		if !ok {
+			continue
+		}
+		var marks []string
+		for k, v := range pv.Annotations {
+			if strings.HasPrefix(k, "kipper.run/") {
+				if other, ok := names[v]; ok {
+					v = "the " + other
+				}
+				marks = append(marks, "annotation "+k+"="+v)
+			}
+		}
+		for k, v := range pv.Labels {
+			if strings.HasPrefix(k, "kipper.run/") || k == velerov1.ExcludeFromBackupLabel {
+				marks = append(marks, "label "+k+"="+v)
+			}
+		}
+		sort.Strings(marks)
+		lines = append(lines, fmt.Sprintf("%s: %s, %s, %s", name, pv.Spec.PersistentVolumeReclaimPolicy, pv.Status.Phase, strings.Join(marks, ", ")))
+	}
+	vols, err := m.cl.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vols.Items {
+		if name, ok := names[v.Name]; ok {
+			lines = append(lines, "Longhorn's volume of the "+name)
+		}
+	}
+	sort.Strings(lines)
+	out = append(out, lines...)
+	pods, err := m.cl.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: move.MoveLabel + "=" + ref.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("move pods: %d", len(pods.Items))
+	if _, err := m.cl.Kube.CoreV1().ConfigMaps(ns).Get(ctx, fence.ConfigMapName(ref.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		add("fence ConfigMap: %v", err)
+	}
+	n, err := m.cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Labels[fence.NamespaceLabel(ref.Name)]; ok {
+		add("namespace fenced")
+	}
+	unfinished, err := workflow.ListUnfinished(ctx, m.cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range unfinished {
+		if strings.HasSuffix(p.Workflow, "-"+ref.Name) || strings.HasSuffix(p.Workflow, "-"+ref.Name+"-rollback") {
+			add("unfinished record %s at step %s", strings.ReplaceAll(p.Workflow, ref.Name, "SVC"), p.Step)
+		}
+	}
+	if got := movertest.Describe(t, dir); got != want {
+		add("the local data changed:\n%s", got)
+	}
+	claim, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-"+ref.Name+"-0", metav1.GetOptions{})
+	if err == nil {
+		if pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{}); err == nil && pv.Spec.CSI != nil {
+			if got := movertest.Describe(t, m.node.VolumeDir(pv.Name), "lost+found"); got != want {
+				add("the Longhorn volume's data differs from the original:\n%s", got)
+			} else {
+				add("the Longhorn volume holds the original's data")
+			}
+		}
+	}
+	return strings.ReplaceAll(strings.Join(out, "\n"), ref.Name, "SVC")
+}
+
+// done deletes ref's service once its case is checked: its StatefulSet and pod go with it, and
+// the node keeps room for the next cases' pods.
+func (m *moveEnv) done(ctx context.Context, t *testing.T, ref service.Ref) {
+	t.Helper()
+	if err := m.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ref.Namespace()).Delete(ctx, ref.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ofService reports whether claim is one of ref's or its move's.
+func ofService(claim string, ref service.Ref) bool {
+	return slices.Contains([]string{"data-" + ref.Name + "-0", "dump-" + ref.Name + "-0", "kip-move-" + ref.Name}, claim)
+}
+
+// writes reads a KIP_FAULT_WRITES file: what each write was, in order.
+func writes(t *testing.T, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var what []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		n, w, ok := strings.Cut(line, "\t")
+		if !ok || n != fmt.Sprint(len(what)+1) {
+			t.Fatalf("%s: line %q out of order", file, line)
+		}
+		what = append(what, w)
+	}
+	return what
+}
+
+// TestMoveEveryWriteKilled moves a Postgres service (data and dump volumes) and a Redis one
+// (data only), each killed after each single write of its move in turn, a new service each time,
+// then runs the move again; every run again ends as the move never interrupted did: the same
+// claims bound to the same kinds of volume, the same policies, labels and annotations, no leaked
+// volume, nothing of the move left, and the original's data byte for byte on Longhorn, the local
+// copy untouched.
+func TestMoveEveryWriteKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	for _, typ := range []string{"postgres", "redis"} {
+		t.Run(typ, func(t *testing.T) {
+			ref, dir, want := m.moveService(ctx, t, typ, typ+"-w0")
+			reference, all := m.uninterrupted(ctx, t, ref, dir, want)
+			if !strings.Contains(reference, "the Longhorn volume holds the original's data") {
+				t.Fatalf("the uninterrupted move did not put the data on Longhorn:\n%s", reference)
+			}
+			m.done(ctx, t, ref)
+			start := time.Now()
+			for i := 1; i <= len(all); i++ {
+				ref, dir, want := m.moveService(ctx, t, typ, fmt.Sprintf("%s-k%d", typ, i))
+				m.killedAfter(t, ref, i, all[i-1])
+				again, sig, code := m.run(t, ref)
+				if sig != 0 || code != 0 {
+					t.Errorf("the move run again after a kill after write %d (%s): signal %v, exit %d\n%s", i, all[i-1], sig, code, again)
+					continue
+				}
+				if got := m.endState(ctx, t, ref, dir, want); got != reference {
+					t.Errorf("killed after write %d (%s), the run again ends as\n%s\nnot as the uninterrupted move:\n%s\nits output:\n%s", i, all[i-1], got, reference, again)
+				}
+				m.done(ctx, t, ref)
+			}
+			t.Logf("measured: %d kill points, each a move killed and run again, in %s", len(all), time.Since(start).Round(time.Second))
+		})
+	}
+}
+
+// uninterrupted runs ref's move (or with env, its rollback) to its end, counting its writes, and
+// returns the state it ends in and what each write was.
+func (m *moveEnv) uninterrupted(ctx context.Context, t *testing.T, ref service.Ref, dir, want string, env ...string) (string, []string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "writes")
+	start := time.Now()
+	stderr, sig, code := m.run(t, ref, append(env, fault.WritesFileEnv+"="+file)...)
+	if sig != 0 || code != 0 {
+		t.Fatalf("the uninterrupted run: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	took := time.Since(start)
+	state := m.endState(ctx, t, ref, dir, want)
+	all := writes(t, file)
+	t.Logf("measured: the uninterrupted run made %d writes in %s; it ends as:\n%s", len(all), took.Round(time.Millisecond), state)
+	return state, all
+}
+
+// killedAfter runs ref's move (or with env, its rollback) killed after its write n, which the
+// uninterrupted run logged as what.
+func (m *moveEnv) killedAfter(t *testing.T, ref service.Ref, n int, what string, env ...string) {
+	t.Helper()
+	stderr, sig, _ := m.run(t, ref, append(env, fmt.Sprintf("%s=%d", fault.KillWriteEnv, n))...)
+	if sig != syscall.SIGKILL || !strings.Contains(stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n)) {
+		t.Fatalf("the run killed after write %d (%s): signal %v\n%s", n, what, sig, stderr)
+	}
+}
+
+// TestMoveRollbackEveryWriteKilled rolls back moves of a Postgres service: killed after each
+// write of the move before its commit point in turn, then rolled back, and killed before its
+// commit then rolled back killed after each write of the rollback in turn, then rolled back
+// again. Every rollback ends as the uninterrupted one did: the service running on its local
+// volumes, their policies as before the move, nothing of the move left, the data untouched. A
+// move killed past its commit point is refused a rollback and finishes forward.
+func TestMoveRollbackEveryWriteKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	rollback := helperRollback + "=1"
+	beforeCommit := func(ref service.Ref) {
+		t.Helper()
+		if stderr, sig, _ := m.run(t, ref, workflow.FaultEnv+"=before:commit"); sig != syscall.SIGKILL {
+			t.Fatalf("the move killed before its commit: signal %v\n%s", sig, stderr)
+		}
+	}
+	ref, dir, want := m.moveService(ctx, t, "postgres", "rb0")
+	beforeCommit(ref)
+	reference, all := m.uninterrupted(ctx, t, ref, dir, want, rollback)
+	if !strings.Contains(reference, `service: class "local-path", stopped false, move "", phase Running`) {
+		t.Fatalf("the uninterrupted rollback did not start the service on local storage:\n%s", reference)
+	}
+	m.done(ctx, t, ref)
+	start := time.Now()
+	for i := 1; i <= len(all); i++ {
+		ref, dir, want := m.moveService(ctx, t, "postgres", fmt.Sprintf("rb%d", i))
+		beforeCommit(ref)
+		m.killedAfter(t, ref, i, all[i-1], rollback)
+		again, sig, code := m.run(t, ref, rollback)
+		if sig != 0 || code != 0 {
+			t.Errorf("the rollback run again after a kill after write %d (%s): signal %v, exit %d\n%s", i, all[i-1], sig, code, again)
+			continue
+		}
+		if got := m.endState(ctx, t, ref, dir, want); got != reference {
+			t.Errorf("killed after write %d (%s), the rollback run again ends as\n%s\nnot as the uninterrupted one:\n%s\nits output:\n%s", i, all[i-1], got, reference, again)
+		}
+		m.done(ctx, t, ref)
+	}
+	t.Logf("measured: %d kill points of the rollback in %s", len(all), time.Since(start).Round(time.Second))
+
+	start = time.Now()
+	points := 0
+	for i := 1; ; i++ {
+		ref, dir, want := m.moveService(ctx, t, "postgres", fmt.Sprintf("mv%d", i))
+		m.killedAfter(t, ref, i, "")
+		points++
+		pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, "local-"+ref.Namespace()+"-data-"+ref.Name+"-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Annotations[move.MovedToAnnotation] != "" {
+			// Past the commit point: only forward.
+			stderr, _, code := m.run(t, ref, rollback)
+			if code != 1 || !strings.Contains(stderr, "committed") || !strings.Contains(stderr, "cannot be rolled back") {
+				t.Errorf("--rollback after a kill after write %d, past the commit point: exit %d\n%s", i, code, stderr)
+			}
+			if again, sig, code := m.run(t, ref); sig != 0 || code != 0 || !strings.Contains(m.endState(ctx, t, ref, dir, want), "the Longhorn volume holds the original's data") {
+				t.Errorf("the move run forward after a kill after write %d, past the commit point: signal %v, exit %d\n%s", i, sig, code, again)
+			}
+			m.done(ctx, t, ref)
+			break
+		}
+		again, sig, code := m.run(t, ref, rollback)
+		if sig != 0 || code != 0 {
+			t.Errorf("the rollback after a kill after write %d of the move: signal %v, exit %d\n%s", i, sig, code, again)
+			continue
+		}
+		if got := m.endState(ctx, t, ref, dir, want); got != reference {
+			t.Errorf("killed after write %d of the move, the rollback ends as\n%s\nnot as the uninterrupted one:\n%s\nits output:\n%s", i, got, reference, again)
+		}
+		m.done(ctx, t, ref)
+	}
+	t.Logf("measured: the move killed after each of its %d writes up to its commit point, each rolled back, in %s", points, time.Since(start).Round(time.Second))
+}
