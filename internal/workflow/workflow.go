@@ -164,6 +164,23 @@ type Runner struct {
 	DryRun bool
 }
 
+// TakeLock takes the cluster lock with r.Lock for r.Holder, saying when it took over a stale
+// one; release releases it, warning when that fails. A command that must decide what to do under
+// the lock takes it so and hands it to the run as Held.
+func (r *Runner) TakeLock(ctx context.Context) (lock *kube.Lock, release func(), err error) {
+	if lock, err = r.Lock(ctx, r.Holder); err != nil {
+		return nil, nil, err
+	}
+	if lock.TookOverFrom != "" {
+		r.Report.Warn(fmt.Sprintf("Took over the cluster lock from %s: %s", lock.TookOverFrom, lock.TookOverBecause))
+	}
+	return lock, func() {
+		if err := lock.Release(ctx); err != nil {
+			r.Report.Warn(fmt.Sprintf("%v (the lock frees itself about a minute after its last renewal)", err))
+		}
+	}, nil
+}
+
 // Status is where a recorded workflow stands.
 type Status string
 
@@ -238,18 +255,12 @@ func (r *Runner) Run(ctx context.Context, wf *Workflow) error {
 	}
 	lock := r.Held
 	if lock == nil && r.Lock != nil {
+		var release func()
 		var err error
-		if lock, err = r.Lock(ctx, r.Holder); err != nil {
+		if lock, release, err = r.TakeLock(ctx); err != nil {
 			return err
 		}
-		defer func() {
-			if err := lock.Release(ctx); err != nil {
-				r.Report.Warn(fmt.Sprintf("%v (the lock frees itself about a minute after its last renewal)", err))
-			}
-		}()
-		if lock.TookOverFrom != "" {
-			r.Report.Warn(fmt.Sprintf("Took over the cluster lock from %s: %s", lock.TookOverFrom, lock.TookOverBecause))
-		}
+		defer release()
 	}
 	if lock != nil {
 		// Steps stop at once when the lock is lost: another kip may be changing the cluster.

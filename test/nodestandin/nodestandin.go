@@ -13,7 +13,8 @@
 // a Longhorn Volume of that name and a directory Dir/longhorn/<volume>; a released volume whose
 // policy is Delete is deleted with both. A Longhorn Volume reports attached to the node while a
 // pod that is not finished uses its claim, detached otherwise, and the pods that used it last
-// (status.kubernetesStatus.workloadsStatus, kept once they are gone, as Longhorn keeps them).
+// (status.kubernetesStatus.workloadsStatus, kept once they are gone, as Longhorn keeps them):
+// attached when the stand-in's kubelet starts such a pod, detached once none is left.
 //
 // A local volume's directory is its hostPath or local path, as on the node itself.
 package nodestandin
@@ -203,6 +204,11 @@ func (s *Standin) pods(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		case p.Status.Phase == corev1.PodPending:
+			// As a kubelet starts a pod's containers once its volumes are attached.
+			if err := s.attach(ctx, p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			errs = append(errs, s.setStatus(ctx, p, func(p *corev1.Pod) { running(p, s.Node) }))
 		case p.Status.Phase == corev1.PodRunning && p.Labels[moverpod.Label] != "":
 			s.mu.Lock()
@@ -354,8 +360,51 @@ func (s *Standin) claimDir(ctx context.Context, namespace, name string) (string,
 	return "", fmt.Errorf("volume %s of claim %s/%s is neither local nor Longhorn's", pv.Name, namespace, name)
 }
 
-// attachments keeps each Longhorn Volume's state and workloads as the pods using its claim have
-// them.
+// attach marks the Longhorn volumes of pod p's claims attached to the node, with p among their
+// workloads, as Longhorn reports a volume a starting pod mounts.
+func (s *Standin) attach(ctx context.Context, p *corev1.Pod) error {
+	var errs []error
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		c, err := s.Clients.Kube.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, s.setVolume(ctx, c.Spec.VolumeName, func(st *longhornv1beta2.VolumeStatus) {
+			st.State, st.CurrentNodeID = longhornv1beta2.VolumeStateAttached, s.Node
+			w := longhornv1beta2.WorkloadStatus{PodName: p.Name, PodStatus: string(corev1.PodRunning)}
+			if !slices.Contains(st.KubernetesStatus.WorkloadsStatus, w) {
+				st.KubernetesStatus.WorkloadsStatus = append(st.KubernetesStatus.WorkloadsStatus, w)
+			}
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// setVolume changes the status of Longhorn volume name, when there is one, retried on conflicts.
+func (s *Standin) setVolume(ctx context.Context, name string, change func(*longhornv1beta2.VolumeStatus)) error {
+	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		v, err := lh.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(&v.Status)
+		_, err = lh.UpdateStatus(ctx, v, metav1.UpdateOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil // not a Longhorn volume
+	}
+	return err
+}
+
+// attachments detaches each Longhorn volume no unfinished pod uses any more (a pod gone, or
+// ended), keeping the pods that used it last, as Longhorn keeps them; and records which claim
+// holds it. Attaching is the kubelet's part (attach), when a pod starts.
 func (s *Standin) attachments(ctx context.Context) error {
 	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace)
 	vols, err := lh.List(ctx, metav1.ListOptions{})
@@ -381,19 +430,17 @@ func (s *Standin) attachments(ctx context.Context) error {
 		if pv == nil {
 			continue
 		}
-		var users []longhornv1beta2.WorkloadStatus
+		used := false
 		if ref := pv.Spec.ClaimRef; ref != nil && pv.Status.Phase == corev1.VolumeBound {
 			for _, p := range pods.Items {
 				if p.Namespace == ref.Namespace && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && usesClaim(&p, ref.Name) {
-					users = append(users, longhornv1beta2.WorkloadStatus{PodName: p.Name, PodStatus: string(p.Status.Phase)})
+					used = true
 				}
 			}
 		}
 		want := v.Status.DeepCopy()
-		want.State, want.CurrentNodeID = longhornv1beta2.VolumeStateDetached, ""
-		if len(users) > 0 {
-			want.State, want.CurrentNodeID = longhornv1beta2.VolumeStateAttached, s.Node
-			want.KubernetesStatus.WorkloadsStatus = users
+		if !used {
+			want.State, want.CurrentNodeID = longhornv1beta2.VolumeStateDetached, ""
 		}
 		if ref := pv.Spec.ClaimRef; ref != nil {
 			want.KubernetesStatus.PVName, want.KubernetesStatus.Namespace, want.KubernetesStatus.PVCName = pv.Name, ref.Namespace, ref.Name

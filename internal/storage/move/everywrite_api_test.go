@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -203,15 +204,40 @@ func (m *moveEnv) longhornNode(ctx context.Context, t *testing.T) {
 
 // moveService creates a service of type typ on local storage on the node (its data volume, and
 // a Postgres service's dump volume, local-path volumes there, the data one holding the mover
-// tests' tree) and waits until it runs; it returns the data directory and its description.
+// tests' tree, with every kind of entry) and waits until it runs; it returns the data directory
+// and its description.
 func (m *moveEnv) moveService(ctx context.Context, t *testing.T, typ, name string) (service.Ref, string, string) {
+	t.Helper()
+	return m.serviceWith(ctx, t, typ, name, func(dir string) { movertest.MakeTree(t, dir, 0) })
+}
+
+// killService is moveService for a kill point: its data is a small tree (a file with an extended
+// attribute and an ACL, a hard link, a symbolic link, a directory of its own mode and owner), as
+// the kill points concern the move's writes, not the mover's (the uninterrupted run moves the
+// full tree).
+func (m *moveEnv) killService(ctx context.Context, t *testing.T, typ, name string) (service.Ref, string, string) {
+	t.Helper()
+	return m.serviceWith(ctx, t, typ, name, func(dir string) {
+		b := movertest.Builder{T: t, Root: dir}
+		b.Dir("base", 0o700, 999, 999)
+		b.File("base/PG_VERSION", []byte("17\n"), 0o600, 999, 999)
+		b.File("base/1259", movertest.RandomBytes(64<<10, 7), 0o600, 999, 999)
+		b.Xattr("base/1259", "user.kip", []byte("kept"))
+		b.Setfacl("-m", "u:1234:r", "base/PG_VERSION")
+		b.Check(os.Link(b.Path("base/1259"), b.Path("hard")))
+		b.Symlink("base/PG_VERSION", "version", 999, 999)
+	})
+}
+
+// serviceWith is moveService with the data fill writes.
+func (m *moveEnv) serviceWith(ctx context.Context, t *testing.T, typ, name string, fill func(dir string)) (service.Ref, string, string) {
 	t.Helper()
 	ref := service.Ref{Project: everyProject, Environment: everyEnv, Name: name}
 	dir := filepath.Join(m.dir, "local", name+"-data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	movertest.MakeTree(t, dir, 0)
+	fill(dir)
 	dump := filepath.Join(m.dir, "local", name+"-dump")
 	if err := os.MkdirAll(dump, 0o755); err != nil {
 		t.Fatal(err)
@@ -258,26 +284,48 @@ func (m *moveEnv) moveService(ctx context.Context, t *testing.T, typ, name strin
 // the helper's standard error and the signal that ended it, or its exit code.
 func (m *moveEnv) run(t *testing.T, ref service.Ref, env ...string) (string, syscall.Signal, int) {
 	t.Helper()
+	h := m.start(t, ref, env...)
+	return h.wait(t)
+}
+
+// helper is a helper process started.
+type helper struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	stderr bytes.Buffer
+}
+
+// start starts the helper's move of ref with env added; wait waits for its end.
+func (m *moveEnv) start(t *testing.T, ref service.Ref, env ...string) *helper {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperKubeconfig+"="+m.e.KubeconfigPath, helperService+"="+ref.Project+"/"+ref.Environment+"/"+ref.Name,
+	h := &helper{cmd: exec.CommandContext(ctx, os.Args[0], "-test.run=^$"), cancel: cancel}
+	h.cmd.Env = append(os.Environ(), helperKubeconfig+"="+m.e.KubeconfigPath, helperService+"="+ref.Project+"/"+ref.Environment+"/"+ref.Name,
 		fault.PollEnv+"=50ms")
-	cmd.Env = append(cmd.Env, env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
+	h.cmd.Env = append(h.cmd.Env, env...)
+	h.cmd.Stderr = &h.stderr
+	if err := h.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start the helper: %v", err)
+	}
+	return h
+}
+
+func (h *helper) wait(t *testing.T) (string, syscall.Signal, int) {
+	t.Helper()
+	defer h.cancel()
+	err := h.cmd.Wait()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
-		return stderr.String(), 0, 0
+		return h.stderr.String(), 0, 0
 	case errors.As(err, &exit):
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return stderr.String(), ws.Signal(), -1
+			return h.stderr.String(), ws.Signal(), -1
 		}
-		return stderr.String(), 0, exit.ExitCode()
+		return h.stderr.String(), 0, exit.ExitCode()
 	}
-	t.Fatalf("run the helper: %v\n%s", err, stderr.String())
+	t.Fatalf("run the helper: %v\n%s", err, h.stderr.String())
 	return "", 0, 0
 }
 
@@ -446,7 +494,7 @@ func TestMoveEveryWriteKilled(t *testing.T) {
 			m.done(ctx, t, ref)
 			start := time.Now()
 			for i := 1; i <= len(all); i++ {
-				ref, dir, want := m.moveService(ctx, t, typ, fmt.Sprintf("%s-k%d", typ, i))
+				ref, dir, want := m.killService(ctx, t, typ, fmt.Sprintf("%s-k%d", typ, i))
 				m.killedAfter(t, ref, i, all[i-1])
 				again, sig, code := m.run(t, ref)
 				if sig != 0 || code != 0 {
@@ -516,7 +564,7 @@ func TestMoveRollbackEveryWriteKilled(t *testing.T) {
 	m.done(ctx, t, ref)
 	start := time.Now()
 	for i := 1; i <= len(all); i++ {
-		ref, dir, want := m.moveService(ctx, t, "postgres", fmt.Sprintf("rb%d", i))
+		ref, dir, want := m.killService(ctx, t, "postgres", fmt.Sprintf("rb%d", i))
 		beforeCommit(ref)
 		m.killedAfter(t, ref, i, all[i-1], rollback)
 		again, sig, code := m.run(t, ref, rollback)
@@ -534,7 +582,7 @@ func TestMoveRollbackEveryWriteKilled(t *testing.T) {
 	start = time.Now()
 	points := 0
 	for i := 1; ; i++ {
-		ref, dir, want := m.moveService(ctx, t, "postgres", fmt.Sprintf("mv%d", i))
+		ref, dir, want := m.killService(ctx, t, "postgres", fmt.Sprintf("mv%d", i))
 		m.killedAfter(t, ref, i, "")
 		points++
 		pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, "local-"+ref.Namespace()+"-data-"+ref.Name+"-0", metav1.GetOptions{})
@@ -564,4 +612,134 @@ func TestMoveRollbackEveryWriteKilled(t *testing.T) {
 		m.done(ctx, t, ref)
 	}
 	t.Logf("measured: the move killed after each of its %d writes up to its commit point, each rolled back, in %s", points, time.Since(start).Round(time.Second))
+}
+
+// TestMoveRetainsBothVolumesUntilTheirClaimsGo: with the move paused right before it deletes the
+// claims, both volumes' reclaim policy is set back to Delete, as an operator or a tool could; the
+// move sets Retain again before each claim goes, says so, and both volumes keep their data: the
+// local one retained and released with the original's data, the Longhorn one bound to the
+// service's claim with the copy, its policy then the class's again.
+func TestMoveRetainsBothVolumesUntilTheirClaimsGo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	ref, dir, want := m.moveService(ctx, t, "postgres", "retained")
+	pause := filepath.Join(t.TempDir(), "paused")
+	h := m.start(t, ref, workflow.PauseEnv+"=before:claim", workflow.PauseFileEnv+"="+pause)
+	if err := kube.Poll(ctx, 3*time.Minute, "the move to pause before its claim step", func(context.Context) (bool, string, error) {
+		_, err := os.Stat(pause)
+		return err == nil, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "kip-move-"+ref.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := "local-" + ref.Namespace() + "-data-" + ref.Name + "-0"
+	for _, pv := range []string{old, claim.Spec.VolumeName} {
+		patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`)
+		if _, err := m.cl.Kube.CoreV1().PersistentVolumes().Patch(ctx, pv, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	stderr, sig, code := h.wait(t)
+	if sig != 0 || code != 0 {
+		t.Fatalf("the move: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	for _, pv := range []string{old, claim.Spec.VolumeName} {
+		if want := "Volume " + pv + "'s reclaim policy is Delete again, not the Retain the move set: setting Retain before its claim is deleted"; !strings.Contains(stderr, want) {
+			t.Errorf("the move does not say %q:\n%s", want, stderr)
+		}
+	}
+	if got := m.endState(ctx, t, ref, dir, want); !strings.Contains(got, "local volume for data-SVC-0: Retain, Released, annotation kipper.run/moved-at=") ||
+		!strings.Contains(got, "Longhorn volume for data-SVC-0: Delete, Bound") || !strings.Contains(got, "the Longhorn volume holds the original's data") {
+		t.Errorf("after the move:\n%s", got)
+	}
+}
+
+// TestMoveRefusesWhileAnotherPodUsesTheData: a pod that is not the service's, started before the
+// move, mounts the service's data claim; the fence does not stop a pod already running, so the
+// move refuses to copy while it runs, naming it, and leaves the service stopped; once the pod is
+// gone the same command finishes the move with the original's data on Longhorn.
+func TestMoveRefusesWhileAnotherPodUsesTheData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	ref, dir, want := m.moveService(ctx, t, "postgres", "shared")
+	pods := m.cl.Kube.CoreV1().Pods(ref.Namespace())
+	reader := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "reader"}, Spec: corev1.PodSpec{NodeName: everyNode,
+		Containers: []corev1.Container{{Name: "c", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-shared-0"}}}}}}
+	if _, err := pods.Create(ctx, reader, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "pod reader running", func(ctx context.Context) (bool, string, error) {
+		p, err := pods.Get(ctx, "reader", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stderr, sig, code := m.run(t, ref)
+	if sig != 0 || code != 1 || !strings.Contains(stderr, "still use the volumes of service shared: reader (claim data-shared-0)") ||
+		!strings.Contains(stderr, "service shared stays stopped meanwhile") || strings.Contains(stderr, "Copied the data") {
+		t.Fatalf("the move with pod reader on the data: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	if svc, err := service.Get(ctx, m.cl.Dynamic, ref); err != nil || !svc.Stopped || svc.Move == "" {
+		t.Errorf("the service after the refusal: %+v, %v", svc, err)
+	}
+	if err := pods.Delete(ctx, "reader", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, time.Minute, "pod reader gone", func(ctx context.Context) (bool, string, error) {
+		_, err := pods.Get(ctx, "reader", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, sig, code := m.run(t, ref); sig != 0 || code != 0 {
+		t.Fatalf("the move once reader is gone: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	if got := m.endState(ctx, t, ref, dir, want); !strings.Contains(got, "the Longhorn volume holds the original's data") || strings.Contains(got, "the local data changed") {
+		t.Errorf("after the move:\n%s", got)
+	}
+}
+
+// TestMoveDecidesUnderTheLock: while one move of a service holds the cluster lock (paused before
+// its first step), a second kip moving the same service is refused by the lock before it reads,
+// counts or writes anything; the first then finishes.
+func TestMoveDecidesUnderTheLock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	ref, dir, want := m.moveService(ctx, t, "postgres", "twice")
+	pause := filepath.Join(t.TempDir(), "paused")
+	first := m.start(t, ref, workflow.PauseEnv+"=before:fence", workflow.PauseFileEnv+"="+pause)
+	if err := kube.Poll(ctx, 3*time.Minute, "the first move to pause before its fence", func(context.Context) (bool, string, error) {
+		_, err := os.Stat(pause)
+		return err == nil, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "writes")
+	stderr, sig, code := m.run(t, ref, fault.WritesFileEnv+"="+file)
+	if sig != 0 || code != 1 || !strings.Contains(stderr, "another kip command holds the cluster lock: kip service storage longhorn (helper)") ||
+		strings.Contains(stderr, "Count the data") {
+		t.Errorf("the second move while the first holds the lock: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	if data, err := os.ReadFile(file); !os.IsNotExist(err) {
+		t.Errorf("the refused move wrote:\n%s (%v)", data, err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, sig, code := first.wait(t); sig != 0 || code != 0 {
+		t.Fatalf("the first move: signal %v, exit %d\n%s", sig, code, stderr)
+	}
+	if got := m.endState(ctx, t, ref, dir, want); !strings.Contains(got, "the Longhorn volume holds the original's data") {
+		t.Errorf("after the move:\n%s", got)
+	}
 }

@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -447,6 +449,9 @@ func (m *mv) copyKept(ctx context.Context) (bool, error) {
 }
 
 func (m *mv) copy(ctx context.Context) error {
+	if err := m.noOtherPods(ctx); err != nil {
+		return err
+	}
 	if err := m.clearCopied(ctx); err != nil {
 		return err
 	}
@@ -475,6 +480,36 @@ func (m *mv) copy(ctx context.Context) error {
 	}
 	m.copied = true
 	return m.annotateNewClaim(ctx, CopiedAnnotation, mark)
+}
+
+// noOtherPods refuses to go on while a pod other than the move's own, whoever made it, still
+// runs with the service's data claim or the move's claim: the fence refuses new pods, but one
+// that ran before it could write to the original after the copy, and those writes would not
+// reach Longhorn. A pod that ended can write no more.
+func (m *mv) noOtherPods(ctx context.Context) error {
+	pods, err := m.cl.Kube.CoreV1().Pods(m.in.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the pods of namespace %s: %w", m.in.Namespace, err)
+	}
+	own := []string{copyPodName(m.in.Service), verifyPod(m.in.Service), scanPodName(m.in.Service)}
+	var users []string
+	for _, p := range pods.Items {
+		if slices.Contains(own, p.Name) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if c := v.PersistentVolumeClaim; c != nil && (c.ClaimName == m.in.OldClaim || c.ClaimName == m.in.NewClaim) {
+				users = append(users, fmt.Sprintf("%s (claim %s)", p.Name, c.ClaimName))
+				break
+			}
+		}
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	sort.Strings(users)
+	return fmt.Errorf("pods of namespace %s other than the move's still use the volumes of service %s: %s; the move keeps every other pod off them: stop those pods, then run 'kip service storage longhorn %s' again (service %s stays stopped meanwhile)",
+		m.in.Namespace, m.in.Service, strings.Join(users, ", "), m.o.Flags(), m.in.Service)
 }
 
 func (m *mv) clearCopied(ctx context.Context) error {
@@ -730,6 +765,9 @@ func (m *mv) committed(ctx context.Context) (bool, error) {
 // first (its policy before kept in an annotation, so that a second run keeps the first's), then
 // the old volume records where its data went.
 func (m *mv) commit(ctx context.Context) error {
+	if err := m.noOtherPods(ctx); err != nil {
+		return err
+	}
 	newPV, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, m.in.NewVolume, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read the Longhorn volume %s: %w", m.in.NewVolume, err)
@@ -772,6 +810,9 @@ func (m *mv) claimed(ctx context.Context) (bool, error) {
 // the new volume is bound in advance to a claim of the service's name, and that claim made.
 func (m *mv) claim(ctx context.Context) error {
 	claims := m.cl.Kube.CoreV1().PersistentVolumeClaims(m.in.Namespace)
+	if err := m.stillRetained(ctx, m.in.NewVolume); err != nil {
+		return err
+	}
 	if err := deleteClaim(ctx, claims, m.in.NewClaim, ""); err != nil {
 		return err
 	}
@@ -784,6 +825,8 @@ func (m *mv) claim(ctx context.Context) error {
 	case c.Spec.VolumeName != m.in.NewVolume:
 		if c.UID != m.in.OldClaimUID {
 			m.report.Warn(fmt.Sprintf("Deleting claim %s/%s, which the StatefulSet recreated while the move ran (it is not the original)", m.in.Namespace, m.in.OldClaim))
+		} else if err := m.stillRetained(ctx, m.in.OldVolume); err != nil {
+			return err
 		}
 		if err := deleteClaim(ctx, claims, m.in.OldClaim, c.UID); err != nil {
 			return err
@@ -828,6 +871,22 @@ func (m *mv) claim(ctx context.Context) error {
 		}
 		return "", nil
 	})
+}
+
+// stillRetained makes sure, right before a claim of volume name is deleted, that the volume's
+// reclaim policy is still the Retain the move set: changed since, the claim's deletion would
+// delete the data with it.
+func (m *mv) stillRetained(ctx context.Context, name string) error {
+	pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read volume %s: %w", name, err)
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain {
+		return nil
+	}
+	m.report.Warn(fmt.Sprintf("Volume %s's reclaim policy is %s again, not the Retain the move set: setting Retain before its claim is deleted, which would delete its data",
+		name, pv.Spec.PersistentVolumeReclaimPolicy))
+	return m.patchPV(ctx, name, map[string]any{"spec": map[string]any{"persistentVolumeReclaimPolicy": corev1.PersistentVolumeReclaimRetain}})
 }
 
 // ---- release

@@ -43,12 +43,22 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
+		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
+	// What the move does, it decides under the cluster lock: another kip cannot start the same
+	// move, or roll it back, from what it read before this one recorded its intent.
+	lock, release, err := r.TakeLock(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	r.Held = lock
 	in, resumed, err := recorded(ctx, cl, o.Ref)
 	if err != nil {
 		return err
 	}
 	if o.Rollback {
-		return rollback(ctx, o, cl, in)
+		return rollback(ctx, o, cl, r, in)
 	}
 	if rec.Storage != "longhorn" {
 		return fmt.Errorf("this cluster keeps its volumes on local storage: switch it to Longhorn first with 'kip cluster storage longhorn'")
@@ -61,8 +71,6 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
 	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Ref), Intent: m.in, Steps: m.steps()}); err != nil {
 		return err
 	}
@@ -360,10 +368,11 @@ func (m *mv) checkGrowRoom(ctx context.Context, size int64) error {
 	return nil
 }
 
-// rollback undoes an unfinished move: the move's pods and claim go, the local volume keeps its
-// policy from before the move, the fence is lifted and the service starts on its local volume.
+// rollback undoes an unfinished move, with r, which holds the cluster lock: the move's pods and
+// claim go, the local volume keeps its policy from before the move, the fence is lifted and the
+// service starts on its local volume.
 // Without a record (it was lost), it works from the volumes that remain.
-func rollback(ctx context.Context, o *Options, cl *kube.Clients, in *Intent) error {
+func rollback(ctx context.Context, o *Options, cl *kube.Clients, r *workflow.Runner, in *Intent) error {
 	svc, err := service.Get(ctx, cl.Dynamic, o.Ref)
 	if err != nil {
 		return err
@@ -415,8 +424,6 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, in *Intent) err
 		{Name: "start", Title: "Start service " + in.Service + " on its local volume", Done: "Service " + in.Service + " runs on its local volume again",
 			Already: "Service " + in.Service + " back on its local volume", Check: m.started, Apply: m.start},
 	}
-	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
 	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Ref) + "-rollback", Intent: in, Steps: steps}); err != nil {
 		return err
 	}
