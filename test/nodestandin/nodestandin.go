@@ -12,9 +12,10 @@
 // volume.kubernetes.io/storage-provisioner) gets a PersistentVolume pvc-<claim UID> bound to it,
 // a Longhorn Volume of that name and a directory Dir/longhorn/<volume>; a released volume whose
 // policy is Delete is deleted with both. A Longhorn Volume reports attached to the node while a
-// pod that is not finished uses its claim, detached otherwise, and the pods that used it last
-// (status.kubernetesStatus.workloadsStatus, kept once they are gone, as Longhorn keeps them):
-// attached when the stand-in's kubelet starts such a pod, detached once none is left.
+// pod that is not finished uses its claim (attached when the stand-in's kubelet starts such a
+// pod, detached once none is left), and, as Longhorn's PV controller does, the pods of its claim
+// in status.kubernetesStatus.workloadsStatus: all of them, by name, the last list kept once none
+// is left.
 //
 // A local volume's directory is its hostPath or local path, as on the node itself.
 package nodestandin
@@ -28,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -360,8 +362,8 @@ func (s *Standin) claimDir(ctx context.Context, namespace, name string) (string,
 	return "", fmt.Errorf("volume %s of claim %s/%s is neither local nor Longhorn's", pv.Name, namespace, name)
 }
 
-// attach marks the Longhorn volumes of pod p's claims attached to the node, with p among their
-// workloads, as Longhorn reports a volume a starting pod mounts.
+// attach marks the Longhorn volumes of pod p's claims attached to the node, as Longhorn reports
+// a volume a starting pod mounts.
 func (s *Standin) attach(ctx context.Context, p *corev1.Pod) error {
 	var errs []error
 	for _, v := range p.Spec.Volumes {
@@ -375,10 +377,6 @@ func (s *Standin) attach(ctx context.Context, p *corev1.Pod) error {
 		}
 		errs = append(errs, s.setVolume(ctx, c.Spec.VolumeName, func(st *longhornv1beta2.VolumeStatus) {
 			st.State, st.CurrentNodeID = longhornv1beta2.VolumeStateAttached, s.Node
-			w := longhornv1beta2.WorkloadStatus{PodName: p.Name, PodStatus: string(corev1.PodRunning)}
-			if !slices.Contains(st.KubernetesStatus.WorkloadsStatus, w) {
-				st.KubernetesStatus.WorkloadsStatus = append(st.KubernetesStatus.WorkloadsStatus, w)
-			}
 		}))
 	}
 	return errors.Join(errs...)
@@ -403,8 +401,9 @@ func (s *Standin) setVolume(ctx context.Context, name string, change func(*longh
 }
 
 // attachments detaches each Longhorn volume no unfinished pod uses any more (a pod gone, or
-// ended), keeping the pods that used it last, as Longhorn keeps them; and records which claim
-// holds it. Attaching is the kubelet's part (attach), when a pod starts.
+// ended), and records which claim holds it and, as Longhorn's PV controller does, every pod of
+// that claim (the last list kept once none is left). Attaching is the kubelet's part (attach),
+// when a pod starts.
 func (s *Standin) attachments(ctx context.Context) error {
 	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace)
 	vols, err := lh.List(ctx, metav1.ListOptions{})
@@ -431,9 +430,14 @@ func (s *Standin) attachments(ctx context.Context) error {
 			continue
 		}
 		used := false
+		var workloads []longhornv1beta2.WorkloadStatus
 		if ref := pv.Spec.ClaimRef; ref != nil && pv.Status.Phase == corev1.VolumeBound {
 			for _, p := range pods.Items {
-				if p.Namespace == ref.Namespace && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && usesClaim(&p, ref.Name) {
+				if p.Namespace != ref.Namespace || !usesClaim(&p, ref.Name) {
+					continue
+				}
+				workloads = append(workloads, longhornv1beta2.WorkloadStatus{PodName: p.Name, PodStatus: string(p.Status.Phase)})
+				if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 					used = true
 				}
 			}
@@ -441,6 +445,12 @@ func (s *Standin) attachments(ctx context.Context) error {
 		want := v.Status.DeepCopy()
 		if !used {
 			want.State, want.CurrentNodeID = longhornv1beta2.VolumeStateDetached, ""
+		}
+		// Longhorn's PV controller lists every pod of the claim, by name, whatever its phase, and
+		// keeps the last list once none is left.
+		if len(workloads) > 0 {
+			sort.Slice(workloads, func(i, j int) bool { return workloads[i].PodName < workloads[j].PodName })
+			want.KubernetesStatus.WorkloadsStatus = workloads
 		}
 		if ref := pv.Spec.ClaimRef; ref != nil {
 			want.KubernetesStatus.PVName, want.KubernetesStatus.Namespace, want.KubernetesStatus.PVCName = pv.Name, ref.Namespace, ref.Name
