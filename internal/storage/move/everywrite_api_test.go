@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -311,6 +312,21 @@ func (m *moveEnv) start(t *testing.T, ref service.Ref, env ...string) *helper {
 	return h
 }
 
+// startPaused starts the helper's move of ref paused at point (workflow.PauseEnv) and returns
+// once it waits there, with the file to remove to let it go on.
+func (m *moveEnv) startPaused(ctx context.Context, t *testing.T, ref service.Ref, point string) (*helper, string) {
+	t.Helper()
+	pause := filepath.Join(t.TempDir(), "paused")
+	h := m.start(t, ref, workflow.PauseEnv+"="+point, workflow.PauseFileEnv+"="+pause)
+	if err := kube.Poll(ctx, 3*time.Minute, "the move to pause at "+point, func(context.Context) (bool, string, error) {
+		_, err := os.Stat(pause)
+		return err == nil, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return h, pause
+}
+
 func (h *helper) wait(t *testing.T) (string, syscall.Signal, int) {
 	t.Helper()
 	defer h.cancel()
@@ -523,7 +539,10 @@ func (m *moveEnv) uninterrupted(ctx context.Context, t *testing.T, ref service.R
 	}
 	took := time.Since(start)
 	state := m.endState(ctx, t, ref, dir, want)
-	all := writes(t, file)
+	var all []string
+	for _, w := range writes(t, file) {
+		all = append(all, anonymous(w, ref))
+	}
 	t.Logf("measured: the uninterrupted run made %d writes in %s; it ends as:\n%s", len(all), took.Round(time.Millisecond), state)
 	return state, all
 }
@@ -533,9 +552,30 @@ func (m *moveEnv) uninterrupted(ctx context.Context, t *testing.T, ref service.R
 func (m *moveEnv) killedAfter(t *testing.T, ref service.Ref, n int, what string, env ...string) {
 	t.Helper()
 	stderr, sig, _ := m.run(t, ref, append(env, fmt.Sprintf("%s=%d", fault.KillWriteEnv, n))...)
-	if sig != syscall.SIGKILL || !strings.Contains(stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n)) {
+	_, killed, found := strings.Cut(stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
+	if sig != syscall.SIGKILL || !found {
 		t.Fatalf("the run killed after write %d (%s): signal %v\n%s", n, what, sig, stderr)
 	}
+	// The numbering is the same in every run: the write killed after is the uninterrupted run's.
+	if killed, _, _ = strings.Cut(killed, "\n"); what != "" && anonymous(killed, ref) != what {
+		t.Fatalf("write %d of this run is %q, of the uninterrupted run %q", n, anonymous(killed, ref), what)
+	}
+}
+
+var (
+	// uid is a Kubernetes UID, as in the name of a volume the provisioner made.
+	uid = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	// lockWrite takes or releases the cluster lock: a create of its Lease the first time, an
+	// update once an earlier run left it.
+	lockWrite = regexp.MustCompile(`^API (POST|PUT) /apis/coordination.k8s.io/v1/namespaces/kube-system/leases(/kip-lock)?$`)
+)
+
+// anonymous is a write's description with ref's name written SVC, UIDs written UID and the
+// cluster lock's Lease written or created alike: the same for the same write of a move of any
+// service.
+func anonymous(what string, ref service.Ref) string {
+	what = lockWrite.ReplaceAllString(what, "API write the cluster lock's Lease")
+	return uid.ReplaceAllString(strings.ReplaceAll(what, ref.Name, "SVC"), "UID")
 }
 
 // TestMoveRollbackEveryWriteKilled rolls back moves of a Postgres service: killed after each
@@ -624,14 +664,7 @@ func TestMoveRetainsBothVolumesUntilTheirClaimsGo(t *testing.T) {
 	defer cancel()
 	m := newMoveEnv(ctx, t)
 	ref, dir, want := m.moveService(ctx, t, "postgres", "retained")
-	pause := filepath.Join(t.TempDir(), "paused")
-	h := m.start(t, ref, workflow.PauseEnv+"=before:claim", workflow.PauseFileEnv+"="+pause)
-	if err := kube.Poll(ctx, 3*time.Minute, "the move to pause before its claim step", func(context.Context) (bool, string, error) {
-		_, err := os.Stat(pause)
-		return err == nil, "", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h, pause := m.startPaused(ctx, t, ref, "before:claim")
 	claim, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "kip-move-"+ref.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -716,14 +749,7 @@ func TestMoveDecidesUnderTheLock(t *testing.T) {
 	defer cancel()
 	m := newMoveEnv(ctx, t)
 	ref, dir, want := m.moveService(ctx, t, "postgres", "twice")
-	pause := filepath.Join(t.TempDir(), "paused")
-	first := m.start(t, ref, workflow.PauseEnv+"=before:fence", workflow.PauseFileEnv+"="+pause)
-	if err := kube.Poll(ctx, 3*time.Minute, "the first move to pause before its fence", func(context.Context) (bool, string, error) {
-		_, err := os.Stat(pause)
-		return err == nil, "", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	first, pause := m.startPaused(ctx, t, ref, "before:fence")
 	file := filepath.Join(t.TempDir(), "writes")
 	stderr, sig, code := m.run(t, ref, fault.WritesFileEnv+"="+file)
 	if sig != 0 || code != 1 || !strings.Contains(stderr, "another kip command holds the cluster lock: kip service storage longhorn (helper)") ||
