@@ -58,13 +58,15 @@ type Suite struct {
 
 var (
 	suite    *Suite
-	setupErr error // why there is no suite: every test reports it
+	setupErr error     // why there is no suite: every test reports it
+	started  time.Time // when Main started: the timings' rows count from it
 )
 
 // Main builds kip and the k3s stand-in, brings up a lab of n hosts, runs the package's tests and
 // removes the lab. Without root, the lab's tools or the test control-plane binaries, the tests
 // report why (skipped locally, failed under CI=true).
 func Main(m *testing.M, n int, opts lab.Options) int {
+	started = time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	s, err := setUp(ctx, n, opts)
@@ -72,6 +74,7 @@ func Main(m *testing.M, n int, opts lab.Options) int {
 		setupErr = err
 		return m.Run()
 	}
+	timing(fmt.Sprintf("builds and a lab of %d hosts", n), started, "")
 	suite = s
 	code := m.Run()
 	os.RemoveAll(s.Bundle) //nolint:errcheck // a temporary directory
@@ -176,7 +179,41 @@ func Get(t testing.TB) *Suite {
 		}
 		need.Missing(t, "%v", setupErr)
 	}
+	start := time.Now()
+	t.Cleanup(func() {
+		note := ""
+		if t.Failed() {
+			note = "FAILED"
+		}
+		timing(t.Name(), start, note)
+	})
 	return suite
+}
+
+var timingsMu sync.Mutex
+
+// timing adds a row to the run's table of where the time went (tools/timings.sh; the file
+// KIP_TIMINGS names, when it does): what took the time since start, and when it began and ended,
+// counted from the package's start. The package's own row follows its tests' rows.
+func timing(what string, start time.Time, note string) {
+	file := os.Getenv("KIP_TIMINGS")
+	if file == "" {
+		return
+	}
+	clock := func(d time.Duration) string {
+		s := int(d.Round(time.Second).Seconds())
+		return fmt.Sprintf("%d:%02d", s/60, s%60)
+	}
+	now := time.Now()
+	row := fmt.Sprintf("        %s\t%d\t%s to %s of test/e2e %s\n", what, now.Sub(start).Milliseconds(), clock(start.Sub(started)), clock(now.Sub(started)), note)
+	timingsMu.Lock()
+	defer timingsMu.Unlock()
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return // no table to add to: the run did not start one
+	}
+	defer f.Close()
+	f.WriteString(row) //nolint:errcheck // the table is a report; the tests decide the outcome
 }
 
 // Own returns the lab hosts of the indexes given, which t alone uses, and powers them off when t
