@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -111,7 +112,14 @@ deleting. 'kip status' shows each kept copy and why it is kept. See docs/prune.m
 			o.Kube, o.Printer, o.Prompter = f.Kube, f.Printer(), f.Prompter()
 			o.Holder, o.KipVersion = f.CommandLine(), buildinfo.Version
 			o.Server = server
-			o.Remove = func(ctx context.Context, host, dir string) error { return removeDir(ctx, dial, host, dir) }
+			o.Remove = func(ctx context.Context, host, dir string) error {
+				_, err := onServer(ctx, dial, host, prune.RemoveCommand(dir), (*sshx.Client).Output)
+				return err
+			}
+			o.Present = func(ctx context.Context, host, dir string) (bool, error) {
+				out, err := onServer(ctx, dial, host, prune.PresentCommand(dir), (*sshx.Client).Query)
+				return strings.TrimSpace(string(out)) == "present", err
+			}
 			return prune.Run(cmd.Context(), o)
 		},
 	}
@@ -123,13 +131,14 @@ deleting. 'kip status' shows each kept copy and why it is kept. See docs/prune.m
 	return cmd
 }
 
-// removeDir deletes dir on host over SSH: rm -rf fails when anything of it is left.
-func removeDir(ctx context.Context, dial func(ctx context.Context, host string) (*sshx.Client, error), host, dir string) error {
+// onServer runs cmd on host over SSH with run (Client.Output for a command that changes the host,
+// Client.Query for one that only reads it).
+func onServer(ctx context.Context, dial func(ctx context.Context, host string) (*sshx.Client, error), host, cmd string,
+	run func(*sshx.Client, context.Context, string) ([]byte, error)) ([]byte, error) {
 	c, err := dial(ctx, host)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
-	_, err = c.Output(ctx, sshx.Command("rm", "-rf", "--", dir))
-	return err
+	return run(c, ctx, cmd)
 }

@@ -249,8 +249,8 @@ func (r *Report) writeKeptCopies(b *strings.Builder) {
 			switch {
 			case c.Kind == prune.KindOrphan:
 				fmt.Fprintln(b, "    its service and data claim are both gone: 'kip cluster storage prune' deletes it")
-			case c.Kind == prune.KindInterrupted:
-				fmt.Fprintln(b, "    a prune started deleting it and was interrupted: 'kip cluster storage prune' finishes it")
+			case c.DeleteStarted:
+				fmt.Fprintln(b, "    a prune was deleting it and was interrupted: 'kip cluster storage prune' finishes it if the deletion began, and otherwise checks it again")
 			case len(c.Holds) == 0:
 				fmt.Fprintln(b, "    no longer needed: 'kip cluster storage prune' deletes it")
 			}

@@ -46,6 +46,8 @@ const (
 	nodeWorker2Host = 13 // lab14
 	publicServer    = 14 // lab15
 	publicWorker    = 15 // lab16
+	fenceServer     = 16 // lab17
+	fenceWorkerHost = 17 // lab18
 )
 
 // TestNodeAdd installs a Longhorn cluster on lab11 and joins lab12 to it as a worker, in private
@@ -55,8 +57,9 @@ const (
 // kip-managed firewalls (proven by real connections from a node and from a host that is none),
 // holds ordinary pods off the worker until its checks pass, and records it; a join killed before
 // its checks resumes only with the options it started with, and one with the cluster registry
-// stopped stops at its checks naming it; run again, it changes nothing. Then
-// kip node remove takes the worker out again (see removeWorker).
+// stopped stops at its checks naming it; run again, it changes nothing. Then a second worker
+// joins and is given up (secondWorker), and kip node remove takes the worker out again (see
+// removeWorker). The fence has a cluster of its own (TestNodeFence), which runs beside this one.
 func TestNodeAdd(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
@@ -116,20 +119,7 @@ func TestNodeAdd(t *testing.T) {
 				registryDown(ctx, t, s, home, c, w, add)
 			}
 			if point == "after:longhorn" {
-				// Longhorn's node plugin starts on the worker (the stand-in's, as Longhorn's
-				// DaemonSet would start it there) while this run waits at its Longhorn check.
-				p, pause := s.Paused(t, home, env, "before:longhorn", add("-v")...)
-				admin, err := os.ReadFile(kubeconfig)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := standin.InstallNode(ctx, w, c, admin); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Remove(pause); err != nil {
-					t.Fatal(err)
-				}
-				r = p.Wait(t, 10*time.Minute)
+				r = joinWithLonghorn(ctx, t, s, home, c, srv, w, env, add("-v")...)
 			} else {
 				if point == "after:server-network" {
 					// The first start of k3s on the moved configuration fails once, as when its
@@ -241,8 +231,57 @@ func TestNodeAdd(t *testing.T) {
 	diskCheck(ctx, t, s, home, c, w)
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
 	secondWorker(ctx, t, s, home, c, srv, w, own[2], outsider)
-	fenceWorker(ctx, t, s, home, c, srv, w)
+	// The Longhorn stand-in's manager runs on the server, which the reboot's copies step needs.
+	if err := standin.Install(ctx, srv, c); err != nil {
+		t.Fatal(err)
+	}
+	standin.LogOnFailure(t, srv)
+	standin.LogOnFailure(t, w)
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
+}
+
+// TestNodeFence installs a Longhorn cluster on lab17, joins lab18 to it as a worker, and fences
+// the worker once it stops reporting, then rejoins it (see fenceWorker).
+func TestNodeFence(t *testing.T) {
+	t.Parallel()
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	own := s.Own(t, fenceServer, fenceWorkerHost)
+	srv, w := own[0], own[1]
+	e2e.LogK3sOnFailure(t, srv)
+	home := s.Home(t)
+	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
+		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	c := clientsFor(t, filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
+	authorize(t, srv, w)
+	if r := joinWithLonghorn(ctx, t, s, home, c, srv, w, nil, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"); r.ExitCode != 0 {
+		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	fenceWorker(ctx, t, s, home, c, srv, w)
+}
+
+// joinWithLonghorn runs the join args (kip node add of w) with env, and starts Longhorn's node
+// plugin on w (the stand-in's, as Longhorn's DaemonSet would start it there) while the join
+// waits at its Longhorn check, paused before it.
+func joinWithLonghorn(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, env []string, args ...string) e2e.Result {
+	t.Helper()
+	p, pause := s.Paused(t, home, env, "before:longhorn", args...)
+	admin, err := os.ReadFile(filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.InstallNode(ctx, w, c, admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	return p.Wait(t, 10*time.Minute)
 }
 
 // fenceWorker fences the worker once it stopped reporting, and rejoins it. Three Kipper services
@@ -261,9 +300,8 @@ func TestNodeAdd(t *testing.T) {
 // through that reboot: checked while the rejoin is paused after it), lifts the fence step by
 // step (Ready, untainted, uncordoned, the fence forgotten) and starts only with every line it
 // wrote on the worker (its copies rebuilt on the server meanwhile, the rejoin's cordon having
-// Longhorn evict them). The services are deleted then, with their data and their project. The fence's taint had
-// Kubernetes delete the bare pod "ordinary", which removeWorker's first check needs on the
-// worker: it is made again.
+// Longhorn evict them), and an ordinary pod runs there again. The services are deleted then,
+// with their data and their project.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
 	on := servicesOnWorker(ctx, t, s, home, c, srv, w)
@@ -374,11 +412,11 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if _, err := w.Run(ctx, sshx.Command("test", "!", "-e", k3s.FenceDropIn)); err != nil {
 		t.Errorf("the fence's drop-in is still on the rejoined worker: %v", err)
 	}
-	ordinary := podOn("ordinary", w.Name, "sleep 3600")
-	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, ordinary, metav1.CreateOptions{}); err != nil {
+	rejoined := podOn("rejoined", w.Name, "sleep 3600")
+	if _, err := c.Kube.CoreV1().Pods("default").Create(ctx, rejoined, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(ctx, t, c, "ordinary", corev1.PodRunning, 2*time.Minute)
+	waitPod(ctx, t, c, "rejoined", corev1.PodRunning, 2*time.Minute)
 
 	if want := "Started service " + on.only.String() + ", which the fence stopped"; !strings.Contains(r.Stderr, want) {
 		t.Errorf("the rejoin does not say %q:\n%s", want, r.Stderr)
@@ -1084,18 +1122,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	// it as --private-network asks.
 	defaultRouteVia(ctx, t, w2, lab.PrivateGateway)
 	defer defaultRouteVia(ctx, t, w2, lab.Gateway)
-	p, pause := s.Paused(t, home, nil, "before:longhorn", append(add, "--private-network", lab.PrivatePrefix)...)
-	admin, err := os.ReadFile(filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := standin.InstallNode(ctx, w2, c, admin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(pause); err != nil {
-		t.Fatal(err)
-	}
-	r = p.Wait(t, 10*time.Minute)
+	r = joinWithLonghorn(ctx, t, s, home, c, srv, w2, nil, append(add, "--private-network", lab.PrivatePrefix)...)
 	if want := "Network: private network " + lab.PrivatePrefix + " (server " + srv.PrivateIP.String() + ", node " + w2.PrivateIP.String() + ") (--private-network)"; r.ExitCode != 0 || !strings.Contains(r.Stderr, want) {
 		t.Fatalf("join of the second worker, whose default route the private network carries, with --private-network: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
 	}

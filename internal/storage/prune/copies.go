@@ -31,8 +31,10 @@ const (
 	ReadyFor = time.Hour
 	// Grace is how long after a move its copy stays without a backup made since.
 	Grace = 24 * time.Hour
-	// StartedAnnotation is on a copy's PersistentVolume once its deletion started: its
-	// directory may be partly gone, so the next prune finishes it without checks.
+	// StartedAnnotation is on a copy's PersistentVolume once a prune is about to delete its
+	// directory. It decides nothing alone: the next prune finishes the copy without checks only
+	// when the directory is gone from its path on the host (the delete renames it first), and
+	// judges it as any other copy while the directory is there.
 	StartedAnnotation = "kipper.run/prune-started"
 )
 
@@ -44,8 +46,9 @@ const (
 	KindCopy Kind = "copy"
 	// KindOrphan is a copy whose service and data claim are both gone: deleted without checks.
 	KindOrphan Kind = "orphan"
-	// KindInterrupted is a copy whose deletion started and did not finish: finished without
-	// checks, since its directory may be partly gone.
+	// KindInterrupted is a copy whose deletion started on the host and did not finish (its
+	// directory is gone from its path): finished without checks, since it may be partly gone.
+	// Only a prune, which looks on the host, finds it.
 	KindInterrupted Kind = "interrupted"
 )
 
@@ -86,6 +89,8 @@ type Copy struct {
 	UsedBytes *int64 `json:"usedBytes,omitempty"`
 	// Holds are the conditions that do not hold yet, empty when it may be deleted.
 	Holds []Hold `json:"holds,omitempty"`
+	// DeleteStarted says that a prune marked it (StartedAnnotation) and was interrupted.
+	DeleteStarted bool `json:"deleteStarted,omitempty"`
 }
 
 // Hold is one condition a copy does not meet yet.
@@ -231,10 +236,7 @@ func (s *state) copy(ctx context.Context, pv *corev1.PersistentVolume) (Copy, bo
 	if t, err := time.Parse(time.RFC3339, pv.Annotations[move.MovedAtAnnotation]); err == nil {
 		c.MovedAt = &t
 	}
-	if pv.Annotations[StartedAnnotation] != "" {
-		c.Kind = KindInterrupted
-		return c, true
-	}
+	c.DeleteStarted = pv.Annotations[StartedAnnotation] != ""
 	svc := s.serviceOf(c.Namespace, c.Claim)
 	claim, err := s.cl.Kube.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Claim, metav1.GetOptions{})
 	gone := apierrors.IsNotFound(err)

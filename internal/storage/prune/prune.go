@@ -18,6 +18,7 @@ import (
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -36,8 +37,10 @@ type Options struct {
 	// Server is the server's SSH address as saved for the cluster; "" falls back to the address
 	// the cluster record names.
 	Server string
-	// Remove deletes directory dir on host, over SSH.
-	Remove func(ctx context.Context, host, dir string) error
+	// Remove runs RemoveCommand(dir) on host, over SSH; Present runs PresentCommand(dir) there
+	// and reports whether it found dir.
+	Remove  func(ctx context.Context, host, dir string) error
+	Present func(ctx context.Context, host, dir string) (bool, error)
 	// Clock is the time, clock.Now when nil; tests pin it.
 	Clock func() time.Time
 }
@@ -84,6 +87,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	for i := range copies {
+		if err := o.started(ctx, rec, &copies[i]); err != nil {
+			return err
+		}
+	}
 	var del, kept []Copy
 	for _, c := range copies {
 		if c.Deletable(o.Waivers) {
@@ -123,6 +131,52 @@ func Run(ctx context.Context, o *Options) error {
 			cli.Count(len(why), "copy", "copies"), strings.Join(why, "; "))
 	}
 	return nil
+}
+
+// started finds out, for a copy a prune marked and did not finish, whether its deletion began on
+// the host: then its directory is gone from its path (RemoveCommand renames it first), it may be
+// partly gone, and it is finished without checks. While the directory is there, the copy is
+// judged as any other.
+func (o *Options) started(ctx context.Context, rec cluster.Record, c *Copy) error {
+	if !c.DeleteStarted {
+		return nil
+	}
+	host, err := o.server(rec)
+	if err != nil {
+		return err
+	}
+	present, err := o.Present(ctx, host, c.Path)
+	if err != nil {
+		return fmt.Errorf("look for %s on %s, which an earlier prune was deleting: %w", c.Path, c.Node, err)
+	}
+	if !present {
+		c.Kind, c.Holds = KindInterrupted, nil
+	}
+	return nil
+}
+
+// server is the server's SSH address.
+func (o *Options) server(rec cluster.Record) (string, error) {
+	if o.Server != "" {
+		return o.Server, nil
+	}
+	if rec.Server != "" {
+		return rec.Server, nil
+	}
+	return "", errors.New("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a cluster saved by kip install")
+}
+
+// RemoveCommand deletes dir on its host: it renames dir first, in one step, so that a deletion
+// that began shows on the host (dir gone from its path) however far it got, then deletes the
+// renamed directory; run again, it finishes what is left. rm -rf fails when anything is left.
+func RemoveCommand(dir string) string {
+	doomed := dir + ".kip-prune"
+	return "if [ -e " + sshx.Quote(dir) + " ]; then " + sshx.Command("mv", "-T", "--", dir, doomed) + "; fi && " + sshx.Command("rm", "-rf", "--", doomed)
+}
+
+// PresentCommand prints "present" when dir is there (a directory or anything else).
+func PresentCommand(dir string) string {
+	return "if [ -e " + sshx.Quote(dir) + " ]; then echo present; fi"
 }
 
 // pick narrows the copies to the named service's, refusing a name that matches none or several
@@ -229,6 +283,9 @@ func (p *pruner) done(ctx context.Context) (bool, error) {
 func (p *pruner) deleteAll(ctx context.Context) error {
 	for _, agreed := range p.copies {
 		c, found, err := One(ctx, p.cl, p.rec, p.o.now(), agreed.Volume)
+		if err == nil && found {
+			err = p.o.started(ctx, p.rec, &c)
+		}
 		switch {
 		case err != nil:
 			return err
@@ -263,8 +320,9 @@ func (p *pruner) keep(c Copy) {
 	p.o.Printer.Warn("Kept the local copy of " + c.What() + ": " + p.kept[c.Volume])
 }
 
-// delete marks the copy's deletion as started, deletes its directory on its node, then its
-// PersistentVolume: an interrupted delete leaves the mark, and the next prune finishes it.
+// delete marks the copy's deletion as started, deletes its directory on its node
+// (RemoveCommand), then its PersistentVolume: an interrupted delete leaves the mark, and the
+// next prune finishes it when the directory's deletion began (Options.started).
 func (p *pruner) delete(ctx context.Context, c Copy) error {
 	if err := removable(c); err != nil {
 		return err
@@ -277,12 +335,9 @@ func (p *pruner) delete(ctx context.Context, c Copy) error {
 	if err := p.onServer(ctx, c.Node); err != nil {
 		return err
 	}
-	host := p.o.Server
-	if host == "" {
-		host = p.rec.Server
-	}
-	if host == "" {
-		return errors.New("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a cluster saved by kip install")
+	host, err := p.o.server(p.rec)
+	if err != nil {
+		return err
 	}
 	if pv.Annotations[StartedAnnotation] == "" {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{StartedAnnotation: p.o.now().UTC().Format(time.RFC3339)}}})
@@ -291,7 +346,7 @@ func (p *pruner) delete(ctx context.Context, c Copy) error {
 		}
 	}
 	if err := p.o.Remove(ctx, host, c.Path); err != nil {
-		return fmt.Errorf("delete %s on %s: %w; the copy is marked as being deleted, and the next 'kip cluster storage prune' finishes it", c.Path, c.Node, err)
+		return fmt.Errorf("delete %s on %s: %w; run 'kip cluster storage prune' again: it finishes the deletion if it began, and otherwise checks the copy again", c.Path, c.Node, err)
 	}
 	uid := pv.UID
 	if err := pvs.Delete(ctx, c.Volume, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {

@@ -531,15 +531,21 @@ func waitGone(t *testing.T, get func() error) {
 	}
 }
 
-// removed records what prune deleted on the server, in order, and runs a hook for each.
+// removed plays the server's storage directory: it records what prune deleted there, in order,
+// and runs a hook for each; every other directory is present, and so is each one in unreachable
+// (its deletion fails as when SSH does not connect).
 type removed struct {
-	dirs []string
-	hook func(dir string)
+	dirs        []string
+	hook        func(dir string)
+	unreachable bool
 }
 
 func (r *removed) remove(_ context.Context, host, dir string) error {
 	if host != "192.0.2.10" {
 		return fmt.Errorf("remove on host %s, want the record's server", host)
+	}
+	if r.unreachable {
+		return errors.New("ssh: connect to host 192.0.2.10 port 22: connection refused")
 	}
 	r.dirs = append(r.dirs, dir)
 	if r.hook != nil {
@@ -548,11 +554,18 @@ func (r *removed) remove(_ context.Context, host, dir string) error {
 	return nil
 }
 
+func (r *removed) present(_ context.Context, host, dir string) (bool, error) {
+	if host != "192.0.2.10" {
+		return false, fmt.Errorf("look on host %s, want the record's server", host)
+	}
+	return !slices.Contains(r.dirs, dir), nil
+}
+
 func (f *fixture) options(t *testing.T, rm *removed, out *bytes.Buffer) *prune.Options {
 	ios := &cli.IOStreams{Out: &bytes.Buffer{}, ErrOut: out, Getenv: func(string) string { return "" }}
 	return &prune.Options{Kube: func() (*kube.Clients, error) { return f.cl, nil }, Printer: cli.NewPrinter(ios),
 		Prompter: cli.NewPrompter(ios, true), Holder: "kip cluster storage prune (test)", KipVersion: "v0.0.0-test",
-		Remove: rm.remove, Clock: func() time.Time { return now }}
+		Remove: rm.remove, Present: rm.present, Clock: func() time.Time { return now }}
 }
 
 // TestPruneDeletesWhatMayGo runs the prune: it deletes the copy whose conditions hold and the
@@ -647,11 +660,14 @@ func TestPruneDeletesWhatMayGo(t *testing.T) {
 	}
 }
 
-// TestInterruptedDeleteIsFinished: a copy marked as being deleted is finished by the next prune
-// without its checks (its directory may be partly gone).
+// TestInterruptedDeleteIsFinished: a copy a prune marked and did not finish is finished by the
+// next prune without its checks once its directory's deletion began on the server (gone from its
+// path); while the directory is there, the mark decides nothing. A prune whose SSH does not
+// connect leaves the copy marked with its directory whole: a later prune keeps it once its
+// service has replaced its volume, since it may hold the only original data.
 func TestInterruptedDeleteIsFinished(t *testing.T) {
 	f := setup(t)
-	f.record(t, cluster.BackupsNone)
+	rec := f.record(t, cluster.BackupsNone)
 	ctx := t.Context()
 	m := healthy("ia", "db")
 	m.readyAt = now.Add(-time.Minute) // the health check would hold it
@@ -660,16 +676,65 @@ func TestInterruptedDeleteIsFinished(t *testing.T) {
 	if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Patch(ctx, oldVolume(m.ref), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	dir := f.copyOf(t, rec, m.ref).Path
+
+	// Its directory whole on the server: judged as any copy, kept by the health check.
 	var out bytes.Buffer
 	rm := &removed{}
+	if err := prune.Run(ctx, f.options(t, rm, &out)); err != nil || len(rm.dirs) != 0 || !strings.Contains(out.String(), "pod db-0 has been Ready for 1 min of 1 h") {
+		t.Fatalf("prune of a marked copy whose directory is whole: %v, removed %v\n%s", err, rm.dirs, out.String())
+	}
+
+	// Gone from its path (the deletion began): finished without checks.
+	out.Reset()
+	rm.dirs = []string{dir}
 	if err := prune.Run(ctx, f.options(t, rm, &out)); err != nil {
 		t.Fatalf("prune: %v\n%s", err, out.String())
 	}
-	if len(rm.dirs) != 1 || !strings.Contains(out.String(), "To finish deleting, an earlier prune started and was interrupted:") {
+	if !slices.Equal(rm.dirs, []string{dir, dir}) || !strings.Contains(out.String(), "To finish deleting, an earlier prune started and was interrupted:") {
 		t.Errorf("removed %v\n%s", rm.dirs, out.String())
 	}
 	if err := deleted(ctx, f, oldVolume(m.ref)); err != nil {
 		t.Errorf("volume after the prune: %v", err)
+	}
+
+	// SSH does not connect: the prune fails with the copy marked and its directory whole.
+	cut := healthy("ib", "db")
+	f.service(t, cut)
+	out.Reset()
+	rm = &removed{unreachable: true}
+	o := f.options(t, rm, &out)
+	o.Now = true
+	if err := prune.Run(ctx, o); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("prune with SSH refused: %v\n%s", err, out.String())
+	}
+	pv, err := f.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, oldVolume(cut.ref), metav1.GetOptions{})
+	if err != nil || pv.Annotations[prune.StartedAnnotation] == "" {
+		t.Fatalf("the copy after a prune whose SSH failed: %v %v", err, pv)
+	}
+	// Its service's claim then names another volume (a restore): the copy may hold the only
+	// original data, and the next prune keeps it.
+	f.deletePod(t, cut.ref)
+	claims := f.cl.Kube.CoreV1().PersistentVolumeClaims(cut.ref.Namespace())
+	if err := claims.Delete(ctx, dataClaim(cut.ref), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() error { _, err := claims.Get(ctx, dataClaim(cut.ref), metav1.GetOptions{}); return err })
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: dataClaim(cut.ref), Namespace: cut.ref.Namespace()}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(move.Class), VolumeName: "pvc-restored",
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	rm = &removed{}
+	o = f.options(t, rm, &out)
+	o.Now = true
+	if err := prune.Run(ctx, o); err != nil || len(rm.dirs) != 0 || !strings.Contains(out.String(), "names volume pvc-restored, not Longhorn volume "+newVolume(cut.ref)) {
+		t.Errorf("prune of a marked copy whose service replaced its volume: %v, removed %v\n%s", err, rm.dirs, out.String())
+	}
+	if _, err := f.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, oldVolume(cut.ref), metav1.GetOptions{}); err != nil {
+		t.Errorf("the copy whose service replaced its volume: %v", err)
 	}
 }
 
