@@ -3,14 +3,11 @@
 package fault_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/fault/faulttest"
 )
 
 // helperEnv, set, makes the test binary the helper process: it makes the requests of requests
@@ -100,28 +98,16 @@ func run(t *testing.T, kill int) (string, syscall.Signal, string) {
 	}))
 	defer srv.Close()
 	writes := filepath.Join(t.TempDir(), "writes")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+srv.URL, fault.WritesFileEnv+"="+writes)
+	env := []string{helperEnv + "=" + srv.URL, fault.WritesFileEnv + "=" + writes}
 	if kill > 0 {
-		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", fault.KillWriteEnv, kill))
+		env = append(env, faulttest.KillAfter(kill))
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var sig syscall.Signal
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			sig = ws.Signal()
-		}
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	r := faulttest.Run(t, time.Minute, env...)
 	logged, err := os.ReadFile(writes)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	return stderr.String(), sig, string(logged)
+	return r.Stderr, r.Signal, string(logged)
 }
 
 func TestWritesCountedAndLogged(t *testing.T) {

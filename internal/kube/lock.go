@@ -169,7 +169,7 @@ func (l *Lock) take(ctx context.Context) (tookOver, because string, err error) {
 		switch {
 		case ago >= duration:
 			because = "it stopped renewing it"
-		case holderGone(holder):
+		case HolderGone(holder):
 			because = "its process no longer runs"
 		default:
 			return "", "", &LockHeldError{
@@ -191,10 +191,10 @@ func (l *Lock) take(ctx context.Context) (tookOver, because string, err error) {
 // holderText parses HolderText's "… by user@host, pid N".
 var holderText = regexp.MustCompile(`by [^@]+@(\S+), pid (\d+)$`)
 
-// holderGone reports whether the holder is a kip process on this machine that no longer runs:
-// its lock is stale at once rather than after its lease. A holder on another machine cannot be
-// told apart from one that runs; its lease decides.
-func holderGone(holder string) bool {
+// HolderGone reports whether the holder (a Lease's holderIdentity, HolderText) is a kip process
+// on this machine that no longer runs: its lock is stale at once rather than after its lease. A
+// holder on another machine cannot be told apart from one that runs; its lease decides.
+func HolderGone(holder string) bool {
 	m := holderText.FindStringSubmatch(holder)
 	if m == nil {
 		return false

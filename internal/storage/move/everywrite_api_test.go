@@ -3,14 +3,10 @@
 package move_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -34,6 +30,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage"
@@ -281,40 +278,24 @@ func (m *moveEnv) serviceWith(ctx context.Context, t *testing.T, typ, name strin
 	return ref, dir, movertest.Describe(t, dir)
 }
 
-// run runs the helper's move of ref with env added, its waits polling every 50 ms; it returns
-// the helper's standard error and the signal that ended it, or its exit code.
+// run runs the helper's move of ref with env added to its end: its standard error, the signal
+// that ended it (0 when it exited) and its exit status.
 func (m *moveEnv) run(t *testing.T, ref service.Ref, env ...string) (string, syscall.Signal, int) {
 	t.Helper()
-	h := m.start(t, ref, env...)
-	return h.wait(t)
+	r := m.start(t, ref, env...).Wait(t)
+	return r.Stderr, r.Signal, r.Exit
 }
 
-// helper is a helper process started.
-type helper struct {
-	cmd    *exec.Cmd
-	cancel context.CancelFunc
-	stderr bytes.Buffer
-}
-
-// start starts the helper's move of ref with env added; wait waits for its end.
-func (m *moveEnv) start(t *testing.T, ref service.Ref, env ...string) *helper {
+// start starts the helper's move of ref with env added.
+func (m *moveEnv) start(t *testing.T, ref service.Ref, env ...string) *faulttest.Process {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	h := &helper{cmd: exec.CommandContext(ctx, os.Args[0], "-test.run=^$"), cancel: cancel}
-	h.cmd.Env = append(os.Environ(), helperKubeconfig+"="+m.e.KubeconfigPath, helperService+"="+ref.Project+"/"+ref.Environment+"/"+ref.Name,
-		fault.PollEnv+"=50ms")
-	h.cmd.Env = append(h.cmd.Env, env...)
-	h.cmd.Stderr = &h.stderr
-	if err := h.cmd.Start(); err != nil {
-		cancel()
-		t.Fatalf("start the helper: %v", err)
-	}
-	return h
+	return faulttest.Start(t, 5*time.Minute, append([]string{helperKubeconfig + "=" + m.e.KubeconfigPath,
+		helperService + "=" + ref.Project + "/" + ref.Environment + "/" + ref.Name, fault.PollEnv + "=50ms"}, env...)...)
 }
 
 // startPaused starts the helper's move of ref paused at point (workflow.PauseEnv) and returns
 // once it waits there, with the file to remove to let it go on.
-func (m *moveEnv) startPaused(ctx context.Context, t *testing.T, ref service.Ref, point string) (*helper, string) {
+func (m *moveEnv) startPaused(ctx context.Context, t *testing.T, ref service.Ref, point string) (*faulttest.Process, string) {
 	t.Helper()
 	pause := filepath.Join(t.TempDir(), "paused")
 	h := m.start(t, ref, workflow.PauseEnv+"="+point, workflow.PauseFileEnv+"="+pause)
@@ -325,24 +306,6 @@ func (m *moveEnv) startPaused(ctx context.Context, t *testing.T, ref service.Ref
 		t.Fatal(err)
 	}
 	return h, pause
-}
-
-func (h *helper) wait(t *testing.T) (string, syscall.Signal, int) {
-	t.Helper()
-	defer h.cancel()
-	err := h.cmd.Wait()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return h.stderr.String(), 0, 0
-	case errors.As(err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return h.stderr.String(), ws.Signal(), -1
-		}
-		return h.stderr.String(), 0, exit.ExitCode()
-	}
-	t.Fatalf("run the helper: %v\n%s", err, h.stderr.String())
-	return "", 0, 0
 }
 
 // endState describes, with the service's name written SVC, everything a move of ref leaves: the
@@ -472,24 +435,6 @@ func ofService(claim string, ref service.Ref) bool {
 	return slices.Contains([]string{"data-" + ref.Name + "-0", "dump-" + ref.Name + "-0", "kip-move-" + ref.Name}, claim)
 }
 
-// writes reads a KIP_FAULT_WRITES file: what each write was, in order.
-func writes(t *testing.T, file string) []string {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var what []string
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		n, w, ok := strings.Cut(line, "\t")
-		if !ok || n != fmt.Sprint(len(what)+1) {
-			t.Fatalf("%s: line %q out of order", file, line)
-		}
-		what = append(what, w)
-	}
-	return what
-}
-
 // TestMoveEveryWriteKilled moves a Postgres service (data and dump volumes) and a Redis one
 // (data only), each killed after each single write of its move in turn, a new service each time,
 // then runs the move again; every run again ends as the move never interrupted did: the same
@@ -540,7 +485,7 @@ func (m *moveEnv) uninterrupted(ctx context.Context, t *testing.T, ref service.R
 	took := time.Since(start)
 	state := m.endState(ctx, t, ref, dir, want)
 	var all []string
-	for _, w := range writes(t, file) {
+	for _, w := range faulttest.Writes(t, file) {
 		all = append(all, anonymous(w, ref))
 	}
 	t.Logf("measured: the uninterrupted run made %d writes in %s; it ends as:\n%s", len(all), took.Round(time.Millisecond), state)
@@ -551,31 +496,17 @@ func (m *moveEnv) uninterrupted(ctx context.Context, t *testing.T, ref service.R
 // uninterrupted run logged as what.
 func (m *moveEnv) killedAfter(t *testing.T, ref service.Ref, n int, what string, env ...string) {
 	t.Helper()
-	stderr, sig, _ := m.run(t, ref, append(env, fmt.Sprintf("%s=%d", fault.KillWriteEnv, n))...)
-	_, killed, found := strings.Cut(stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
-	if sig != syscall.SIGKILL || !found {
-		t.Fatalf("the run killed after write %d (%s): signal %v\n%s", n, what, sig, stderr)
-	}
+	killed := faulttest.Killed(t, m.start(t, ref, append(env, faulttest.KillAfter(n))...).Wait(t), n)
 	// The numbering is the same in every run: the write killed after is the uninterrupted run's.
-	if killed, _, _ = strings.Cut(killed, "\n"); what != "" && anonymous(killed, ref) != what {
+	if what != "" && anonymous(killed, ref) != what {
 		t.Fatalf("write %d of this run is %q, of the uninterrupted run %q", n, anonymous(killed, ref), what)
 	}
 }
 
-var (
-	// uid is a Kubernetes UID, as in the name of a volume the provisioner made.
-	uid = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
-	// lockWrite takes or releases the cluster lock: a create of its Lease the first time, an
-	// update once an earlier run left it.
-	lockWrite = regexp.MustCompile(`^API (POST|PUT) /apis/coordination.k8s.io/v1/namespaces/kube-system/leases(/kip-lock)?$`)
-)
-
-// anonymous is a write's description with ref's name written SVC, UIDs written UID and the
-// cluster lock's Lease written or created alike: the same for the same write of a move of any
-// service.
+// anonymous is a write's description with ref's name written SVC (faulttest.Anonymous): the
+// same for the same write of a move of any service.
 func anonymous(what string, ref service.Ref) string {
-	what = lockWrite.ReplaceAllString(what, "API write the cluster lock's Lease")
-	return uid.ReplaceAllString(strings.ReplaceAll(what, ref.Name, "SVC"), "UID")
+	return faulttest.Anonymous(what, map[string]string{ref.Name: "SVC"})
 }
 
 // TestMoveRollbackEveryWriteKilled rolls back moves of a Postgres service: killed after each
@@ -679,7 +610,8 @@ func TestMoveRetainsBothVolumesUntilTheirClaimsGo(t *testing.T) {
 	if err := os.Remove(pause); err != nil {
 		t.Fatal(err)
 	}
-	stderr, sig, code := h.wait(t)
+	r := h.Wait(t)
+	stderr, sig, code := r.Stderr, r.Signal, r.Exit
 	if sig != 0 || code != 0 {
 		t.Fatalf("the move: signal %v, exit %d\n%s", sig, code, stderr)
 	}
@@ -762,8 +694,8 @@ func TestMoveDecidesUnderTheLock(t *testing.T) {
 	if err := os.Remove(pause); err != nil {
 		t.Fatal(err)
 	}
-	if stderr, sig, code := first.wait(t); sig != 0 || code != 0 {
-		t.Fatalf("the first move: signal %v, exit %d\n%s", sig, code, stderr)
+	if r := first.Wait(t); r.Signal != 0 || r.Exit != 0 {
+		t.Fatalf("the first move: signal %v, exit %d\n%s", r.Signal, r.Exit, r.Stderr)
 	}
 	if got := m.endState(ctx, t, ref, dir, want); !strings.Contains(got, "the Longhorn volume holds the original's data") {
 		t.Errorf("after the move:\n%s", got)

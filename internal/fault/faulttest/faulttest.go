@@ -1,0 +1,128 @@
+// Package faulttest is what the kill-after-every-write tests share (package fault): the test
+// binary run again as a helper process that does one workflow (its TestMain does the work when
+// the helper's environment asks for it), how that process ended, and the writes it logged.
+package faulttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kipper.run/kip/internal/fault"
+)
+
+// Result is how a helper process ended.
+type Result struct {
+	Stderr string
+	// Signal is the signal that ended it, 0 when it exited; Exit is its exit status, -1 when a
+	// signal ended it.
+	Signal syscall.Signal
+	Exit   int
+}
+
+// Process is a helper process started.
+type Process struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	stderr bytes.Buffer
+}
+
+// Start runs the test binary again with no test to run (-test.run=^$) and env added to this
+// process's environment; it is killed after timeout.
+func Start(t testing.TB, timeout time.Duration, env ...string) *Process {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	p := &Process{cmd: exec.CommandContext(ctx, os.Args[0], "-test.run=^$"), cancel: cancel}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start the helper process: %v", err)
+	}
+	return p
+}
+
+// Wait waits for the process to end.
+func (p *Process) Wait(t testing.TB) Result {
+	t.Helper()
+	defer p.cancel()
+	err := p.cmd.Wait()
+	r := Result{Stderr: p.stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		r.Exit = exit.ExitCode()
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = ws.Signal()
+		}
+	default:
+		t.Fatalf("run the helper process: %v\n%s", err, r.Stderr)
+	}
+	return r
+}
+
+// Run is Start and Wait.
+func Run(t testing.TB, timeout time.Duration, env ...string) Result {
+	t.Helper()
+	return Start(t, timeout, env...).Wait(t)
+}
+
+// Writes reads a fault.WritesFileEnv file: what each write was, in order.
+func Writes(t testing.TB, file string) []string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var what []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		n, w, ok := strings.Cut(line, "\t")
+		if !ok || n != fmt.Sprint(len(what)+1) {
+			t.Fatalf("%s: line %q out of order", file, line)
+		}
+		what = append(what, w)
+	}
+	return what
+}
+
+// KillAfter is the environment that has the helper killed after its write n.
+func KillAfter(n int) string { return fmt.Sprintf("%s=%d", fault.KillWriteEnv, n) }
+
+// Killed checks that r ended killed right after its write n, and returns what that write was.
+func Killed(t testing.TB, r Result, n int) string {
+	t.Helper()
+	_, what, found := strings.Cut(r.Stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
+	if r.Signal != syscall.SIGKILL || !found {
+		t.Fatalf("the run killed after write %d: signal %v, exit %d\n%s", n, r.Signal, r.Exit, r.Stderr)
+	}
+	what, _, _ = strings.Cut(what, "\n")
+	return what
+}
+
+var (
+	// uid is a Kubernetes UID, as in the name of a volume a provisioner made.
+	uid = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	// lockWrite takes or releases the cluster lock: a create of its Lease the first time, an
+	// update once an earlier run left it.
+	lockWrite = regexp.MustCompile(`^API (POST|PUT) /apis/coordination.k8s.io/v1/namespaces/kube-system/leases(/kip-lock)?$`)
+)
+
+// Anonymous is a write's description with each key of names written as its value, UIDs written
+// UID and the cluster lock's Lease written or created alike: the same for the same write of a
+// workflow on any object.
+func Anonymous(what string, names map[string]string) string {
+	what = lockWrite.ReplaceAllString(what, "API write the cluster lock's Lease")
+	for name, as := range names {
+		what = strings.ReplaceAll(what, name, as)
+	}
+	return uid.ReplaceAllString(what, "UID")
+}
