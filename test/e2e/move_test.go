@@ -14,9 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cluster"
@@ -410,17 +412,25 @@ func TestMoveToLonghorn(t *testing.T) {
 
 	t.Run("grown once when its files outgrow the volume", func(t *testing.T) {
 		// 100,000 empty files hold no bytes, so the planned volume is 1 GiB, whose ext4 has
-		// 65,536 inodes: the copy runs out of room, the volume grows once to 2 GiB, and the copy
-		// made again fits.
+		// 65,536 inodes: the copy runs out of room and the volume grows once to 2 GiB. The
+		// namespace's quota on Longhorn claims first admits the planned volume and not the grown
+		// one: the grow records its size and stops at the quota, the service stopped. With the
+		// quota gone, the move run again finishes that grow, and the copy made again fits.
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "uploads"}
 		dir := l.service(ctx, t, ref, "1Gi", func(dir string) { manyFiles(t, filepath.Join(dir, "many"), 100000, 1) })
 		want := movertest.Describe(t, dir)
+		quota := l.longhornQuota(ctx, t, ref.Namespace(), 1536<<20)
 		r := l.kip(t, nil, moveArgs(ref)...)
-		if r.ExitCode != 0 {
-			t.Fatalf("kip service storage longhorn: exit %d\n%s", r.ExitCode, r.Stderr)
+		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "The copy ran out of room on 1.0 GiB: growing the volume once, to 2.0 GiB") ||
+			!strings.Contains(r.Stderr, "the volume cannot grow: ResourceQuota "+quota+" in "+ref.Namespace()+" allows ") {
+			t.Fatalf("kip service storage longhorn with a quota that refuses the grow: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 		}
-		if !strings.Contains(r.Stderr, "The copy ran out of room on 1.0 GiB: growing the volume once, to 2.0 GiB") {
-			t.Errorf("no grow in kip's output:\n%s", r.Stderr)
+		if err := l.c.Kube.CoreV1().ResourceQuotas(ref.Namespace()).Delete(ctx, quota, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r = l.kip(t, nil, moveArgs(ref)...)
+		if r.ExitCode != 0 {
+			t.Fatalf("kip service storage longhorn with the quota gone: exit %d\n%s", r.ExitCode, r.Stderr)
 		}
 		l.checkOnLonghorn(ctx, t, ref, dir, want)
 		pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-uploads-0", metav1.GetOptions{})
@@ -446,6 +456,48 @@ func TestMoveToLonghorn(t *testing.T) {
 
 	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
 	t.Run("a local copy pruned after a backup", func(t *testing.T) { l.prunedAfterBackup(ctx, t) })
+}
+
+// longhornQuota creates ResourceQuota "longhorn-room" in ns, which allows claims of the move's
+// class extra bytes more than they ask for now, once the quota controller has counted them, and
+// returns its name.
+func (l *moveLab) longhornQuota(ctx context.Context, t *testing.T, ns string, extra int64) string {
+	t.Helper()
+	quotas := l.c.Kube.CoreV1().ResourceQuotas(ns)
+	res := corev1.ResourceName(move.Class + ".storageclass.storage.k8s.io/" + string(corev1.ResourceRequestsStorage))
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "longhorn-room"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{res: resource.MustParse("1Ti")}}}
+	if _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var used resource.Quantity
+	if err := poll(ctx, 2*time.Minute, "quota "+q.Name+" counting the claims of "+ns, func(ctx context.Context) (bool, error) {
+		got, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		var ok bool
+		used, ok = got.Status.Used[res]
+		return ok, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hard := used.DeepCopy()
+	hard.Add(*resource.NewQuantity(extra, resource.BinarySI))
+	// The quota controller writes the quota too (its status): the change is made on the latest
+	// one, again on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Spec.Hard[res] = hard
+		_, err = quotas.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return q.Name
 }
 
 // TestMoveRolledBack runs on a cluster of its own beside TestMoveToLonghorn: a kept copy changed

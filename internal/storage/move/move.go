@@ -322,6 +322,12 @@ func nodeResizePending(c *corev1.PersistentVolumeClaim) bool {
 	return false
 }
 
+// requested is the size the claim asks for.
+func requested(c *corev1.PersistentVolumeClaim) int64 {
+	q := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	return q.Value()
+}
+
 func capacity(c *corev1.PersistentVolumeClaim) int64 {
 	q := c.Status.Capacity[corev1.ResourceStorage]
 	return q.Value()
@@ -343,6 +349,11 @@ func (m *mv) createVolume(ctx context.Context) error {
 	c, err := m.newClaim(ctx)
 	if err != nil {
 		return err
+	}
+	if c != nil && askedSize(c, m.in.Size) > requested(c) {
+		// A grow recorded its size and stopped before the claim asked for it (killed, or the
+		// room or the quota refused it): it is finished first.
+		return m.resize(ctx, askedSize(c, m.in.Size))
 	}
 	if c == nil {
 		size := *resource.NewQuantity(m.in.Size, resource.BinarySI)
@@ -529,9 +540,8 @@ func (m *mv) annotateNewClaim(ctx context.Context, key, value string) error {
 	return nil
 }
 
-// grow grows the new volume once: the new size is recorded first, Longhorn's room and the quota
-// are checked again (counting the dump volume at the new size), the volume is detached, then the
-// claim grows and kip waits until the volume has that size.
+// grow grows the new volume once: the new size is recorded first (so that a run again never
+// grows it twice, and finishes this grow in its volume step), then resize.
 func (m *mv) grow(ctx context.Context) error {
 	c, err := m.newClaim(ctx)
 	if err != nil || c == nil {
@@ -546,6 +556,13 @@ func (m *mv) grow(ctx context.Context) error {
 	if err := m.annotateNewClaim(ctx, SizeAnnotation, fmt.Sprint(grown)); err != nil {
 		return err
 	}
+	return m.resize(ctx, grown)
+}
+
+// resize grows the new volume to size: Longhorn's room and the quota are checked again (counting
+// the dump volume at the new size), the volume is detached, then the claim grows and kip waits
+// until the volume has that size.
+func (m *mv) resize(ctx context.Context, grown int64) error {
 	if err := m.checkGrowRoom(ctx, grown); err != nil {
 		return err
 	}
