@@ -21,6 +21,7 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/storage/fence"
+	"kipper.run/kip/internal/workflow"
 )
 
 // Options is what every kip service and kip project command needs; cmd/kip fills it.
@@ -37,14 +38,58 @@ type Options struct {
 	Out        io.Writer
 }
 
+// MoveWorkflowPrefix starts the name of the progress record of a move of a service's data to
+// Longhorn, and of its rollback's.
+const MoveWorkflowPrefix = "service-storage-longhorn-"
+
+// MoveWorkflow is the name of the progress record of a move of ref's data to Longhorn; its
+// rollback's adds "-rollback".
+func MoveWorkflow(ref Ref) string { return MoveWorkflowPrefix + ref.Namespace() + "-" + ref.Name }
+
 // MoveGate refuses action on a service whose move to Longhorn is unfinished, saying how to
 // finish or undo the move.
-func (s *Service) MoveGate(action string) error {
-	if s.Move == "" {
-		return nil
+func (s *Service) MoveGate(ctx context.Context, cl *kube.Clients, action string) error {
+	moving, err := movingIn(ctx, cl, s.Namespace())
+	if err != nil || !moving[s.Name] {
+		return err
 	}
-	return fmt.Errorf("cannot %s service %s: its move to %s is not finished; finish it with 'kip service storage %s %s' or undo it with 'kip service storage %s %s --rollback'",
-		action, s.Ref, s.Move, s.Move, s.Flags(), s.Move, s.Flags())
+	return fmt.Errorf("cannot %s service %s: its move to longhorn is not finished; finish it with 'kip service storage longhorn %s' or undo it with 'kip service storage longhorn %s --rollback'",
+		action, s.Ref, s.Flags(), s.Flags())
+}
+
+// movingIn names the services of namespace ns whose move to Longhorn is unfinished, by what
+// shows it from the move's first write on: an unfinished progress record of the move or of its
+// rollback (written before the move changes anything), the fence's label on the namespace, or
+// the move annotation on the Service.
+func movingIn(ctx context.Context, cl *kube.Clients, ns string) (map[string]bool, error) {
+	moving := map[string]bool{}
+	n, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return moving, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read namespace %s: %w", ns, err)
+	}
+	list, err := cl.Dynamic.Resource(ServicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list services in %s: %w", ns, err)
+	}
+	records, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return nil, err
+	}
+	unfinished := map[string]bool{}
+	for _, p := range records {
+		unfinished[p.Workflow] = true
+	}
+	for _, u := range list.Items {
+		name := u.GetName()
+		record := MoveWorkflowPrefix + ns + "-" + name
+		if u.GetAnnotations()[MoveAnnotation] != "" || n.Labels[fence.NamespaceLabel(name)] != "" || unfinished[record] || unfinished[record+"-rollback"] {
+			moving[name] = true
+		}
+	}
+	return moving, nil
 }
 
 // ServiceOptions names the service a command acts on.
@@ -85,7 +130,7 @@ func (o *ServiceOptions) switchService(ctx context.Context, stop bool) error {
 	verb, done, already, phase, wait, timeout := "Starting", "Started", "running", PhaseRunning, WaitRunning, StartTimeout
 	if stop {
 		verb, done, already, phase, wait, timeout = "Stopping", "Stopped", "stopped", PhaseStopped, WaitStopped, StopTimeout
-	} else if err := s.MoveGate("start"); err != nil {
+	} else if err := s.MoveGate(ctx, cl, "start"); err != nil {
 		return err
 	}
 	if s.Stopped == stop && s.Phase == phase {
@@ -221,7 +266,7 @@ func Delete(ctx context.Context, o *ServiceOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := s.MoveGate("delete"); err != nil {
+	if err := s.MoveGate(ctx, cl, "delete"); err != nil {
 		return err
 	}
 	claims := []string{s.DataClaim()}
@@ -276,7 +321,7 @@ func RecreateDump(ctx context.Context, o *ServiceOptions) error {
 	if dump == "" {
 		return fmt.Errorf("service %s (%s) has no dump volume: only %s services keep database dumps", s.Ref, s.Type, strings.Join(dumpTypes, " and "))
 	}
-	if err := s.MoveGate("recreate the dump volume of"); err != nil {
+	if err := s.MoveGate(ctx, cl, "recreate the dump volume of"); err != nil {
 		return err
 	}
 	wasRunning := !s.Stopped
@@ -566,32 +611,21 @@ type ProjectOptions struct {
 	Project, Environment string
 }
 
-// movesIn lists the unfinished moves in namespaces: a namespace labelled by the fence, or a
-// Service with a move annotation.
+// movesIn lists the unfinished moves in namespaces (movingIn).
 func movesIn(ctx context.Context, cl *kube.Clients, project string, namespaces []string) ([]string, error) {
 	var moves []string
 	for _, ns := range namespaces {
-		n, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+		moving, err := movingIn(ctx, cl, ns)
 		if err != nil {
-			return nil, fmt.Errorf("read namespace %s: %w", ns, err)
+			return nil, err
 		}
-		list, err := cl.Dynamic.Resource(ServicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list services in %s: %w", ns, err)
-		}
-		env := strings.TrimPrefix(ns, project+"-")
-		for _, u := range list.Items {
-			if to := u.GetAnnotations()[MoveAnnotation]; to != "" || n.Labels[fence.NamespaceLabel(u.GetName())] != "" {
-				ref := Ref{Project: project, Environment: env, Name: u.GetName()}
-				moves = append(moves, fmt.Sprintf("%s ('kip service storage longhorn %s' finishes it, --rollback undoes it)", ref, ref.Flags()))
-			}
+		for name := range moving {
+			ref := Ref{Project: project, Environment: strings.TrimPrefix(ns, project+"-"), Name: name}
+			moves = append(moves, fmt.Sprintf("%s ('kip service storage longhorn %s' finishes it, --rollback undoes it)", ref, ref.Flags()))
 		}
 	}
 	slices.Sort(moves)
-	return slices.Compact(moves), nil
+	return moves, nil
 }
 
 // DeleteProject is kip project delete: console-api deletes the project's namespaces with everything

@@ -27,7 +27,6 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
-	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
 )
@@ -106,7 +105,7 @@ func newFixture(tb testing.TB) *fixture {
 	for name, p := range map[string]workflow.Progress{
 		"op-node-add-w3": {Workflow: "node-add-w3", StartedBy: "kip node add 192.0.2.13 by alice@laptop, pid 42", Status: workflow.StatusFailed,
 			Step: "join", Error: "k3s-agent did not start", StartedAt: time.Now().Add(-time.Hour)},
-		"op-" + move.WorkflowPrefix + "shop-db": {Workflow: move.WorkflowPrefix + "shop-db", StartedBy: "kip service storage longhorn db --project shop by bob@ci, pid 7",
+		"op-" + service.MoveWorkflowPrefix + "shop-db": {Workflow: service.MoveWorkflowPrefix + "shop-db", StartedBy: "kip service storage longhorn db --project shop by bob@ci, pid 7",
 			Status: workflow.StatusStopped, Step: "copy", StartedAt: time.Now().Add(-time.Minute)},
 	} {
 		if _, err := kube.UpdateRecord(ctx, c.Dynamic, kube.ClusterRecords(), name, 1, func(rec *workflow.Progress, _ bool) error {
@@ -301,7 +300,7 @@ func TestAPI(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"Cluster: local storage, nano profile, monitoring off", "Unfinished kip operations", "continue it: kip node add 192.0.2.13", "Moves to Longhorn not finished",
-			move.WorkflowPrefix + "shop-db: stopped at step copy", "! node kip-w2 is NotReady", "Not looked at"} {
+			service.MoveWorkflowPrefix + "shop-db: stopped at step copy", "! node kip-w2 is NotReady", "Not looked at"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("text lacks %q", want)
 			}

@@ -29,7 +29,6 @@ import (
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	kipstorage "kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/move"
 	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
@@ -531,7 +530,7 @@ func operation(p workflow.Progress) Operation {
 		Workflow: p.Workflow, Kind: KindOperation, Status: string(p.Status), Step: p.Step, Error: p.Error,
 		StartedBy: p.StartedBy, StartedAt: p.StartedAt, UpdatedAt: p.UpdatedAt,
 	}
-	if strings.HasPrefix(p.Workflow, move.WorkflowPrefix) {
+	if strings.HasPrefix(p.Workflow, service.MoveWorkflowPrefix) {
 		op.Kind = KindMoveToLonghorn
 	}
 	// StartedBy is the holder text: "kip node add 203.0.113.11 by alice@laptop, pid 4242".

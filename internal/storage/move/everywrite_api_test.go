@@ -3,6 +3,7 @@
 package move_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -453,10 +454,25 @@ func TestMoveEveryWriteKilled(t *testing.T) {
 				t.Fatalf("the uninterrupted move did not put the data on Longhorn:\n%s", reference)
 			}
 			m.done(ctx, t, ref)
+			// From the move's first progress record to the one that says it finished, the
+			// service cannot be deleted: the record is written before the move changes anything,
+			// its move annotation only once the fence holds.
+			var records []int
+			for i, w := range all {
+				if strings.Contains(w, "/configmaps/"+kube.RecordsConfigMap) {
+					records = append(records, i+1)
+				}
+			}
+			if len(records) < 2 {
+				t.Fatalf("the move wrote its progress record %d times:\n%s", len(records), strings.Join(all, "\n"))
+			}
 			start := time.Now()
 			for i := 1; i <= len(all); i++ {
 				ref, dir, want := m.killService(ctx, t, typ, fmt.Sprintf("%s-k%d", typ, i))
 				m.killedAfter(t, ref, i, all[i-1])
+				if i >= records[0] && i < records[len(records)-1] {
+					m.deleteRefused(ctx, t, ref, fmt.Sprintf("killed after write %d (%s)", i, all[i-1]))
+				}
 				again, sig, code := m.run(t, ref)
 				if sig != 0 || code != 0 {
 					t.Errorf("the move run again after a kill after write %d (%s): signal %v, exit %d\n%s", i, all[i-1], sig, code, again)
@@ -469,6 +485,17 @@ func TestMoveEveryWriteKilled(t *testing.T) {
 			}
 			t.Logf("measured: %d kill points, each a move killed and run again, in %s", len(all), time.Since(start).Round(time.Second))
 		})
+	}
+}
+
+// deleteRefused checks that kip service delete refuses ref, whose move is unfinished (when).
+func (m *moveEnv) deleteRefused(ctx context.Context, t *testing.T, ref service.Ref, when string) {
+	t.Helper()
+	ios := &cli.IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	o := &service.ServiceOptions{Ref: ref, Options: service.Options{Kube: func() (*kube.Clients, error) { return m.cl, nil },
+		Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, true)}}
+	if err := service.Delete(ctx, o); err == nil || !strings.Contains(err.Error(), "cannot delete service "+ref.String()+": its move to longhorn is not finished") {
+		t.Fatalf("kip service delete %s, its move %s: %v", ref, when, err)
 	}
 }
 

@@ -124,11 +124,6 @@ type Intent struct {
 	Dump string `json:"dump,omitempty"`
 }
 
-// WorkflowPrefix starts the name of a move's progress record and of its rollback's.
-const WorkflowPrefix = "service-storage-longhorn-"
-
-func workflowName(ref service.Ref) string { return WorkflowPrefix + ref.Namespace() + "-" + ref.Name }
-
 // Pod and claim names of a move.
 func newClaimName(svc string) string { return "kip-move-" + svc }
 func copyPodName(svc string) string  { return "kip-move-copy-" + svc }

@@ -71,7 +71,7 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Ref), Intent: m.in, Steps: m.steps()}); err != nil {
+	if err := r.Run(ctx, &workflow.Workflow{Name: service.MoveWorkflow(o.Ref), Intent: m.in, Steps: m.steps()}); err != nil {
 		return err
 	}
 	o.Printer.Success(fmt.Sprintf("Service %s now keeps its data on Longhorn volume %s. Its local copy stays on %s (volume %s) until 'kip cluster storage prune' deletes it",
@@ -86,7 +86,7 @@ func recorded(ctx context.Context, cl *kube.Clients, ref service.Ref) (*Intent, 
 		return nil, false, err
 	}
 	for _, p := range unfinished {
-		if p.Workflow != workflowName(ref) || len(p.Intent) == 0 {
+		if p.Workflow != service.MoveWorkflow(ref) || len(p.Intent) == 0 {
 			continue
 		}
 		in := &Intent{}
@@ -424,11 +424,11 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, r *workflow.Run
 		{Name: "start", Title: "Start service " + in.Service + " on its local volume", Done: "Service " + in.Service + " runs on its local volume again",
 			Already: "Service " + in.Service + " back on its local volume", Check: m.started, Apply: m.start},
 	}
-	if err := r.Run(ctx, &workflow.Workflow{Name: workflowName(o.Ref) + "-rollback", Intent: in, Steps: steps}); err != nil {
+	if err := r.Run(ctx, &workflow.Workflow{Name: service.MoveWorkflow(o.Ref) + "-rollback", Intent: in, Steps: steps}); err != nil {
 		return err
 	}
 	// The move is over: its record goes, so a new move starts afresh.
-	if err := workflow.Forget(ctx, cl.Dynamic, kube.ClusterRecords(), workflowName(o.Ref)); err != nil {
+	if err := workflow.Forget(ctx, cl.Dynamic, kube.ClusterRecords(), service.MoveWorkflow(o.Ref)); err != nil {
 		return err
 	}
 	o.Printer.Success("Rolled back the move of " + o.Ref.String() + ": it keeps its data on its local volume " + in.OldVolume)

@@ -261,7 +261,7 @@ func (s *state) copy(ctx context.Context, pv *corev1.PersistentVolume) (Copy, bo
 			svc.Ref, c.Claim, cli.OrNone(claim.Spec.VolumeName), to), nil)
 		return c, true
 	}
-	if svc.Move != "" || s.unfinished[move.WorkflowPrefix+svc.Namespace()+"-"+svc.Name] {
+	if svc.Move != "" || s.unfinished[service.MoveWorkflow(svc.Ref)] {
 		c.hold(CondMoved, fmt.Sprintf("its move to Longhorn is not finished: 'kip service storage longhorn %s' finishes it", svc.Flags()), nil)
 	}
 	s.ready(ctx, &c, svc)
