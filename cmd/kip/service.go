@@ -72,9 +72,6 @@ create --project P --wait'); on one without, pass --no-backup. See docs/moves.md
 			"  kip service storage longhorn db --project shop --environment staging --rollback",
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.Prompter().CanConfirm(); err != nil {
-				return err
-			}
 			o.Kube, o.Printer, o.Prompter, o.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
 			o.Holder, o.KipVersion, o.Name = f.CommandLine(), buildinfo.Version, args[0]
 			return move.Run(cmd.Context(), o)

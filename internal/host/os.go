@@ -158,10 +158,14 @@ func MissingStorageModules(mods map[string]sshx.ModuleState, os sshx.OS, kernel 
 	return missing, fix + strings.Join(missing, " and ")
 }
 
-// Longhorn's volumes stop attaching (Longhorn issue 13606), and no Longhorn release carries a
-// fix yet.
+// LonghornOSFix is what to do about a host CheckLonghorn refuses.
+const LonghornOSFix = "keep Longhorn nodes on Rocky Linux or AlmaLinux 9.6 or earlier (a kernel before 5.14.0-611), or move them to version 10, until a Kipper release adopts a fixed Longhorn"
+
+// CheckLonghorn refuses an OS release or kernel where Longhorn's volumes stop attaching (Longhorn
+// issue 13606), which no Longhorn release fixes yet. The error says why; LonghornOSFix says what
+// to do.
 func CheckLonghorn(os sshx.OS, kernel string) error {
-	const why = "Longhorn's volumes stop attaching there (Longhorn issue 13606) and no Longhorn release carries a fix yet; keep Longhorn nodes on 9.6 or earlier, or use version 10, until a Kipper release adopts a fixed Longhorn"
+	const why = "Longhorn's volumes stop attaching there (Longhorn issue 13606) and no Longhorn release carries a fix yet"
 	if r, ok := releaseOf(os); ok && r.noLonghornFrom != "" {
 		fromMajor, fromMinor, _ := strings.Cut(r.noLonghornFrom, ".")
 		major, minor, _ := strings.Cut(os.VersionID, ".")

@@ -273,7 +273,7 @@ func checkLonghornDisk(disks map[string]sshx.Disk) Check {
 func checkLonghornOS(os sshx.OS, kernel string) Check {
 	if err := host.CheckLonghorn(os, kernel); err != nil {
 		return Check{Name: "longhorn os", Status: StatusFail, Detail: err.Error(),
-			Fix: "keep Longhorn nodes on 9.6 or earlier, or use version 10, or install with local storage (omit --storage)"}
+			Fix: host.LonghornOSFix + "; or install with local storage (omit --storage)"}
 	}
 	return Check{Name: "longhorn os", Status: StatusOK, Detail: "Longhorn runs on this OS and kernel"}
 }

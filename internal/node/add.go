@@ -380,7 +380,7 @@ func (j *joiner) preflight(ctx context.Context) error {
 		failed = append(failed, "the wireguard kernel module cannot load, and the pod network between nodes runs inside WireGuard: "+host.WireGuardFix)
 	}
 	if err := host.CheckLonghorn(f.OS, f.Kernel); err != nil {
-		failed = append(failed, err.Error())
+		failed = append(failed, err.Error()+": "+host.LonghornOSFix)
 	}
 	if missing, fix := host.MissingStorageModules(f.Modules, f.OS, f.Kernel); len(missing) > 0 {
 		failed = append(failed, "Longhorn needs the "+strings.Join(missing, " and ")+" kernel module(s), which cannot load: "+fix)

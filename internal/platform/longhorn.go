@@ -171,7 +171,7 @@ func (pl *platform) checkLonghorn(ctx context.Context, c *sshx.Client, facts *ss
 			facts.MemTotalMiB, cluster.LonghornMinMemoryMiB, pl.rec.Profile)
 	}
 	if err := host.CheckLonghorn(facts.OS, facts.Kernel); err != nil {
-		return fmt.Errorf("%w: keep Longhorn nodes on 9.6 or earlier, or use version 10", err)
+		return fmt.Errorf("%w: %s", err, host.LonghornOSFix)
 	}
 	if err := pl.checkCPU(ctx); err != nil {
 		return err

@@ -596,7 +596,7 @@ func checkFirewall(node string, fw host.FirewallState, server bool, sshPort int)
 func checkLonghornOS(node string, f *sshx.Facts) Check {
 	if err := host.CheckLonghorn(f.OS, f.Kernel); err != nil {
 		return Check{Name: "longhorn os", Node: node, Status: StatusWarn, Detail: err.Error(),
-			Fix: "keep Longhorn nodes on Rocky Linux or AlmaLinux 9.6 or earlier (a kernel before 5.14.0-611), or move them to version 10"}
+			Fix: host.LonghornOSFix}
 	}
 	name := f.OS.PrettyName
 	if name == "" {

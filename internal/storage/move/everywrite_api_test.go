@@ -46,10 +46,13 @@ import (
 
 // The helper process: the test binary run again with these set moves one service against the
 // parent's API server, as kip service storage longhorn NAME --no-backup --yes does.
+// A rollback and a run with helperNoYes set run without --yes, off a terminal: only a new move
+// asks anything.
 const (
 	helperKubeconfig = "KIP_MOVE_HELPER_KUBECONFIG"
 	helperService    = "KIP_MOVE_HELPER_SERVICE" // project/environment/name
 	helperRollback   = "KIP_MOVE_HELPER_ROLLBACK"
+	helperNoYes      = "KIP_MOVE_HELPER_NO_YES"
 )
 
 // movedAt is every helper's clock, so that the commit's moved-at is the same in every run.
@@ -83,7 +86,7 @@ func helperMove(kubeconfig string) error {
 		return fmt.Errorf("%s=%q: want project/environment/name", helperService, os.Getenv(helperService))
 	}
 	ios := &cli.IOStreams{Out: os.Stdout, ErrOut: os.Stderr, Getenv: os.Getenv}
-	o := move.Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, true),
+	o := move.Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, os.Getenv(helperRollback) == "" && os.Getenv(helperNoYes) == ""),
 		Holder: "kip service storage longhorn (helper)", KipVersion: "v0.0.0-test", NoBackup: true,
 		Ref:      service.Ref{Project: parts[0], Environment: parts[1], Name: parts[2]},
 		Rollback: os.Getenv(helperRollback) != "", Now: func() time.Time { return movedAt }}
@@ -470,10 +473,15 @@ func TestMoveEveryWriteKilled(t *testing.T) {
 			for i := 1; i <= len(all); i++ {
 				ref, dir, want := m.killService(ctx, t, typ, fmt.Sprintf("%s-k%d", typ, i))
 				m.killedAfter(t, ref, i, all[i-1])
+				// Once recorded, the move goes on without --yes: it asks nothing.
+				var env []string
+				if i >= records[0] {
+					env = append(env, helperNoYes+"=1")
+				}
 				if i >= records[0] && i < records[len(records)-1] {
 					m.deleteRefused(ctx, t, ref, fmt.Sprintf("killed after write %d (%s)", i, all[i-1]))
 				}
-				again, sig, code := m.run(t, ref)
+				again, sig, code := m.run(t, ref, env...)
 				if sig != 0 || code != 0 {
 					t.Errorf("the move run again after a kill after write %d (%s): signal %v, exit %d\n%s", i, all[i-1], sig, code, again)
 					continue

@@ -132,6 +132,11 @@ func (m *mv) prepare(ctx context.Context, rec cluster.Record) (*Intent, error) {
 	if pv.Spec.Local == nil && pv.Spec.HostPath == nil || node == "" {
 		return nil, fmt.Errorf("the data of service %s is on volume %s, which is not a local volume on one node (%s): kip moves only local volumes", o.Ref, pv.Name, service.Where(pv))
 	}
+	// A new move asks before it stops the service: off a terminal it needs --yes, refused here
+	// before the count starts a pod. A resumed move and a rollback ask nothing.
+	if err := o.Prompter.CanConfirm(); err != nil {
+		return nil, err
+	}
 	in := &Intent{Namespace: o.Namespace(), Service: o.Name, OldClaim: claim.Name, OldClaimUID: claim.UID, OldVolume: pv.Name,
 		NewClaim: newClaimName(o.Name), Node: node, WasStopped: svc.Stopped, Dump: svc.DumpClaim()}
 	m.in = in
