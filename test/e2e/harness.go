@@ -74,7 +74,7 @@ func Main(m *testing.M, n int, opts lab.Options) int {
 		setupErr = err
 		return m.Run()
 	}
-	timing(fmt.Sprintf("builds and a lab of %d hosts", n), started, "")
+	Timing(fmt.Sprintf("builds and a lab of %d hosts", n), started, "")
 	suite = s
 	code := m.Run()
 	os.RemoveAll(s.Bundle) //nolint:errcheck // a temporary directory
@@ -185,17 +185,31 @@ func Get(t testing.TB) *Suite {
 		if t.Failed() {
 			note = "FAILED"
 		}
-		timing(t.Name(), start, note)
+		Timing(t.Name(), start, note)
 	})
 	return suite
 }
 
+// Run is t.Run with the subtest's time in the run's table (Timing).
+func Run(t *testing.T, name string, fn func(t *testing.T)) bool {
+	t.Helper()
+	start := time.Now()
+	ok := t.Run(name, fn)
+	note := ""
+	if !ok {
+		note = "FAILED"
+	}
+	Timing(t.Name()+"/"+name, start, note)
+	return ok
+}
+
 var timingsMu sync.Mutex
 
-// timing adds a row to the run's table of where the time went (tools/timings.sh; the file
+// Timing adds a row to the run's table of where the time went (tools/timings.sh; the file
 // KIP_TIMINGS names, when it does): what took the time since start, and when it began and ended,
-// counted from the package's start. The package's own row follows its tests' rows.
-func timing(what string, start time.Time, note string) {
+// counted from the package's start. The package's own row follows its tests' rows; a test adds
+// rows for its long parts.
+func Timing(what string, start time.Time, note string) {
 	file := os.Getenv("KIP_TIMINGS")
 	if file == "" {
 		return

@@ -198,7 +198,9 @@ func TestInstallNano(t *testing.T) {
 	// continues; then it completes. Every step the dry run planned was killed at but the wait for
 	// the server's node, which no run applies: k3s registers its node Ready while it starts, before
 	// the cluster steps look.
+	phase := time.Now()
 	killed := killedAtEachStep(t, s, home, h)
+	e2e.Timing(t.Name()+": the install killed at each step", phase, "")
 	for _, title := range titles {
 		if title != "Wait for the server's node to be Ready" && !slices.Contains(killed, title) {
 			t.Errorf("install was never killed at step %q the dry run planned; killed at %q", title, killed)
@@ -386,7 +388,9 @@ func TestInstallNano(t *testing.T) {
 	}
 
 	restartRecovery(ctx, t, s, home, h)
+	phase = time.Now()
 	growOntoLonghorn(ctx, t, s, home, h, c)
+	e2e.Timing(t.Name()+": grown onto Longhorn", phase, "")
 }
 
 // verificationFailures breaks what install's verification pods check, on the installed nano

@@ -38,8 +38,9 @@ import (
 
 // The service move tests' hosts (indexes in Lab.Hosts): the moves and kills, and the rollbacks.
 const (
-	moveHost     = 9  // lab10
-	rollbackHost = 12 // lab13
+	moveHost       = 9  // lab10
+	rollbackHost   = 12 // lab13
+	backupMoveHost = 18 // lab19
 )
 
 // moveSteps are the move's steps, in order: the test kills kip before each.
@@ -379,8 +380,8 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // real ext4 volumes, through the real CSI sidecars and kubelet) with the real kip: a Postgres-like
 // service of 20,000 small files and every kind of entry; a service whose files outgrow the planned
 // volume (its inodes run out), grown once; one service killed before each step and run again to
-// the end; then the local copies the moves kept, pruned, last on a cluster with backups.
-// TestMoveRolledBack has the rollbacks.
+// the end; then the local copies the moves kept, pruned. TestMoveRolledBack has the rollbacks,
+// TestMovePrunedAfterBackup the moves and the prune on a cluster with backups.
 func TestMoveToLonghorn(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
@@ -388,7 +389,7 @@ func TestMoveToLonghorn(t *testing.T) {
 	l := setUpMoveLab(ctx, t, moveHost)
 	l.project(ctx, t, "shop", "staging")
 
-	t.Run("Postgres-like service", func(t *testing.T) {
+	e2e.Run(t, "Postgres-like service", func(t *testing.T) {
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "db"}
 		dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 20000))
 		want := movertest.Describe(t, dir)
@@ -410,7 +411,7 @@ func TestMoveToLonghorn(t *testing.T) {
 		}
 	})
 
-	t.Run("grown once when its files outgrow the volume", func(t *testing.T) {
+	e2e.Run(t, "grown once when its files outgrow the volume", func(t *testing.T) {
 		// 100,000 empty files hold no bytes, so the planned volume is 1 GiB, whose ext4 has
 		// 65,536 inodes: the copy runs out of room and the volume grows once to 2 GiB. The
 		// namespace's quota on Longhorn claims first admits the planned volume and not the grown
@@ -444,7 +445,7 @@ func TestMoveToLonghorn(t *testing.T) {
 
 	for i, step := range moveSteps {
 		step := step
-		t.Run("killed before "+step, func(t *testing.T) {
+		e2e.Run(t, "killed before "+step, func(t *testing.T) {
 			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("k%d", i)}
 			dir, want := l.killedBefore(ctx, t, ref, step)
 			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
@@ -454,8 +455,17 @@ func TestMoveToLonghorn(t *testing.T) {
 		})
 	}
 
-	t.Run("local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
-	t.Run("a local copy pruned after a backup", func(t *testing.T) { l.prunedAfterBackup(ctx, t) })
+	e2e.Run(t, "local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
+}
+
+// TestMovePrunedAfterBackup moves services on a cluster with backups and prunes their copies
+// once a backup made after the move holds their data (prunedAfterBackup), on a cluster of its
+// own beside TestMoveToLonghorn.
+func TestMovePrunedAfterBackup(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	setUpMoveLab(ctx, t, backupMoveHost).prunedAfterBackup(ctx, t)
 }
 
 // longhornQuota creates ResourceQuota "longhorn-room" in ns, which allows claims of the move's

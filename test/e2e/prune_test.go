@@ -316,7 +316,7 @@ func (l *moveLab) crash(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	}
 }
 
-// prunedAfterBackup is TestMoveToLonghorn's last part, on a cluster with backups (Velero as its
+// prunedAfterBackup is TestMovePrunedAfterBackup: moves on a cluster with backups (Velero as its
 // chart runs it, with file-system backups through its node agent, into gofakes3 on the lab's
 // gateway): the move refuses to start without a backup of the project; the backup it then
 // relies on, made before the move, does not count for the prune; one made after it does, unless
