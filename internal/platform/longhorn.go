@@ -322,8 +322,14 @@ func (pl *platform) listLocalServices(ctx context.Context) error {
 		return nil
 	}
 	pl.p.Info(fmt.Sprintf("%d service volume(s) are still on local storage; move each when it suits you (the service stops while its data moves):", len(svcs)))
-	for _, s := range svcs {
-		pl.p.Info(fmt.Sprintf("  %s (%s): kip service storage longhorn %s", s.ref, service.Where(s.pv), s.ref.Flags()))
+	// Without backups a move needs --no-backup; with them, a completed backup of the project.
+	flag, note := " --no-backup", "without backups nothing could restore a service whose move went wrong: each command passes --no-backup"
+	if pl.rec.Backups != cluster.BackupsNone {
+		flag, note = "", "a move needs a completed backup of the service's project first: kip backup create --project P --wait"
 	}
+	for _, s := range svcs {
+		pl.p.Info(fmt.Sprintf("  %s (%s): kip service storage longhorn %s%s", s.ref, service.Where(s.pv), s.ref.Flags(), flag))
+	}
+	pl.p.Info("(" + note + ")")
 	return nil
 }

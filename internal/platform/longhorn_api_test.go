@@ -87,7 +87,8 @@ func TestSwitchToLonghornRefusalsAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"The cluster's storage is already Longhorn", "1 service volume(s) are still on local storage",
-		"db in shop-staging (/var/lib/rancher/k3s/storage/pvc-local-db_shop-staging_data-db-0): kip service storage longhorn db --project shop --environment staging"} {
+		"db in shop-staging (/var/lib/rancher/k3s/storage/pvc-local-db_shop-staging_data-db-0): kip service storage longhorn db --project shop --environment staging --no-backup\n",
+		"without backups nothing could restore a service whose move went wrong: each command passes --no-backup"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, errOut)
 		}
