@@ -420,7 +420,9 @@ func TestMoveToLonghorn(t *testing.T) {
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "uploads"}
 		dir := l.service(ctx, t, ref, "1Gi", func(dir string) { manyFiles(t, filepath.Join(dir, "many"), 100000, 1) })
 		want := movertest.Describe(t, dir)
-		quota := l.longhornQuota(ctx, t, ref.Namespace(), 1536<<20)
+		// The move counts its claim and the dump volume it makes on Longhorn at the planned
+		// size, 2 GiB; the grow its claim's growth and the dump volume at the grown size, 3 GiB.
+		quota := l.longhornQuota(ctx, t, ref.Namespace(), 2560<<20)
 		r := l.kip(t, nil, moveArgs(ref)...)
 		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "The copy ran out of room on 1.0 GiB: growing the volume once, to 2.0 GiB") ||
 			!strings.Contains(r.Stderr, "the volume cannot grow: ResourceQuota "+quota+" in "+ref.Namespace()+" allows ") {
@@ -470,7 +472,7 @@ func TestMovePrunedAfterBackup(t *testing.T) {
 
 // longhornQuota creates ResourceQuota "longhorn-room" in ns, which allows claims of the move's
 // class extra bytes more than they ask for now, once the quota controller has counted them, and
-// returns its name.
+// returns its name. It goes when the test ends, if the test has not deleted it.
 func (l *moveLab) longhornQuota(ctx context.Context, t *testing.T, ns string, extra int64) string {
 	t.Helper()
 	quotas := l.c.Kube.CoreV1().ResourceQuotas(ns)
@@ -480,6 +482,11 @@ func (l *moveLab) longhornQuota(ctx context.Context, t *testing.T, ns string, ex
 	if _, err := quotas.Create(ctx, q, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := quotas.Delete(context.Background(), q.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
 	var used resource.Quantity
 	if err := poll(ctx, 2*time.Minute, "quota "+q.Name+" counting the claims of "+ns, func(ctx context.Context) (bool, error) {
 		got, err := quotas.Get(ctx, q.Name, metav1.GetOptions{})

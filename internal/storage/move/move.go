@@ -621,9 +621,13 @@ func (m *mv) runPod(ctx context.Context, op mover.Op) (*mover.Report, error) {
 			return "", fmt.Errorf("pod %s/%s was replaced by another", m.in.Namespace, name)
 		}
 		r, err := moverpod.Result(ctx, m.cl.Kube, p)
-		if err != nil || r != nil {
-			rep = r
-			return "", err
+		if err != nil {
+			// The pod ended without a report kip can read: the same ways on as after a failed
+			// copy or comparison.
+			return "", m.stoppedHere(err.Error())
+		}
+		if rep = r; rep != nil {
+			return "", nil
 		}
 		return podState(p), nil
 	})
