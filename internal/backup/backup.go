@@ -135,6 +135,13 @@ func (s *Snapshot) Verdict(b *velerov1.Backup, need ...Claim) Verdict {
 	return Check(Input{Backup: b, PVBs: s.PVBs, DBRs: s.DBRs, Now: s.Now, Need: need})
 }
 
+// Holds is Check for backup b judged by the claims need alone (Input.Only): whether it is a
+// completed backup of the data of the service whose claims they are, whatever it lacks of the
+// other volumes kip recorded when it made it.
+func (s *Snapshot) Holds(b *velerov1.Backup, need ...Claim) Verdict {
+	return Check(Input{Backup: b, PVBs: s.PVBs, DBRs: s.DBRs, Now: s.Now, Need: need, Only: true})
+}
+
 // Find is the backup named name.
 func (s *Snapshot) Find(name string) (*velerov1.Backup, error) {
 	for i := range s.Backups {
@@ -149,6 +156,15 @@ func (s *Snapshot) Find(name string) (*velerov1.Backup, error) {
 // need; without one, the error says why the newest backup holding them is not one, or that none
 // holds them (the caller names the command that makes one).
 func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup, error) {
+	return s.latest(namespaces, func(b *velerov1.Backup) Verdict { return s.Verdict(b, need...) })
+}
+
+// LatestHolding is Latest judged by the claims need alone (Holds).
+func (s *Snapshot) LatestHolding(namespaces []string, need ...Claim) (*velerov1.Backup, error) {
+	return s.latest(namespaces, func(b *velerov1.Backup) Verdict { return s.Holds(b, need...) })
+}
+
+func (s *Snapshot) latest(namespaces []string, verdict func(*velerov1.Backup) Verdict) (*velerov1.Backup, error) {
 	if len(namespaces) == 0 {
 		return nil, errors.New("no namespace to find a backup of")
 	}
@@ -161,7 +177,7 @@ func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup,
 		if newest == nil || Started(b).After(Started(newest)) {
 			newest = b
 		}
-		if s.Verdict(b, need...).State == StateCompleted && (newestCompleted == nil || Started(b).After(Started(newestCompleted))) {
+		if verdict(b).State == StateCompleted && (newestCompleted == nil || Started(b).After(Started(newestCompleted))) {
 			newestCompleted = b
 		}
 	}
@@ -171,7 +187,7 @@ func (s *Snapshot) Latest(namespaces []string, need ...Claim) (*velerov1.Backup,
 	case newest == nil:
 		return nil, fmt.Errorf("no backup holds %s", joinAnd(namespaces))
 	}
-	return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), s.Verdict(newest, need...).Err(newest.Name))
+	return nil, fmt.Errorf("no completed backup holds %s; the newest, %w", joinAnd(namespaces), verdict(newest).Err(newest.Name))
 }
 
 // Started is when Velero started b, or when it was created before it started.

@@ -91,6 +91,10 @@ type Input struct {
 	DBRs   []velerov1.DeleteBackupRequest
 	Now    time.Time
 	Need   []Claim
+	// Only judges the backup's volumes by Need alone: a claim kip recorded that the caller does
+	// not need (another service's, stopped while the backup ran, which Velero could not back
+	// up) does not keep the backup from holding what the caller needs.
+	Only bool
 }
 
 // waitingPhases are the phases of a backup that has not finished: New and Queued and
@@ -167,7 +171,9 @@ func volumeGaps(in Input) []string {
 		return []string{err.Error()}
 	}
 	var reasons []string
-	if !ok && b.Status.Warnings > 0 {
+	if in.Only {
+		recorded = nil // each claim needed is looked for below, whoever made the backup
+	} else if !ok && b.Status.Warnings > 0 {
 		reasons = append(reasons, fmt.Sprintf("it was not made by kip backup create, so kip cannot tell which volumes it should hold, and Velero reported %s (a skipped volume is only a warning)", cli.Count(b.Status.Warnings, "warning", "warnings")))
 	}
 	want := append(slices.Clone(recorded), in.Need...)

@@ -232,3 +232,40 @@ func TestHolds(t *testing.T) {
 		t.Error("a backup with no included namespaces holds every namespace")
 	}
 }
+
+// TestLatestHolding: a backup kip made while another service of the project was stopped holds
+// nothing of that service's volume and is no completed backup of the project, but it is one of
+// the running service's data, which is what a move and a prune need; a partly failed backup, or
+// one without a completed file-system backup of a volume the service mounts, never is.
+func TestLatestHolding(t *testing.T) {
+	data := Claim{Namespace: "shop-prod", Name: "data-db-0", UID: "c1"}
+	dump := Claim{Namespace: "shop-prod", Name: "dump-db-0", UID: "c2"}
+	stopped := Claim{Namespace: "shop-prod", Name: "data-cache-0", UID: "c3"}
+	at := func(name string, uid types.UID, h int, phase velerov1.BackupPhase) velerov1.Backup {
+		b := completed(t, data, dump, stopped)
+		b.Name, b.UID, b.Status.Phase = name, uid, phase
+		b.Status.StartTimestamp = &metav1.Time{Time: now.Add(time.Duration(-h) * time.Hour)}
+		return *b
+	}
+	s := &Snapshot{Now: now, Backups: []velerov1.Backup{
+		at("held", "u-held", 4, velerov1.BackupPhaseCompleted),
+		at("nodump", "u-nodump", 3, velerov1.BackupPhaseCompleted),
+		at("partly", "u-partly", 2, velerov1.BackupPhasePartiallyFailed),
+	}, PVBs: []velerov1.PodVolumeBackup{
+		pvb("held", "u-held", "shop-prod", "data-db-0", "c1", velerov1.PodVolumeBackupPhaseCompleted),
+		pvb("held", "u-held", "shop-prod", "dump-db-0", "c2", velerov1.PodVolumeBackupPhaseCompleted),
+		pvb("nodump", "u-nodump", "shop-prod", "data-db-0", "c1", velerov1.PodVolumeBackupPhaseCompleted),
+		pvb("partly", "u-partly", "shop-prod", "data-db-0", "c1", velerov1.PodVolumeBackupPhaseCompleted),
+		pvb("partly", "u-partly", "shop-prod", "dump-db-0", "c2", velerov1.PodVolumeBackupPhaseCompleted),
+	}}
+	if _, err := s.Latest([]string{"shop-prod"}); err == nil || !strings.Contains(err.Error(), "it holds no data for volume shop-prod/data-cache-0") {
+		t.Errorf("Latest = %v, want none: every backup lacks the stopped service's volume", err)
+	}
+	b, err := s.LatestHolding([]string{"shop-prod"}, Claim{Namespace: "shop-prod", Name: "data-db-0"}, Claim{Namespace: "shop-prod", Name: "dump-db-0"})
+	if err != nil || b.Name != "held" {
+		t.Fatalf("LatestHolding = %v, %v; want held (nodump lacks the dump volume, partly is partly failed)", b, err)
+	}
+	if v := s.Holds(&s.Backups[1], data, dump); v.State == StateCompleted || !strings.Contains(strings.Join(v.Reasons, "; "), "no data for volume shop-prod/dump-db-0") {
+		t.Errorf("Holds(nodump) = %+v", v)
+	}
+}

@@ -220,7 +220,14 @@ func (m *mv) checkBackups(ctx context.Context, rec cluster.Record) error {
 	if err != nil {
 		return err
 	}
-	b, err := snap.Latest(namespaces, backup.Claim{Namespace: m.in.Namespace, Name: m.in.OldClaim})
+	// What the move needs is a backup of this service's data: its data and dump volumes, which
+	// its running pod mounts. Another service of the project, stopped while a backup ran, left
+	// nothing of its volumes in it and does not count against it.
+	need := []backup.Claim{{Namespace: m.in.Namespace, Name: m.in.OldClaim}}
+	if m.in.Dump != "" {
+		need = append(need, backup.Claim{Namespace: m.in.Namespace, Name: m.in.Dump})
+	}
+	b, err := snap.LatestHolding(namespaces, need...)
 	if err != nil {
 		return fmt.Errorf("a move needs a completed backup of project %s: %w; back it up with 'kip backup create --project %s --wait'", m.o.Project, err, m.o.Project)
 	}

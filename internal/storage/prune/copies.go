@@ -371,7 +371,7 @@ func (s *state) backedUp(c *Copy, svc *service.Service, claim *corev1.Persistent
 	need := backup.Claim{Namespace: c.Namespace, Name: c.Claim, UID: string(claim.UID)}
 	for i := range s.backups.Backups {
 		b := &s.backups.Backups[i]
-		if backup.Started(b).After(*c.MovedAt) && s.backups.Verdict(b, need).State == backup.StateCompleted {
+		if backup.Started(b).After(*c.MovedAt) && s.backups.Holds(b, need).State == backup.StateCompleted {
 			return
 		}
 	}
