@@ -40,12 +40,13 @@ const (
 	// in one namespace.
 	namespaceLabelPrefix = "storage-move.kipper.run/"
 
-	// The fence ConfigMap's keys: space-separated claim and pod names, the service's name, and
-	// the command that shows the move.
+	// The fence ConfigMap's keys: space-separated claim and pod names, the service's name, the
+	// command that shows the move, and whether the service was stopped before it.
 	claimsKey  = "claims"
 	podsKey    = "pods"
 	serviceKey = "service"
 	infoKey    = "info"
+	stoppedKey = "wasStopped"
 )
 
 // ConfigMapName is the fence's parameters for the move of service.
@@ -138,6 +139,9 @@ type Fence struct {
 	Pods []string
 	// Info is the command that shows the service and its move, for the policy's refusal.
 	Info string
+	// WasStopped says that the service was stopped before the move, so that a rollback that
+	// lost the move's record still leaves it stopped (ReadWasStopped).
+	WasStopped bool
 }
 
 // ConfigMap is the fence as the volumes policy's parameters.
@@ -151,6 +155,7 @@ func (f Fence) ConfigMap() *corev1.ConfigMap {
 			podsKey:    strings.Join(f.Pods, " "),
 			serviceKey: f.Service,
 			infoKey:    f.Info,
+			stoppedKey: strconv.FormatBool(f.WasStopped),
 		},
 	}
 }
@@ -193,6 +198,19 @@ func replace(ctx context.Context, cs kubernetes.Interface, want *corev1.ConfigMa
 		return fmt.Errorf("write the fence %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return nil
+}
+
+// ReadWasStopped reads from the fence of service's move whether the service was stopped before
+// it; found is false when there is no fence.
+func ReadWasStopped(ctx context.Context, cs kubernetes.Interface, namespace, service string) (stopped, found bool, err error) {
+	cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, ConfigMapName(service), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("read the fence of %s/%s: %w", namespace, service, err)
+	}
+	return cm.Data[stoppedKey] == "true", true, nil
 }
 
 // Lift removes the fence and the namespace's label. Removing what is already gone is no error.

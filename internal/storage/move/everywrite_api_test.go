@@ -736,3 +736,93 @@ func TestMoveDecidesUnderTheLock(t *testing.T) {
 		t.Errorf("after the move:\n%s", got)
 	}
 }
+
+// TestMoveWithItsRecordLostEveryWriteKilled: a move of a Postgres service killed after each of
+// its writes in turn, its progress record then lost (deleted, as a restore of the cluster's
+// records from before the move would), and run again the way its state allows. Before the
+// commit point, --rollback rebuilds what to undo from the volumes and ends as an uninterrupted
+// rollback; past it, --rollback is refused naming the command that goes on, and the move run
+// again finishes from the volumes, ending as an uninterrupted move. A service stopped before the
+// move stays stopped either way (the fence, then the committed volume, say it was).
+func TestMoveWithItsRecordLostEveryWriteKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	m := newMoveEnv(ctx, t)
+	rollback := helperRollback + "=1"
+	ref, dir, want := m.killService(ctx, t, "postgres", "lf0")
+	forward, all := m.uninterrupted(ctx, t, ref, dir, want)
+	m.done(ctx, t, ref)
+	ref, dir, want = m.killService(ctx, t, "postgres", "lr0")
+	if stderr, sig, _ := m.run(t, ref, workflow.FaultEnv+"=before:commit"); sig != syscall.SIGKILL {
+		t.Fatalf("the move killed before its commit: signal %v\n%s", sig, stderr)
+	}
+	back, _ := m.uninterrupted(ctx, t, ref, dir, want, rollback)
+	m.done(ctx, t, ref)
+	lose := func(ref service.Ref) {
+		t.Helper()
+		if err := workflow.Forget(ctx, m.cl.Dynamic, kube.ClusterRecords(), service.MoveWorkflow(ref)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed := func(ref service.Ref) bool {
+		t.Helper()
+		pv, err := m.cl.Kube.CoreV1().PersistentVolumes().Get(ctx, "local-"+ref.Namespace()+"-data-"+ref.Name+"-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pv.Annotations[move.MovedToAnnotation] != ""
+	}
+	start := time.Now()
+	for i := 1; i <= len(all); i++ {
+		ref, dir, want := m.killService(ctx, t, "postgres", fmt.Sprintf("lk%d", i))
+		m.killedAfter(t, ref, i, all[i-1])
+		lose(ref)
+		reference, env := back, []string{rollback}
+		if committed(ref) {
+			if stderr, _, code := m.run(t, ref, rollback); code != 1 || !strings.Contains(stderr, "cannot be rolled back: kip has no record of it, and 'kip service storage longhorn "+ref.Name) {
+				t.Errorf("--rollback, its record lost after a kill after write %d (%s), past the commit point: exit %d\n%s", i, all[i-1], code, stderr)
+			}
+			reference, env = forward, []string{helperNoYes + "=1"}
+		}
+		again, sig, code := m.run(t, ref, env...)
+		if sig != 0 || code != 0 {
+			t.Errorf("run again, its record lost after a kill after write %d (%s): signal %v, exit %d\n%s", i, all[i-1], sig, code, again)
+			continue
+		}
+		if got := m.endState(ctx, t, ref, dir, want); got != reference {
+			t.Errorf("its record lost after a kill after write %d (%s), the run again ends as\n%s\nnot as\n%s\nits output:\n%s", i, all[i-1], got, reference, again)
+		}
+		m.done(ctx, t, ref)
+	}
+	t.Logf("measured: %d kill points, each with the record lost, in %s", len(all), time.Since(start).Round(time.Second))
+
+	// A service stopped before its move stays stopped, rolled back or moved, its record lost.
+	for _, point := range []string{"before:commit", "before:claim"} {
+		ref, _, _ := m.killService(ctx, t, "postgres", "ls-"+strings.TrimPrefix(point, "before:"))
+		if err := service.SetStopped(ctx, m.cl.Dynamic, ref, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := service.WaitStopped(ctx, m.cl.Dynamic, m.cl.Kube, ref, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if stderr, sig, _ := m.run(t, ref, workflow.FaultEnv+"="+point); sig != syscall.SIGKILL {
+			t.Fatalf("the move of a stopped service killed %s: signal %v\n%s", point, sig, stderr)
+		}
+		lose(ref)
+		env := []string{rollback}
+		if committed(ref) {
+			env = []string{helperNoYes + "=1"}
+		}
+		if stderr, sig, code := m.run(t, ref, env...); sig != 0 || code != 0 {
+			t.Fatalf("run again after a kill %s, its record lost: signal %v, exit %d\n%s", point, sig, code, stderr)
+		}
+		svc, err := service.Get(ctx, m.cl.Dynamic, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !svc.Stopped || svc.Move != "" {
+			t.Errorf("the service stopped before its move, killed %s, its record lost: stopped %v, move %q afterwards", point, svc.Stopped, svc.Move)
+		}
+		m.done(ctx, t, ref)
+	}
+}

@@ -68,6 +68,9 @@ const (
 	// MovedAtAnnotation, written with MovedToAnnotation, is when the move committed (RFC 3339):
 	// kip cluster storage prune counts the day from it and wants a backup made after it.
 	MovedAtAnnotation = "kipper.run/moved-at"
+	// WasStoppedAnnotation, written with MovedToAnnotation when the service was stopped before
+	// the move, keeps it stopped at the end of a move that lost its record after its commit.
+	WasStoppedAnnotation = "kipper.run/move-was-stopped"
 	// ReclaimAnnotation, on the old volume, is its reclaim policy before the move.
 	ReclaimAnnotation = "kipper.run/reclaim-policy-before-move"
 	// MoveLabel is on the move's own pods and claim, with the service's name.
@@ -146,9 +149,10 @@ type mv struct {
 
 func (m *mv) fence() fence.Fence {
 	return fence.Fence{Namespace: m.in.Namespace, Service: m.in.Service,
-		Claims: []string{m.in.OldClaim, m.in.NewClaim},
-		Pods:   []string{copyPodName(m.in.Service), verifyPod(m.in.Service)},
-		Info:   "kip service info " + m.o.Flags()}
+		Claims:     []string{m.in.OldClaim, m.in.NewClaim},
+		Pods:       []string{copyPodName(m.in.Service), verifyPod(m.in.Service)},
+		Info:       "kip service info " + m.o.Flags(),
+		WasStopped: m.in.WasStopped}
 }
 
 func (m *mv) ref() service.Ref { return m.o.Ref }
@@ -797,8 +801,11 @@ func (m *mv) commit(ctx context.Context) error {
 		"spec":     map[string]any{"persistentVolumeReclaimPolicy": corev1.PersistentVolumeReclaimRetain}}); err != nil {
 		return err
 	}
-	return m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		MovedToAnnotation: m.in.NewVolume, MovedAtAnnotation: m.o.now().UTC().Format(time.RFC3339)}}})
+	marks := map[string]string{MovedToAnnotation: m.in.NewVolume, MovedAtAnnotation: m.o.now().UTC().Format(time.RFC3339)}
+	if m.in.WasStopped {
+		marks[WasStoppedAnnotation] = "true"
+	}
+	return m.patchPV(ctx, m.in.OldVolume, map[string]any{"metadata": map[string]any{"annotations": marks}})
 }
 
 // ---- claim

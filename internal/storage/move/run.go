@@ -64,12 +64,19 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("this cluster keeps its volumes on local storage: switch it to Longhorn first with 'kip cluster storage longhorn'")
 	}
 	m := &mv{o: o, cl: cl, report: o.Printer}
-	if resumed {
-		m.in = in
-	} else {
-		if m.in, err = m.prepare(ctx, rec); err != nil || m.in == nil {
+	if !resumed {
+		// A move that committed and lost its record goes on from its volumes.
+		if in, err = lostCommit(ctx, cl, o.Ref); err != nil {
 			return err
 		}
+		if resumed = in != nil; resumed {
+			o.Printer.Warn("kip has no record of this move, which committed: finishing it from the volumes that remain")
+		}
+	}
+	if resumed {
+		m.in = in
+	} else if m.in, err = m.prepare(ctx, rec); err != nil || m.in == nil {
+		return err
 	}
 	if err := r.Run(ctx, &workflow.Workflow{Name: service.MoveWorkflow(o.Ref), Intent: m.in, Steps: m.steps()}); err != nil {
 		return err
@@ -390,6 +397,14 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, r *workflow.Run
 		return err
 	}
 	if in == nil {
+		lost, err := lostCommit(ctx, cl, o.Ref)
+		if err != nil {
+			return err
+		}
+		if lost != nil {
+			return fmt.Errorf("the move of %s committed (its data lives on Longhorn volume %s now) and cannot be rolled back: kip has no record of it, and 'kip service storage longhorn %s' finishes it from the volumes",
+				o.Ref, lost.NewVolume, o.Flags())
+		}
 		if in, err = fromVolumes(ctx, cl, svc); err != nil {
 			return err
 		}
@@ -447,8 +462,50 @@ func rollback(ctx context.Context, o *Options, cl *kube.Clients, r *workflow.Run
 	return nil
 }
 
+// lostCommit rebuilds the intent of an unfinished move of ref that committed and lost its
+// record, from the local volume the commit marked (MovedToAnnotation, its claimRef naming the
+// service's data claim): nil when no such volume is left, or when nothing says a move of the
+// service is unfinished (the move annotation, the fence's namespace label), as after a move
+// that finished, whose local copy stays until a prune.
+func lostCommit(ctx context.Context, cl *kube.Clients, ref service.Ref) (*Intent, error) {
+	svc, err := service.Get(ctx, cl.Dynamic, ref)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := cl.Kube.CoreV1().Namespaces().Get(ctx, svc.Namespace(), metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read namespace %s: %w", svc.Namespace(), err)
+	}
+	if _, fenced := ns.Labels[fence.NamespaceLabel(svc.Name)]; svc.Move == "" && !fenced {
+		return nil, nil
+	}
+	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	var old *corev1.PersistentVolume
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		ref := pv.Spec.ClaimRef
+		if pv.Annotations[MovedToAnnotation] == "" || ref == nil || ref.Namespace != svc.Namespace() || ref.Name != svc.DataClaim() {
+			continue
+		}
+		// A copy kept from an earlier move of the same claim is older.
+		if old == nil || pv.Annotations[MovedAtAnnotation] > old.Annotations[MovedAtAnnotation] {
+			old = pv
+		}
+	}
+	if old == nil {
+		return nil, nil
+	}
+	return &Intent{Namespace: svc.Namespace(), Service: svc.Name, OldClaim: svc.DataClaim(), OldClaimUID: old.Spec.ClaimRef.UID,
+		OldVolume: old.Name, NewClaim: newClaimName(svc.Name), NewVolume: old.Annotations[MovedToAnnotation], Node: service.NodeOf(old),
+		WasStopped: old.Annotations[WasStoppedAnnotation] == "true", Dump: svc.DumpClaim()}, nil
+}
+
 // fromVolumes rebuilds a lost move's intent from the service's claim, its volume and the move's
-// claim; nil when nothing says a move was started.
+// claim; nil when nothing says a move was started. Whether the service was stopped before the
+// move, the fence says.
 func fromVolumes(ctx context.Context, cl *kube.Clients, svc *service.Service) (*Intent, error) {
 	claims := cl.Kube.CoreV1().PersistentVolumeClaims(svc.Namespace())
 	old, err := claims.Get(ctx, svc.DataClaim(), metav1.GetOptions{})
@@ -468,6 +525,9 @@ func fromVolumes(ctx context.Context, cl *kube.Clients, svc *service.Service) (*
 	}
 	if svc.Move == "" && in.NewVolume == "" && !fenced {
 		return nil, nil
+	}
+	if in.WasStopped, _, err = fence.ReadWasStopped(ctx, cl.Kube, svc.Namespace(), svc.Name); err != nil {
+		return nil, err
 	}
 	return in, nil
 }
