@@ -33,8 +33,9 @@ import (
 
 // The install tests' hosts: a 4 GiB server (nano) and an 8 GiB one that can carry Longhorn.
 const (
-	nanoHost     = 4 // index in Lab.Hosts: lab5
-	longhornHost = 5 // lab6
+	nanoHost      = 4  // index in Lab.Hosts: lab5
+	longhornHost  = 5  // lab6
+	nanoAfterHost = 19 // lab20
 )
 
 // installArgs are the flags every install test passes: the host, lab's root key, the stand-in's
@@ -125,10 +126,10 @@ func killedAtEachStep(t *testing.T, s *e2e.Suite, home string, h *lab.Host) []st
 	return nil
 }
 
-// TestInstallNano is the nano path end to end on a 4 GiB host: refusals that change nothing
-// (a damaged bundle, --storage longhorn, --dry-run), an install killed at each step and run
-// again until it completes, status and doctor, a re-run that keeps the storage mode, and
-// doctor failing on a broken host.
+// TestInstallNano is the nano install on a 4 GiB host: refusals that change nothing (a damaged
+// bundle, --storage longhorn, --dry-run), an install killed at each step and run again until it
+// completes, and what the completed install left. TestNanoAfterInstall has what comes after an
+// install, on a cluster of its own.
 func TestInstallNano(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
@@ -272,6 +273,36 @@ func TestInstallNano(t *testing.T) {
 	if err != nil || strings.TrimSpace(audit) != "600" {
 		t.Errorf("audit log or config mode: %q %v", audit, err)
 	}
+
+}
+
+// TestNanoAfterInstall is the nano path after its install, on a cluster of its own so that it
+// runs beside TestInstallNano's install killed at each step: status and doctor, install's
+// verification failures, a re-run that keeps the storage mode and the console's users and takes
+// over the lock of a re-run killed holding it, kip platform, doctor failing on a broken host, the
+// recovery of a restart, and the growth onto Longhorn.
+func TestNanoAfterInstall(t *testing.T) {
+	t.Parallel()
+	s := e2e.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	h := s.Own(t, nanoAfterHost)[0]
+	e2e.LogK3sOnFailure(t, h)
+	home := s.Home(t)
+	if err := e2e.UploadChartFixtures(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Kip(t, home, installArgs(s, h, s.Bundle)...); r.ExitCode != 0 {
+		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	c := clientsFor(t, filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml"))
+	rec, found, err := cluster.ReadRecord(ctx, c.Dynamic)
+	if err != nil || !found {
+		t.Fatalf("cluster record: found %v, %v", found, err)
+	}
+	helmCharts := schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
+	var r e2e.Result
+	var phase time.Time
 
 	// status and doctor report the installed cluster.
 	r = s.Kip(t, home, "status")
