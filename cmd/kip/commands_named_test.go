@@ -137,7 +137,7 @@ func checkNamed(root *cobra.Command, line string, prose bool) string {
 	i := 0
 	for ; i < len(words); i++ {
 		w := words[i]
-		if strings.Contains(w, "%") || strings.HasPrefix(w, "<") || strings.HasPrefix(w, "$") {
+		if strings.Contains(w, "%") || strings.HasPrefix(w, "<") || strings.HasPrefix(w, "$") || strings.Contains(w, "…") {
 			return "" // filled in when the message is made
 		}
 		if strings.HasPrefix(w, "-") {

@@ -55,7 +55,7 @@ func newServiceStorageCmd(f *cli.Factory) *cobra.Command {
 	}
 	o := &move.Options{}
 	longhorn := &cobra.Command{
-		Use:   "longhorn NAME --project P --environment E",
+		Use:   "longhorn NAME [--project P --environment E]",
 		Short: "Move a service's data from its local volume onto a new Longhorn volume, verified",
 		Long: `Move a service's data from its local volume onto a new single-copy Longhorn volume. kip counts the
 data and estimates the downtime, asks once, then stops the service, keeps every other pod off its
@@ -77,7 +77,10 @@ create --project P --wait'); on one without, pass --no-backup. See docs/moves.md
 			return move.Run(cmd.Context(), o)
 		},
 	}
-	serviceFlags(longhorn, &o.Ref)
+	// The spec names the service alone: --project and --environment pick it when several
+	// environments have a service of that name (service.Find).
+	longhorn.Flags().StringVar(&o.Project, "project", "", "the service's project, when several have a service of that name")
+	longhorn.Flags().StringVar(&o.Environment, "environment", "", "the project's environment, when several have a service of that name")
 	longhorn.Flags().BoolVar(&o.NoBackup, "no-backup", false, "move on a cluster without backups")
 	longhorn.Flags().BoolVar(&o.Rollback, "rollback", false, "undo an unfinished move: the service starts on its local volume again")
 	cmd.AddCommand(longhorn)

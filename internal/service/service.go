@@ -268,6 +268,58 @@ func Environments(p *unstructured.Unstructured) []string {
 	return names
 }
 
+// Find completes ref when it names the service alone (no project or environment, or only the
+// project): the one service of that name among the projects' environments. It refuses a name no
+// environment has, and one several have, naming how to pick each.
+func Find(ctx context.Context, dyn dynamic.Interface, ref Ref) (Ref, error) {
+	if ref.Project != "" && ref.Environment != "" {
+		return ref, nil
+	}
+	projects, err := dyn.Resource(ProjectsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ref, fmt.Errorf("list projects: %w", err)
+	}
+	var found []Ref
+	for i := range projects.Items {
+		p := &projects.Items[i]
+		if ref.Project != "" && p.GetName() != ref.Project {
+			continue
+		}
+		for _, env := range Environments(p) {
+			if ref.Environment != "" && env != ref.Environment {
+				continue
+			}
+			cand := Ref{Project: p.GetName(), Environment: env, Name: ref.Name}
+			_, err := dyn.Resource(ServicesGVR).Namespace(cand.Namespace()).Get(ctx, ref.Name, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				found = append(found, cand)
+			case !apierrors.IsNotFound(err):
+				return ref, fmt.Errorf("read service %s: %w", cand, err)
+			}
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		var names []string
+		for _, p := range projects.Items {
+			names = append(names, p.GetName())
+		}
+		where := "any environment of the projects " + cli.OrNone(strings.Join(names, ", "))
+		if ref.Project != "" {
+			where = "an environment of project " + ref.Project
+		}
+		return ref, fmt.Errorf("no service %s in %s", ref.Name, where)
+	}
+	var picks []string
+	for _, r := range found {
+		picks = append(picks, r.Flags())
+	}
+	return ref, fmt.Errorf("services named %s are in %d environments: name one with --project and --environment (%s)", ref.Name, len(found), strings.Join(picks, "; "))
+}
+
 func checkEnvironment(ctx context.Context, dyn dynamic.Interface, project, env string) error {
 	p, err := Project(ctx, dyn, project)
 	if err != nil {

@@ -359,3 +359,37 @@ func TestServiceDeleteRecreateDumpAndRemoveEnv(t *testing.T) {
 		t.Errorf("removing it again: %v", err)
 	}
 }
+
+// TestFindByNameAlone: a service named alone (kip service storage longhorn NAME, as the spec
+// writes it) is found when one environment has it; several are refused naming how to pick each,
+// and a name no environment has names the projects looked in.
+func TestFindByNameAlone(t *testing.T) {
+	ctx := t.Context()
+	f := setup(ctx, t, "find-node")
+	f.project(ctx, t, "findone", "prod", "staging")
+	f.project(ctx, t, "findtwo", "prod")
+	for _, ns := range []string{"findone-prod", "findone-staging", "findtwo-prod"} {
+		name := "cache"
+		if ns == "findone-staging" {
+			name = "only"
+		}
+		svc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": map[string]any{"type": "redis", "storage": "1Gi"}}}
+		if _, err := f.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := service.Find(ctx, f.cl.Dynamic, service.Ref{Name: "only"}); err != nil || got != (service.Ref{Project: "findone", Environment: "staging", Name: "only"}) {
+		t.Errorf("Find(only) = %+v, %v", got, err)
+	}
+	_, err := service.Find(ctx, f.cl.Dynamic, service.Ref{Name: "cache"})
+	if err == nil || !strings.Contains(err.Error(), "services named cache are in 2 environments: name one with --project and --environment (cache --project findone --environment prod; cache --project findtwo --environment prod)") {
+		t.Errorf("Find(cache) = %v", err)
+	}
+	if got, err := service.Find(ctx, f.cl.Dynamic, service.Ref{Name: "cache", Project: "findtwo"}); err != nil || got.Environment != "prod" {
+		t.Errorf("Find(cache --project findtwo) = %+v, %v", got, err)
+	}
+	if _, err := service.Find(ctx, f.cl.Dynamic, service.Ref{Name: "nosuch"}); err == nil || !strings.Contains(err.Error(), "no service nosuch in any environment of the projects") {
+		t.Errorf("Find(nosuch) = %v", err)
+	}
+}

@@ -43,6 +43,9 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Ref, err = service.Find(ctx, cl.Dynamic, o.Ref); err != nil {
+		return err
+	}
 	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
 		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
 	// What the move does, it decides under the cluster lock: another kip cannot start the same
