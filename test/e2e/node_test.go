@@ -69,6 +69,8 @@ func TestNodeAdd(t *testing.T) {
 	own := s.Own(t, nodeServerHost, nodeWorkerHost, nodeWorker2Host)
 	srv, w, outsider := own[0], own[1], s.Lab.Hosts[0]
 	e2e.LogK3sOnFailure(t, srv)
+	e2e.LogK3sOnFailure(t, w)
+	e2e.LogK3sOnFailure(t, own[2])
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
 		t.Fatal(err)
@@ -254,6 +256,7 @@ func TestNodeFence(t *testing.T) {
 	own := s.Own(t, fenceServer, fenceWorkerHost)
 	srv, w := own[0], own[1]
 	e2e.LogK3sOnFailure(t, srv)
+	e2e.LogK3sOnFailure(t, w)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
 		t.Fatal(err)
@@ -940,6 +943,7 @@ func TestNodeAddPublic(t *testing.T) {
 	own := s.Own(t, publicServer, publicWorker)
 	srv, w, outsider := own[0], own[1], s.Lab.Hosts[1]
 	e2e.LogK3sOnFailure(t, srv)
+	e2e.LogK3sOnFailure(t, w)
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
 		t.Fatal(err)

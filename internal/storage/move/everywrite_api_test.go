@@ -779,7 +779,11 @@ func TestMoveWithItsRecordLostEveryWriteKilled(t *testing.T) {
 		lose(ref)
 		reference, env := back, []string{rollback}
 		if committed(ref) {
-			if stderr, _, code := m.run(t, ref, rollback); code != 1 || !strings.Contains(stderr, "cannot be rolled back: kip has no record of it, and 'kip service storage longhorn "+ref.Name) {
+			// Refused while the move is unfinished; once its start step removed the move's
+			// marks, there is nothing to roll back.
+			stderr, _, code := m.run(t, ref, rollback)
+			refused := code == 1 && strings.Contains(stderr, "cannot be rolled back: kip has no record of it, and 'kip service storage longhorn "+ref.Name)
+			if !refused && (code != 0 || !strings.Contains(stderr, "has no unfinished move to roll back")) {
 				t.Errorf("--rollback, its record lost after a kill after write %d (%s), past the commit point: exit %d\n%s", i, all[i-1], code, stderr)
 			}
 			reference, env = forward, []string{helperNoYes + "=1"}

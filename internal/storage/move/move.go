@@ -341,7 +341,15 @@ func (m *mv) volumeReady(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	m.in.NewVolume = c.Spec.VolumeName
-	return capacity(c) >= askedSize(c, m.in.Size), nil
+	return grown(c, m.in.Size), nil
+}
+
+// grown reports whether the claim has the size the move asked for: its volume has it, or has
+// grown to it and its file system grows when a pod next mounts it (the claim asks for it, and
+// the kubelet's part of the resize is pending).
+func grown(c *corev1.PersistentVolumeClaim, planned int64) bool {
+	want := askedSize(c, planned)
+	return capacity(c) >= want || requested(c) >= want && nodeResizePending(c)
 }
 
 func (m *mv) createVolume(ctx context.Context) error {
@@ -387,8 +395,8 @@ func (m *mv) waitSize(ctx context.Context) error {
 			return "the claim is " + string(c.Status.Phase), nil
 		}
 		m.in.NewVolume = c.Spec.VolumeName
-		if want := askedSize(c, m.in.Size); capacity(c) < want && !nodeResizePending(c) {
-			return fmt.Sprintf("the volume has %s of %s", gibText(capacity(c)), gibText(want)), nil
+		if !grown(c, m.in.Size) {
+			return fmt.Sprintf("the volume has %s of %s", gibText(capacity(c)), gibText(askedSize(c, m.in.Size))), nil
 		}
 		return "", m.labelVolume(ctx)
 	})
@@ -1007,26 +1015,31 @@ func (m *mv) started(ctx context.Context) (bool, error) {
 }
 
 func (m *mv) start(ctx context.Context) error {
+	svc, err := service.Get(ctx, m.cl.Dynamic, m.ref())
+	if err != nil {
+		return err
+	}
+	// spec.stopped goes first, while the move annotation still keeps the service stopped: once
+	// the annotation goes, nothing is left to do, even for a run that lost the move's record.
+	run := !m.in.WasStopped && svc.FenceStop == ""
+	if run {
+		if err := service.SetStopped(ctx, m.cl.Dynamic, m.ref(), false); err != nil {
+			return err
+		}
+	}
 	if err := fence.Lift(ctx, m.cl.Kube, m.in.Namespace, m.in.Service); err != nil {
 		return err
 	}
 	if err := service.SetMove(ctx, m.cl.Dynamic, m.ref(), ""); err != nil {
 		return err
 	}
-	if m.in.WasStopped {
+	switch {
+	case m.in.WasStopped:
 		m.report.Info("The service was stopped before the move and stays stopped: 'kip service start " + m.o.Flags() + "' starts it")
 		return nil
-	}
-	svc, err := service.Get(ctx, m.cl.Dynamic, m.ref())
-	if err != nil {
-		return err
-	}
-	if svc.FenceStop != "" {
+	case !run:
 		m.report.Warn("kip node fence of " + svc.FenceStop + " stopped the service, and it stays stopped: 'kip service start " + m.o.Flags() + "' starts it after the fence's copies check")
 		return nil
-	}
-	if err := service.SetStopped(ctx, m.cl.Dynamic, m.ref(), false); err != nil {
-		return err
 	}
 	return service.WaitRunning(ctx, m.cl.Dynamic, m.cl.Kube, m.ref(), service.StartTimeout)
 }

@@ -526,12 +526,16 @@ func fromVolumes(ctx context.Context, cl *kube.Clients, svc *service.Service) (*
 	if ns, err := cl.Kube.CoreV1().Namespaces().Get(ctx, svc.Namespace(), metav1.GetOptions{}); err == nil {
 		_, fenced = ns.Labels[fence.NamespaceLabel(svc.Name)]
 	}
-	if svc.Move == "" && in.NewVolume == "" && !fenced {
-		return nil, nil
-	}
-	if in.WasStopped, _, err = fence.ReadWasStopped(ctx, cl.Kube, svc.Namespace(), svc.Name); err != nil {
+	// The fence's ConfigMap is the move's first write after its record: a move killed right
+	// after it left nothing else.
+	stopped, fencePut, err := fence.ReadWasStopped(ctx, cl.Kube, svc.Namespace(), svc.Name)
+	if err != nil {
 		return nil, err
 	}
+	if svc.Move == "" && in.NewVolume == "" && !fenced && !fencePut {
+		return nil, nil
+	}
+	in.WasStopped = stopped
 	return in, nil
 }
 
