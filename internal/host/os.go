@@ -35,10 +35,14 @@ var (
 		Name: "debian", Packages: "apt", Firewall: "ufw",
 		LonghornPackages: []string{"open-iscsi", "nfs-common"},
 		installed:        `dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed`,
-		// A fresh server often has no package lists: refresh them when missing or a day old.
+		// A fresh server often has no package lists: refresh them when missing or a day old. A
+		// mirror or proxy that stops answering mid-transfer holds apt-get without end (seen in
+		// the lab: an update still waiting after 29 minutes), so each update is bounded and tried
+		// three times, and the install's downloads are retried.
 		install: `export DEBIAN_FRONTEND=noninteractive; ` +
-			`if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -mtime -1 | head -n 1)" ]; then apt-get update -q; fi; ` +
-			`apt-get install -y -q --no-install-recommends`,
+			`if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -mtime -1 | head -n 1)" ]; then ` +
+			`n=1; until timeout 300 apt-get -o Acquire::Retries=3 update -q; do [ $n -ge 3 ] && exit 1; n=$((n+1)); sleep 5; done; fi; ` +
+			`apt-get -o Acquire::Retries=3 install -y -q --no-install-recommends`,
 		firewall: ufw{},
 	}
 	RHEL = Family{
