@@ -71,15 +71,7 @@ func TestNodeAdd(t *testing.T) {
 	e2e.LogK3sOnFailure(t, srv)
 	e2e.LogK3sOnFailure(t, w)
 	e2e.LogK3sOnFailure(t, own[2])
-	home := s.Home(t)
-	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
-		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
-	c := clientsFor(t, kubeconfig)
+	home, _, c := longhornServer(ctx, t, s, srv)
 	// The operator's key logs in to every node the way it logs in to the server.
 	authorize(t, srv, w)
 	add := func(extra ...string) []string {
@@ -257,6 +249,18 @@ func TestNodeFence(t *testing.T) {
 	srv, w := own[0], own[1]
 	e2e.LogK3sOnFailure(t, srv)
 	e2e.LogK3sOnFailure(t, w)
+	home, _, c := longhornServer(ctx, t, s, srv)
+	authorize(t, srv, w)
+	if r := joinWithLonghorn(ctx, t, s, home, c, srv, w, nil, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"); r.ExitCode != 0 {
+		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	fenceWorker(ctx, t, s, home, c, srv, w)
+}
+
+// longhornServer installs a Longhorn cluster on srv with the real kip, from a KIP_HOME of its
+// own, and returns that home, the kubeconfig kip saved and clients from it.
+func longhornServer(ctx context.Context, t *testing.T, s *e2e.Suite, srv *lab.Host) (string, string, *kube.Clients) {
+	t.Helper()
 	home := s.Home(t)
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
 		t.Fatal(err)
@@ -264,12 +268,8 @@ func TestNodeFence(t *testing.T) {
 	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
 		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	c := clientsFor(t, filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
-	authorize(t, srv, w)
-	if r := joinWithLonghorn(ctx, t, s, home, c, srv, w, nil, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes"); r.ExitCode != 0 {
-		t.Fatalf("join: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	fenceWorker(ctx, t, s, home, c, srv, w)
+	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
+	return home, kubeconfig, clientsFor(t, kubeconfig)
 }
 
 // joinWithLonghorn runs the join args (kip node add of w) with env, and starts Longhorn's node
@@ -944,15 +944,7 @@ func TestNodeAddPublic(t *testing.T) {
 	srv, w, outsider := own[0], own[1], s.Lab.Hosts[1]
 	e2e.LogK3sOnFailure(t, srv)
 	e2e.LogK3sOnFailure(t, w)
-	home := s.Home(t)
-	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.Kip(t, home, installArgs(s, srv, s.Bundle, "--storage", "longhorn")...); r.ExitCode != 0 {
-		t.Fatalf("install: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	kubeconfig := filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml")
-	c := clientsFor(t, kubeconfig)
+	home, kubeconfig, c := longhornServer(ctx, t, s, srv)
 	authorize(t, srv, w)
 
 	// The only private network the hosts share carries the worker's default route: on this first
