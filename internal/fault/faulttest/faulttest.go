@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/kube"
 )
 
 // Result is how a helper process ended.
@@ -74,6 +75,16 @@ func (p *Process) Wait(t testing.TB) Result {
 func Run(t testing.TB, timeout time.Duration, env ...string) Result {
 	t.Helper()
 	return Start(t, timeout, env...).Wait(t)
+}
+
+// Clients are a helper process's clients for the parent's API server, from its kubeconfig:
+// built as kip builds them, so that each mutating request counts as a write.
+func Clients(kubeconfig string) (*kube.Clients, error) {
+	cfg, err := kube.LoadConfig(kubeconfig, "")
+	if err != nil {
+		return nil, err
+	}
+	return kube.NewClients(cfg)
 }
 
 // Writes reads a fault.WritesFileEnv file: what each write was, in order.

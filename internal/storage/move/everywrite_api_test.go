@@ -73,11 +73,7 @@ func init() {
 }
 
 func helperMove(kubeconfig string) error {
-	cfg, err := kube.LoadConfig(kubeconfig, "")
-	if err != nil {
-		return err
-	}
-	cl, err := kube.NewClients(cfg)
+	cl, err := faulttest.Clients(kubeconfig)
 	if err != nil {
 		return err
 	}

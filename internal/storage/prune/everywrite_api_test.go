@@ -51,11 +51,7 @@ func init() {
 }
 
 func helperPrune(kubeconfig, root, project string) error {
-	cfg, err := kube.LoadConfig(kubeconfig, "")
-	if err != nil {
-		return err
-	}
-	cl, err := kube.NewClients(cfg)
+	cl, err := faulttest.Clients(kubeconfig)
 	if err != nil {
 		return err
 	}
