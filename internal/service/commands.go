@@ -49,7 +49,11 @@ func MoveWorkflow(ref Ref) string { return MoveWorkflowPrefix + ref.Namespace() 
 // MoveGate refuses action on a service whose move to Longhorn is unfinished, saying how to
 // finish or undo the move.
 func (s *Service) MoveGate(ctx context.Context, cl *kube.Clients, action string) error {
-	moving, err := movingIn(ctx, cl, s.Namespace())
+	unfinished, err := unfinishedRecords(ctx, cl)
+	if err != nil {
+		return err
+	}
+	moving, err := movingIn(ctx, cl, s.Namespace(), unfinished)
 	if err != nil || !moving[s.Name] {
 		return err
 	}
@@ -60,8 +64,8 @@ func (s *Service) MoveGate(ctx context.Context, cl *kube.Clients, action string)
 // movingIn names the services of namespace ns whose move to Longhorn is unfinished, by what
 // shows it from the move's first write on: an unfinished progress record of the move or of its
 // rollback (written before the move changes anything), the fence's label on the namespace, or
-// the move annotation on the Service.
-func movingIn(ctx context.Context, cl *kube.Clients, ns string) (map[string]bool, error) {
+// the move annotation on the Service. unfinished are the workflows with unfinished records.
+func movingIn(ctx context.Context, cl *kube.Clients, ns string, unfinished map[string]bool) (map[string]bool, error) {
 	moving := map[string]bool{}
 	n, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -73,14 +77,6 @@ func movingIn(ctx context.Context, cl *kube.Clients, ns string) (map[string]bool
 	list, err := cl.Dynamic.Resource(ServicesGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list services in %s: %w", ns, err)
-	}
-	records, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords())
-	if err != nil {
-		return nil, err
-	}
-	unfinished := map[string]bool{}
-	for _, p := range records {
-		unfinished[p.Workflow] = true
 	}
 	for _, u := range list.Items {
 		name := u.GetName()
@@ -611,11 +607,28 @@ type ProjectOptions struct {
 	Project, Environment string
 }
 
-// movesIn lists the unfinished moves in namespaces (movingIn).
+// unfinishedRecords names the workflows whose progress records are unfinished.
+func unfinishedRecords(ctx context.Context, cl *kube.Clients) (map[string]bool, error) {
+	records, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		return nil, err
+	}
+	unfinished := map[string]bool{}
+	for _, p := range records {
+		unfinished[p.Workflow] = true
+	}
+	return unfinished, nil
+}
+
+// movesIn lists the unfinished moves in namespaces (movingIn), reading the records once.
 func movesIn(ctx context.Context, cl *kube.Clients, project string, namespaces []string) ([]string, error) {
+	unfinished, err := unfinishedRecords(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
 	var moves []string
 	for _, ns := range namespaces {
-		moving, err := movingIn(ctx, cl, ns)
+		moving, err := movingIn(ctx, cl, ns, unfinished)
 		if err != nil {
 			return nil, err
 		}
