@@ -58,7 +58,7 @@ func setup(ctx context.Context, t *testing.T, node string) *fixture {
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	s := &consolestandin.Standin{Kube: e.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", Interval: 200 * time.Millisecond, Logf: t.Logf}
+	s := &consolestandin.Standin{Kube: e.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", Interval: time.Second, Logf: t.Logf}
 	go func() { defer close(done); s.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	f := &fixture{e: e, cl: cl, out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, node: node}

@@ -26,14 +26,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
+	"kipper.run/kip/test/wake"
 )
 
 // Finalizer holds a deleted Project until its namespaces are gone.
@@ -53,7 +56,9 @@ type Standin struct {
 	// Image and Command run each service's container.
 	Image   string
 	Command []string
-	// Interval is how often it reconciles everything.
+	// Interval is how often it reconciles everything when nothing it watches changed: it
+	// reconciles on every change to Projects, Services, namespaces, StatefulSets and Nodes, as
+	// console-api's controllers react to their watches.
 	Interval time.Duration
 	// Logf receives what it does and what fails.
 	Logf func(format string, args ...any)
@@ -61,18 +66,18 @@ type Standin struct {
 
 // Run reconciles until ctx ends.
 func (s *Standin) Run(ctx context.Context) {
-	t := time.NewTicker(s.Interval)
-	defer t.Stop()
-	for {
+	l := wake.New()
+	l.WatchResource(ctx, s.Dynamic, service.ProjectsGVR, "")
+	l.WatchResource(ctx, s.Dynamic, service.ServicesGVR, "")
+	core := s.Kube.CoreV1().RESTClient()
+	l.Watch(ctx, cache.NewListWatchFromClient(core, "namespaces", "", fields.Everything()), &corev1.Namespace{})
+	l.Watch(ctx, cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{})
+	l.Watch(ctx, cache.NewListWatchFromClient(s.Kube.AppsV1().RESTClient(), "statefulsets", "", fields.Everything()), &appsv1.StatefulSet{})
+	l.Run(ctx, s.Interval, func() {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.Logf("console stand-in: %v", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // Reconcile makes one pass over every Project and Service.

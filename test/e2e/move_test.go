@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +44,12 @@ const (
 	backupMoveHost = 18 // lab19
 )
 
-// moveSteps are the move's steps, in order: the test kills kip before each.
-var moveSteps = []string{"fence", "stop", "retain", "volume", "copy", "detach", "verify", "commit", "start"}
+// moveSteps are the steps of a Postgres service's move, in order: the tests kill kip before each.
+var moveSteps = []string{"fence", "stop", "retain", "volume", "copy", "detach", "verify", "commit", "claim", "release", "dump", "class", "start"}
+
+// rollbackKills are the steps TestMoveRolledBack kills the move before: each up to the commit,
+// and the first after it, where the rollback is refused.
+var rollbackKills = moveSteps[:slices.Index(moveSteps, "commit")+2]
 
 // moveLab is one cluster that carries every service of the move test.
 type moveLab struct {
@@ -117,7 +122,7 @@ func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
 		Command:  []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 1; done`},
-		Interval: 500 * time.Millisecond, Logf: t.Logf}
+		Interval: 5 * time.Second, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	return &moveLab{s: s, h: h, c: c, cfg: cfg, kubeconfig: kubeconfig, home: s.Home(t)}
@@ -336,11 +341,33 @@ func (l *moveLab) killedBefore(ctx context.Context, t *testing.T, ref service.Re
 	t.Helper()
 	dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
 	want := movertest.Describe(t, dir)
+	l.kill(t, ref, step)
+	return dir, want
+}
+
+// kill runs ref's move until kip kills itself before step.
+func (l *moveLab) kill(t *testing.T, ref service.Ref, step string) {
+	t.Helper()
 	r := l.kip(t, []string{workflow.FaultEnv + "=before:" + step}, moveArgs(ref)...)
 	if r.Signal.String() != "killed" {
 		t.Fatalf("kip was not killed before %s: exit %d, signal %v\n%s", step, r.ExitCode, r.Signal, r.Stderr)
 	}
-	return dir, want
+}
+
+// record is the progress record of ref's unfinished move.
+func (l *moveLab) record(ctx context.Context, t *testing.T, ref service.Ref) workflow.Progress {
+	t.Helper()
+	unfinished, err := workflow.ListUnfinished(ctx, l.c.Dynamic, kube.ClusterRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range unfinished {
+		if p.Workflow == service.MoveWorkflow(ref) {
+			return p
+		}
+	}
+	t.Fatalf("no unfinished move of %s among %d records", ref, len(unfinished))
+	return workflow.Progress{}
 }
 
 // smallTree is a service's data for the kill tests: the mover tests' tree (every kind of entry
@@ -445,17 +472,26 @@ func TestMoveToLonghorn(t *testing.T) {
 		}
 	})
 
-	for i, step := range moveSteps {
-		step := step
-		e2e.Run(t, "killed before "+step, func(t *testing.T) {
-			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("k%d", i)}
-			dir, want := l.killedBefore(ctx, t, ref, step)
-			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
-				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+	// One service killed before each step of its move in turn: each run again resumes at the
+	// step the last one was killed before, applies it and is killed before the next, each in a
+	// process of its own; the last run finishes the move. (The API tier kills the move after
+	// each single write: internal/storage/move.)
+	e2e.Run(t, "killed before each step in turn", func(t *testing.T) {
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "killed"}
+		dir, want := l.killedBefore(ctx, t, ref, moveSteps[0])
+		for i, step := range moveSteps {
+			if i > 0 {
+				l.kill(t, ref, step)
 			}
-			l.checkOnLonghorn(ctx, t, ref, dir, want)
-		})
-	}
+			if p := l.record(ctx, t, ref); p.Step != step || !slices.Equal(p.Completed, moveSteps[:i]) {
+				t.Fatalf("killed before %s, the move's record is at step %s, with %v done; want %v done", step, p.Step, p.Completed, moveSteps[:i])
+			}
+		}
+		if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+			t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		l.checkOnLonghorn(ctx, t, ref, dir, want)
+	})
 
 	e2e.Run(t, "local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
 }
@@ -588,13 +624,12 @@ func TestMoveRolledBack(t *testing.T) {
 		l.checkOnLocal(ctx, t, ref, dir, want)
 	})
 
-	for i, step := range moveSteps {
-		step := step
+	for i, step := range rollbackKills {
 		t.Run("rolled back after a kill before "+step, func(t *testing.T) {
 			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("r%d", i)}
 			dir, want := l.killedBefore(ctx, t, ref, step)
 			r := l.kip(t, nil, moveArgs(ref, "--rollback")...)
-			if step == "start" {
+			if i == len(rollbackKills)-1 {
 				// Committed: only forward.
 				if r.ExitCode != 1 || !strings.Contains(r.Stderr, "committed") || !strings.Contains(r.Stderr, "cannot be rolled back") {
 					t.Fatalf("--rollback after the commit: exit %d\n%s", r.ExitCode, r.Stderr)

@@ -37,7 +37,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -46,6 +48,7 @@ import (
 	"kipper.run/kip/internal/storage/mover"
 	"kipper.run/kip/internal/storage/moverpod"
 	"kipper.run/kip/test/testenv"
+	"kipper.run/kip/test/wake"
 )
 
 // Driver is Longhorn's CSI driver name.
@@ -84,27 +87,27 @@ type Standin struct {
 	running sync.WaitGroup
 }
 
-// interval is how often the stand-in looks at the cluster: a kubelet or a provisioner reacts to a
-// watch within that.
-const interval = 50 * time.Millisecond
+// resync is how often the stand-in looks at the cluster when nothing it watches changed.
+const resync = time.Second
 
-// Run acts until ctx ends, and waits for the mover runs it started.
+// Run acts until ctx ends, and waits for the mover runs it started: on every change to the
+// claims, volumes, pods and Longhorn volumes it looks at, as a kubelet or a provisioner reacts
+// to its watches.
 func (s *Standin) Run(ctx context.Context) {
 	defer s.running.Wait()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	l := wake.New()
+	core := s.Clients.Kube.CoreV1().RESTClient()
+	l.Watch(ctx, cache.NewListWatchFromClient(core, "persistentvolumeclaims", "", fields.Everything()), &corev1.PersistentVolumeClaim{})
+	l.Watch(ctx, cache.NewListWatchFromClient(core, "persistentvolumes", "", fields.Everything()), &corev1.PersistentVolume{})
+	l.Watch(ctx, cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{})
+	l.Watch(ctx, cache.NewListWatchFromClient(s.Clients.Longhorn.LonghornV1beta2().RESTClient(), "volumes", storage.LonghornNamespace, fields.Everything()), &longhornv1beta2.Volume{})
+	l.Run(ctx, resync, func() {
 		for _, err := range []error{s.provision(ctx), s.release(ctx), s.pods(ctx), s.attachments(ctx)} {
 			if err != nil && ctx.Err() == nil {
 				s.Logf("node stand-in %s: %v", s.Node, err)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // VolumeDir is the directory that holds Longhorn volume name's data.

@@ -157,7 +157,7 @@ func newMoveEnv(ctx context.Context, t *testing.T) *moveEnv {
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	console := &consolestandin.Standin{Kube: cl.Kube, Dynamic: cl.Dynamic, Image: "busybox", Command: []string{"sleep", "infinity"},
-		Interval: 100 * time.Millisecond, Logf: t.Logf}
+		Interval: time.Second, Logf: t.Logf}
 	m.node = &nodestandin.Standin{Clients: cl, Node: everyNode, Dir: filepath.Join(m.dir, "node"), Logf: t.Logf}
 	go func() { console.Run(runCtx); done <- struct{}{} }()
 	go func() { m.node.Run(runCtx); done <- struct{}{} }()
