@@ -477,7 +477,7 @@ func TestMoveToLonghorn(t *testing.T) {
 	// process of its own; the last run finishes the move. (The API tier kills the move after
 	// each single write: internal/storage/move.)
 	e2e.Run(t, "killed before each step in turn", func(t *testing.T) {
-		ref := service.Ref{Project: "shop", Environment: "staging", Name: "killed"}
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "k0"}
 		dir, want := l.killedBefore(ctx, t, ref, moveSteps[0])
 		for i, step := range moveSteps {
 			if i > 0 {

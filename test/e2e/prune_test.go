@@ -197,24 +197,28 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	l.checkPruned(ctx, t, dbDir, dbVolume)
 
 	// A change of the copy count under way holds a copy back, whatever is waived: the Longhorn
-	// volume of service k2 (stopped, its hour and day waived) asks for a second copy that does not
-	// exist yet.
-	k2 := service.Ref{Project: "shop", Environment: "staging", Name: "k2"}
-	_, k2Volume := l.keptCopy(ctx, t, k2)
-	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, k2Volume, metav1.GetOptions{})
+	// volume of service k0 (stopped, its hour and day waived) asks for a second copy that does not
+	// exist yet; then for one copy again.
+	pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, k0Volume, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lhName := pv.Annotations[move.MovedToAnnotation]
-	if _, err := l.c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Patch(ctx, lhName, types.MergePatchType,
-		[]byte(`{"spec":{"numberOfReplicas":2}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	copies := func(n int) {
+		t.Helper()
+		if _, err := l.c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Patch(ctx, lhName, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"numberOfReplicas":%d}}`, n)), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("k2", "--project", "shop", "--now", "--delete-unproven")...)
+	copies(2)
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("k0", "--project", "shop", "--now", "--delete-unproven")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
 		!strings.Contains(r.Stderr, "Longhorn is changing the copies of volume "+lhName+": 1 of 2 healthy, 1 in all") {
-		t.Errorf("prune k2 during a copy count change: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+		t.Errorf("prune k0 during a copy count change: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
+	l.checkKept(t, k0Dir)
+	copies(1)
 
 	// A stopped service keeps its copy: --delete-unproven waives the hour, not the day; with --now
 	// too the copy goes.
@@ -238,25 +242,6 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 	l.checkPruned(ctx, t, upDir, upVolume)
 
-	// A service that replaced its volume keeps the copy, whatever is waived: k1's data claim is
-	// deleted and the service started again on a new, empty volume.
-	k1 := service.Ref{Project: "shop", Environment: "staging", Name: "k1"}
-	k1Dir, _ := l.keptCopy(ctx, t, k1)
-	l.deleteClaim(ctx, t, k1.Namespace(), "data-k1-0")
-	if r := l.kip(t, nil, "service", "start", "k1", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
-		t.Fatalf("kip service start k1: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, k1, 3*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("k1", "--project", "shop", "--now", "--delete-unproven")...)
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
-		!strings.Contains(r.Stderr, "service k1 in shop-staging's claim data-k1-0 names volume ") ||
-		!strings.Contains(r.Stderr, "this copy may hold the only original data") {
-		t.Errorf("prune k1 after its volume was replaced: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	l.checkKept(t, k1Dir)
-
 	// A move not finished keeps the copy, whatever is waived, and kip names the command that
 	// finishes it, which does: the move of service pending is killed after its commit.
 	pending := service.Ref{Project: "shop", Environment: "staging", Name: "pending"}
@@ -271,6 +256,26 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	if r := l.kip(t, nil, strings.Fields(finish[1])[1:]...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Service pending in shop-staging now keeps its data on Longhorn") {
 		t.Errorf("%s, as prune printed it: exit %d\n%s", finish[1], r.ExitCode, r.Stderr)
 	}
+
+	// A service that replaced its volume keeps the copy, whatever is waived: the data claim of
+	// service pending, stopped, is deleted and the service started again on a new, empty volume.
+	if r := l.kip(t, nil, "service", "stop", "pending", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+		t.Fatalf("kip service stop pending: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.deleteClaim(ctx, t, pending.Namespace(), "data-pending-0")
+	if r := l.kip(t, nil, "service", "start", "pending", "--project", "shop", "--environment", "staging"); r.ExitCode != 0 {
+		t.Fatalf("kip service start pending: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if err := service.WaitRunning(ctx, l.c.Dynamic, l.c.Kube, pending, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("pending", "--project", "shop", "--now", "--delete-unproven")...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") ||
+		!strings.Contains(r.Stderr, "service pending in shop-staging's claim data-pending-0 names volume ") ||
+		!strings.Contains(r.Stderr, "this copy may hold the only original data") {
+		t.Errorf("prune pending after its volume was replaced: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkKept(t, pendingDir)
 
 	// An orphan: service k0 and its data claim deleted; its copy goes without checks.
 	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging", "--delete-data"); r.ExitCode != 0 {
