@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/fence"
@@ -42,6 +45,7 @@ const (
 	moveHost       = 9  // lab10
 	rollbackHost   = 12 // lab13
 	backupMoveHost = 18 // lab19
+	writesHost     = 20 // lab21
 )
 
 // moveSteps are the steps of a Postgres service's move, in order: the tests kill kip before each.
@@ -494,6 +498,131 @@ func TestMoveToLonghorn(t *testing.T) {
 	})
 
 	e2e.Run(t, "local copies pruned", func(t *testing.T) { l.pruned(ctx, t) })
+}
+
+// TestMoveEveryWriteOfPodsAndClaimsKilled kills the move of a Postgres-like service after single
+// writes in turn, on a cluster of its own with real pods (the real kubelet, containers, CSI
+// sidecars and PV controller), a new service each time, and runs the move again: every run again
+// ends on Longhorn with the data byte for byte and nothing of the move left. The API tier
+// (internal/storage/move, TestMoveEveryWriteKilled) kills the move after every one of its writes
+// against stand-ins; here, the writes whose aftermath real parts decide: the move's first pod
+// created (a real kubelet starts it, a real attacher attaches its volumes) and deleted (the
+// kubelet stops it, the volume detaches), the service's data claim deleted (held by the claim
+// protection until no pod uses it) and created again on the Longhorn volume (bound by the real
+// PV controller). Before them, a pod that is not the service's, started before the move, writes
+// the data: the move refuses to copy until it is gone.
+func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	l := setUpMoveLab(ctx, t, writesHost)
+	l.project(ctx, t, "shop", "staging")
+
+	// The uninterrupted move, its writes logged.
+	ref := service.Ref{Project: "shop", Environment: "staging", Name: "w0"}
+	dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
+	want := movertest.Describe(t, dir)
+	file := filepath.Join(t.TempDir(), "writes")
+	if r := l.kip(t, []string{fault.WritesFileEnv + "=" + file}, moveArgs(ref)...); r.ExitCode != 0 {
+		t.Fatalf("the uninterrupted move: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	l.checkOnLonghorn(ctx, t, ref, dir, want)
+	var all []string
+	for _, w := range faulttest.Writes(t, file) {
+		all = append(all, faulttest.Anonymous(w, map[string]string{ref.Name: "SVC"}))
+	}
+	points := podAndClaimWrites(all)
+	if len(points) != 4 {
+		t.Fatalf("the move's writes of pods and claims found: %v, of\n%s", points, strings.Join(all, "\n"))
+	}
+	t.Logf("measured: the uninterrupted move made %d writes; killed after writes %v", len(all), points)
+
+	e2e.Run(t, "a pod from before the move writing the data", func(t *testing.T) {
+		// Not the service's pod: the fence keeps new pods off the volume, this one was there
+		// first. The move refuses before the copy and keeps the service stopped; once the pod
+		// is gone, the move run again copies what it wrote.
+		ref := service.Ref{Project: "shop", Environment: "staging", Name: "shared"}
+		dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
+		pods := l.c.Kube.CoreV1().Pods(ref.Namespace())
+		writer := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "writer"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: busyboxImage,
+				Command:      []string{"sh", "-c", `trap "exit 0" TERM; while :; do date >> /data/foreign; sleep 1; done`},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-shared-0"}}}}}}
+		if _, err := pods.Create(ctx, writer, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Poll(ctx, 3*time.Minute, "pod writer to run", func(ctx context.Context) (bool, string, error) {
+			p, err := pods.Get(ctx, "writer", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning, "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := l.kip(t, nil, moveArgs(ref)...)
+		if r.ExitCode != 1 || !strings.Contains(r.Stderr, "still use the volumes of service shared: writer (claim data-shared-0)") ||
+			!strings.Contains(r.Stderr, "service shared stays stopped meanwhile") || strings.Contains(r.Stderr, "Copied the data") {
+			t.Fatalf("the move with pod writer on the data: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		if svc, err := service.Get(ctx, l.c.Dynamic, ref); err != nil || !svc.Stopped || svc.Move == "" {
+			t.Errorf("the service after the refusal: %+v, %v", svc, err)
+		}
+		if err := pods.Delete(ctx, "writer", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kube.Poll(ctx, 3*time.Minute, "pod writer to go", func(ctx context.Context) (bool, string, error) {
+			_, err := pods.Get(ctx, "writer", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := movertest.Describe(t, dir)
+		if !strings.Contains(want, "foreign") {
+			t.Fatalf("pod writer wrote nothing to the data:\n%s", want)
+		}
+		if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+			t.Fatalf("the move once writer is gone: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		l.checkOnLonghorn(ctx, t, ref, dir, want)
+	})
+
+	for i, n := range points {
+		e2e.Run(t, fmt.Sprintf("killed after write %d, %s", n, all[n-1]), func(t *testing.T) {
+			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("w%d", i+1)}
+			dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
+			want := movertest.Describe(t, dir)
+			r := l.kip(t, []string{faulttest.KillAfter(n)}, moveArgs(ref)...)
+			_, what, found := strings.Cut(r.Stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
+			what, _, _ = strings.Cut(what, "\n")
+			if r.Signal.String() != "killed" || !found || faulttest.Anonymous(what, map[string]string{ref.Name: "SVC"}) != all[n-1] {
+				t.Fatalf("the move killed after write %d (%s): signal %v, exit %d\n%s", n, all[n-1], r.Signal, r.ExitCode, r.Stderr)
+			}
+			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
+				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
+			}
+			l.checkOnLonghorn(ctx, t, ref, dir, want)
+		})
+	}
+}
+
+// podAndClaimWrites picks, from the writes of a move (anonymous, numbered from 1), the first pod
+// created, the first pod deleted, the service's data claim deleted, and the first claim created
+// after that.
+func podAndClaimWrites(all []string) []int {
+	var points []int
+	first := func(from int, re *regexp.Regexp) int {
+		for i := from; i < len(all); i++ {
+			if re.MatchString(all[i]) {
+				points = append(points, i+1)
+				return i + 1
+			}
+		}
+		return len(all)
+	}
+	first(0, regexp.MustCompile(`^API POST /api/v1/namespaces/[^/]+/pods$`))
+	first(0, regexp.MustCompile(`^API DELETE /api/v1/namespaces/[^/]+/pods/`))
+	deleted := first(0, regexp.MustCompile(`^API DELETE /api/v1/namespaces/[^/]+/persistentvolumeclaims/data-SVC-0$`))
+	first(deleted, regexp.MustCompile(`^API POST /api/v1/namespaces/[^/]+/persistentvolumeclaims$`))
+	return points
 }
 
 // TestMovePrunedAfterBackup moves services on a cluster with backups and prunes their copies
