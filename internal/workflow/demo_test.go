@@ -33,8 +33,10 @@ const (
 	appliesName = "applies"
 	testHolder  = "kip demo by tester@host, pid 1"
 	kipVersion  = "v0.0.0-test"
-	// leaseDuration is short so that a lock left by a killed run goes stale quickly.
-	leaseDuration = 2 * time.Second
+	// leaseDuration is half a minute: a lock left by a killed run on this machine is taken over at
+	// once (its process is gone), and a renewal may take seconds on a loaded machine (each waits
+	// a sixth of the lease, and the lock is lost after half of it without one).
+	leaseDuration = 30 * time.Second
 )
 
 type demoIntent struct {

@@ -67,8 +67,20 @@ func (l *moveLab) checkPruned(ctx context.Context, t *testing.T, dir, volume str
 	if _, err := os.Stat(l.h.Path(dir)); !os.IsNotExist(err) {
 		t.Errorf("the pruned copy's directory %s: %v", dir, err)
 	}
-	if _, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the pruned copy's volume %s: %v", volume, err)
+	// The volume's deletion waits for the PV controller to lift its protection, its claim gone.
+	if err := kube.Poll(ctx, 2*time.Minute, "the pruned copy's volume "+volume+" to go", func(ctx context.Context) (bool, string, error) {
+		pv, err := l.c.Kube.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, "", nil
+		case err != nil:
+			return false, err.Error(), nil
+		case pv.DeletionTimestamp == nil:
+			return false, "", fmt.Errorf("the pruned copy's volume %s is not being deleted", volume)
+		}
+		return false, fmt.Sprintf("being deleted, finalizers %v", pv.Finalizers), nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
