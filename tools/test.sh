@@ -6,8 +6,8 @@
 # The order puts the waiting beside the work. The lab's own tests (test/lab) boot hosts and wait
 # on them: they start as soon as the lab's image is there and run in the background while the
 # linter and the builds keep both cores busy; their output is printed when they end, after the
-# other tiers. The end-to-end tests wait for their lab until test/lab has removed its own (one lab
-# at a time: test/lab's lock). The unit, API and SSH tiers run beside the end-to-end tests, and so
+# other tiers. The end-to-end tests start once test/lab has ended (one lab at a time: test/lab's
+# lock, below). The unit, API and SSH tiers run beside the end-to-end tests, and so
 # do the packages with fault-injection tests, again with -tags kipfault; their output is printed
 # at the end too.
 set -u
@@ -66,6 +66,11 @@ if [ -n "$fault" ]; then
 	# shellcheck disable=SC2086
 	background fault sh tools/gotest.sh "tests: fault-injection packages (-tags kipfault, beside the others)" $TESTFLAGS -tags kipfault $fault
 fi
+# test/lab's tests each take the lab's lock (one lab at a time) and release it: the end-to-end
+# package, started between two of them, would hold it for its whole run while the next one's wait
+# runs out (a warm run at fc4b705: TestLonghornDisk, "lock /run/kip-lab.lock: context deadline
+# exceeded"). So test/lab ends first; its output is still printed at the end.
+wait "$(cat "$tmp/lab.pid")"
 # The end-to-end package first: go test starts packages in the order it is given them, and the
 # end-to-end tests take longest; the other packages run beside them, two at a time in all. The
 # packages whose tests bring up lab hosts of their own (lab.ForTest) come after: they would wait
