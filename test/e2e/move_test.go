@@ -410,8 +410,9 @@ func manyFiles(t *testing.T, root string, n, size int) {
 // TestMoveToLonghorn moves services' data from local-path volumes onto Longhorn (the stand-in's
 // real ext4 volumes, through the real CSI sidecars and kubelet) with the real kip: a Postgres-like
 // service of 20,000 small files and every kind of entry; a service whose files outgrow the planned
-// volume (its inodes run out), grown once; one service killed before each step and run again to
-// the end; then the local copies the moves kept, pruned. TestMoveRolledBack has the rollbacks,
+// volume (its inodes run out), grown once; one service killed before each of the move's steps in
+// turn, each run again resuming where the last was killed; then the local copies the moves kept,
+// pruned. TestMoveRolledBack has the rollbacks,
 // TestMovePrunedAfterBackup the moves and the prune on a cluster with backups.
 func TestMoveToLonghorn(t *testing.T) {
 	t.Parallel()
