@@ -592,10 +592,9 @@ func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 			dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
 			want := movertest.Describe(t, dir)
 			r := l.kip(t, []string{faulttest.KillAfter(n)}, moveArgs(ref)...)
-			_, what, found := strings.Cut(r.Stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
-			what, _, _ = strings.Cut(what, "\n")
-			if r.Signal.String() != "killed" || !found || faulttest.Anonymous(what, map[string]string{ref.Name: "SVC"}) != all[n-1] {
-				t.Fatalf("the move killed after write %d (%s): signal %v, exit %d\n%s", n, all[n-1], r.Signal, r.ExitCode, r.Stderr)
+			what := faulttest.Killed(t, faulttest.Result{Stderr: r.Stderr, Signal: r.Signal, Exit: r.ExitCode}, n)
+			if faulttest.Anonymous(what, map[string]string{ref.Name: "SVC"}) != all[n-1] {
+				t.Fatalf("write %d of this move is %q, of the uninterrupted one %q", n, what, all[n-1])
 			}
 			if r := l.kip(t, nil, moveArgs(ref)...); r.ExitCode != 0 {
 				t.Fatalf("the move run again: exit %d\n%s", r.ExitCode, r.Stderr)
