@@ -12,18 +12,17 @@ TESTFLAGS ?= -timeout 60m -parallel 16
 
 all: build
 
-## build: build bin/kip
-build:
+## build: build bin/kip, with the data mover's image it carries (mover-image)
+build: mover-image
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/kip ./cmd/kip
 
 ## build-fault: build bin/kip-fault, kip with its fault points (-tags kipfault: KIP_FAULT_KILL at step boundaries, KIP_FAULT_KILL_WRITE after a single write); for tests only, never shipped
-build-fault:
+build-fault: mover-image
 	CGO_ENABLED=0 $(GO) build -trimpath -tags kipfault -ldflags "$(LDFLAGS)" -o bin/kip-fault ./cmd/kip
 
-## mover-image: build the data mover's image (cmd/kip-mover, linux/amd64 and arm64) into bin/kip-mover-image.tar, an OCI archive, and check its digest against manifests/mover-image.yaml
+## mover-image: build the data mover's image (cmd/kip-mover, linux/amd64 and arm64) into internal/storage/moverpod/image/kip-mover-image.tar, the OCI archive kip embeds, and check its digest against manifests/mover-image.yaml
 mover-image:
-	@mkdir -p bin
-	$(GO) run ./internal/storage/moverimage/build -out bin/kip-mover-image.tar
+	$(GO) run ./internal/storage/moverimage/build -out internal/storage/moverpod/image/kip-mover-image.tar
 
 ## mover-image-pin: after a change to the data mover, write its image's new digest to manifests/mover-image.yaml
 mover-image-pin:

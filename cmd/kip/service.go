@@ -12,6 +12,7 @@ import (
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/storage/move"
+	"kipper.run/kip/internal/storage/moverpod"
 )
 
 func newServiceCmd(f *cli.Factory) *cobra.Command {
@@ -61,7 +62,8 @@ func newServiceStorageCmd(f *cli.Factory) *cobra.Command {
 data and estimates the downtime, asks once, then stops the service, keeps every other pod off its
 volumes, copies the data, detaches the new volume, verifies the copy on a fresh mount against the
 original, commits, and starts the service on Longhorn. The local volume stays on the server as a
-fallback until 'kip cluster storage prune' deletes it.
+fallback until 'kip cluster storage prune' deletes it. The move's pods run the data mover's image,
+which kip carries and imports over SSH into the node's containerd when it is not there.
 
 Interrupted, the same command continues from its step. Until the move commits, --rollback undoes
 it and starts the service on its local volume again, also when the move's record was lost.
@@ -72,8 +74,21 @@ create --project P --wait'); on one without, pass --no-backup. See docs/moves.md
 			"  kip service storage longhorn db --project shop --environment staging --rollback",
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			server, dial, err := hostDialer(f)
+			if err != nil {
+				return err
+			}
 			o.Kube, o.Printer, o.Prompter, o.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
 			o.Holder, o.KipVersion, o.Name = f.CommandLine(), buildinfo.Version, args[0]
+			o.Server = server
+			o.Deliver = func(ctx context.Context, host string) (bool, error) {
+				c, err := dial(ctx, host)
+				if err != nil {
+					return false, err
+				}
+				defer c.Close()
+				return moverpod.Deliver(ctx, c)
+			}
 			return move.Run(cmd.Context(), o)
 		},
 	}

@@ -52,6 +52,18 @@ const (
 	BackupsInCluster = "in-cluster" // MinIO on the cluster's Longhorn storage
 )
 
+// ServerHost is the server's SSH address: saved, the address saved for the cluster, when kip
+// has one; else the one the record names.
+func (r Record) ServerHost(saved string) (string, error) {
+	switch {
+	case saved != "":
+		return saved, nil
+	case r.Server != "":
+		return r.Server, nil
+	}
+	return "", errors.New("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a cluster saved by kip install")
+}
+
 // Record is what kip install recorded about the cluster.
 type Record struct {
 	// Profile is the sizing profile (nano, small, standard, large).

@@ -66,12 +66,9 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 			"so bring the platform up to date first by running 'kip install --host %s' with this kip (a re-run keeps every recorded choice)",
 			pl.rec.KipVersion, pl.o.KipVersion, pl.rec.Server)
 	}
-	addr := o.Server
-	if addr == "" {
-		addr = pl.rec.Server
-	}
-	if addr == "" {
-		return fmt.Errorf("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a saved cluster")
+	addr, err := pl.rec.ServerHost(o.Server)
+	if err != nil {
+		return err
 	}
 	c, err := o.Dial(ctx, addr)
 	if err != nil {

@@ -67,8 +67,9 @@ type moveLab struct {
 
 // setUpMoveLab runs the k3s stand-in's server on h with what kip install applies that a move
 // relies on (Kipper's CRDs, kipper-base with its admission policies, the one-copy Longhorn class,
-// the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in,
-// the data mover's image, and the console stand-in turning Kipper's objects into workloads.
+// the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in
+// and the console stand-in turning Kipper's objects into workloads. The data mover's image is
+// not imported: the host's containerd gets it from kip's first move there.
 func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 	t.Helper()
 	s := e2e.Get(t)
@@ -78,7 +79,6 @@ func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 		t.Fatal(err)
 	}
 	kubeconfig, cfg, c := s.Clients(ctx, t, h, h.Name)
-	importMoverImage(ctx, t, h)
 	standin.LogOnFailure(t, h)
 	if err := standin.Install(ctx, h, c); err != nil {
 		t.Fatal(err)
@@ -189,8 +189,10 @@ func (l *moveLab) kip(t *testing.T, env []string, args ...string) e2e.Result {
 	return l.s.KipEnv(t, l.home, env, l.args(args)...)
 }
 
+// args are kip's arguments for the lab's cluster: its kubeconfig, and the host's SSH key for the
+// commands that reach the server (a move puts the mover's image there, prune deletes copies).
 func (l *moveLab) args(args []string) []string {
-	return append([]string{"--kubeconfig", l.kubeconfig, "--yes"}, args...)
+	return append([]string{"--kubeconfig", l.kubeconfig, "--ssh-key", l.h.KeyPath, "--yes"}, args...)
 }
 
 // tamperCopy adds a file to the move's Longhorn volume from outside, as a pod that got past the
@@ -519,22 +521,30 @@ func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 	l := setUpMoveLab(ctx, t, writesHost)
 	l.project(ctx, t, "shop", "staging")
 
-	// The uninterrupted move, its writes logged.
+	// The uninterrupted move, its writes logged, on a host whose containerd has no mover image:
+	// kip imports the one it carries, and the pods run it.
 	ref := service.Ref{Project: "shop", Environment: "staging", Name: "w0"}
 	dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
 	want := movertest.Describe(t, dir)
+	if d := l.moverImage(ctx, t); d != "" {
+		t.Fatalf("the host holds the mover's image (%s) before any move", d)
+	}
 	file := filepath.Join(t.TempDir(), "writes")
-	if r := l.kip(t, []string{fault.WritesFileEnv + "=" + file}, moveArgs(ref)...); r.ExitCode != 0 {
-		t.Fatalf("the uninterrupted move: exit %d\n%s", r.ExitCode, r.Stderr)
+	r := l.kip(t, []string{fault.WritesFileEnv + "=" + file}, moveArgs(ref)...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Imported the data mover's image on node "+l.h.Name) {
+		t.Fatalf("the uninterrupted move, the mover's image not on the host: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkOnLonghorn(ctx, t, ref, dir, want)
+	if d, pin := l.moverImage(ctx, t), moverPin(t); d != pin.Digest {
+		t.Fatalf("the host holds the mover's image as %q after the move, want the pinned %s", d, pin.Digest)
+	}
 	var all []string
 	for _, w := range faulttest.Writes(t, file) {
 		all = append(all, faulttest.Anonymous(w, map[string]string{ref.Name: "SVC"}))
 	}
-	points := podAndClaimWrites(all)
+	points := labWrites(all)
 	if slices.Contains(points, 0) {
-		t.Fatalf("the move's writes of pods and claims found: %v, of\n%s", points, strings.Join(all, "\n"))
+		t.Fatalf("the move's import of the mover's image and writes of pods and claims found: %v, of\n%s", points, strings.Join(all, "\n"))
 	}
 	t.Logf("measured: the uninterrupted move made %d writes; killed after writes %v", len(all), points)
 
@@ -591,6 +601,8 @@ func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 			ref := service.Ref{Project: "shop", Environment: "staging", Name: fmt.Sprintf("w%d", i+1)}
 			dir := l.service(ctx, t, ref, "1Gi", smallTree(t, 300))
 			want := movertest.Describe(t, dir)
+			// Each run makes the writes of the uninterrupted one, the image's import among them.
+			l.removeMoverImage(ctx, t)
 			r := l.kip(t, []string{faulttest.KillAfter(n)}, moveArgs(ref)...)
 			what := faulttest.Killed(t, faulttest.Result{Stderr: r.Stderr, Signal: r.Signal, Exit: r.ExitCode}, n)
 			if faulttest.Anonymous(what, map[string]string{ref.Name: "SVC"}) != all[n-1] {
@@ -604,10 +616,11 @@ func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 	}
 }
 
-// podAndClaimWrites picks, from the writes of a move (anonymous, numbered from 1), the copy pod
-// created (the first pod after the move's own claim) and deleted, the service's data claim deleted,
-// and the first claim created after that; 0 for each not found.
-func podAndClaimWrites(all []string) []int {
+// labWrites picks, from the writes of a move (anonymous, numbered from 1), the import of the
+// mover's image into the host's containerd, the copy pod created (the first pod after the move's
+// own claim) and deleted, the service's data claim deleted, and the first claim created after
+// that; 0 for each not found.
+func labWrites(all []string) []int {
 	// first is the number of the first write from write after on that matches pattern.
 	first := func(after int, pattern string) int {
 		re := regexp.MustCompile(pattern)
@@ -621,6 +634,7 @@ func podAndClaimWrites(all []string) []int {
 	const claimCreated = `^API POST /api/v1/namespaces/[^/]+/persistentvolumeclaims$`
 	dataDeleted := first(1, `^API DELETE /api/v1/namespaces/[^/]+/persistentvolumeclaims/data-SVC-0$`)
 	return []int{
+		first(1, `^ssh [^ ]+: /usr/local/bin/k3s ctr --address /run/k3s/containerd/containerd.sock --namespace k8s.io images import -$`),
 		first(first(1, claimCreated), `^API POST /api/v1/namespaces/[^/]+/pods$`),
 		first(1, `^API DELETE /api/v1/namespaces/[^/]+/pods/kip-move-copy-SVC$`),
 		dataDeleted,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,21 +107,55 @@ func TestMoverInPods(t *testing.T) {
 }
 
 // importMoverImage builds the mover's image from this checkout, checks it is the pinned one, and
-// imports it into h's containerd under the pinned reference, as kip's pods name it.
+// imports it into h's containerd under the pinned reference, as kip's pods name it, for the
+// mover's pods this test runs without kip (a move imports the image itself).
 func importMoverImage(ctx context.Context, t *testing.T, h *lab.Host) {
 	t.Helper()
 	idx := movertest.Image(ctx, t)
+	const archive = "/var/tmp/kip-mover-image.tar"
+	if err := moverimage.WriteArchive(idx, moverPin(t).Reference(), h.Path(archive)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Run(ctx, ctr("images", "import", archive)); err != nil {
+		t.Fatalf("import the mover's image: %v\n%s", err, out)
+	}
+}
+
+// ctr is a command line of containerd's ctr on a lab host's kubelet's containerd.
+func ctr(args ...string) string {
+	return sshx.Command(e2e.StandinBinDir+"/ctr", append([]string{"--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io"}, args...)...)
+}
+
+// moverPin is the mover's pinned image.
+func moverPin(t *testing.T) manifests.MoverImagePin {
+	t.Helper()
 	pin, err := manifests.MoverImage()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const archive = "/var/tmp/kip-mover-image.tar"
-	if err := moverimage.WriteArchive(idx, pin.Reference(), h.Path(archive)); err != nil {
-		t.Fatal(err)
+	return pin
+}
+
+// moverImage is the digest the lab host's containerd holds the mover's image as, "" when none.
+func (l *moveLab) moverImage(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	out, err := l.h.Run(ctx, ctr("images", "list"))
+	if err != nil {
+		t.Fatalf("list the host's images: %v\n%s", err, out)
 	}
-	cmd := sshx.Command(e2e.StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io", "images", "import", archive)
-	if out, err := h.Run(ctx, cmd); err != nil {
-		t.Fatalf("import the mover's image: %v\n%s", err, out)
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == moverPin(t).Reference() {
+			return f[2]
+		}
+	}
+	return ""
+}
+
+// removeMoverImage deletes the mover's image from the lab host's containerd.
+func (l *moveLab) removeMoverImage(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if out, err := l.h.Run(ctx, ctr("images", "rm", moverPin(t).Reference())); err != nil {
+		t.Fatalf("remove the mover's image: %v\n%s", err, out)
 	}
 }
 

@@ -35,7 +35,7 @@ import (
 
 // pruneArgs runs kip cluster storage prune with the lab host's SSH key.
 func (l *moveLab) pruneArgs(extra ...string) []string {
-	return append([]string{"--ssh-key", l.h.KeyPath, "cluster", "storage", "prune"}, extra...)
+	return append([]string{"cluster", "storage", "prune"}, extra...)
 }
 
 // keptCopy is the local directory of service ref's kept copy, and its volume.
@@ -143,7 +143,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	l.checkKept(t, dbDir)
 
 	// kip status shows the same, with the space each copy uses.
-	r = l.kip(t, nil, "--ssh-key", l.h.KeyPath, "status", "-o", "json")
+	r = l.kip(t, nil, "status", "-o", "json")
 	if r.ExitCode != 0 {
 		t.Fatalf("kip status: exit %d\n%s", r.ExitCode, r.Stderr)
 	}

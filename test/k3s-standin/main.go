@@ -97,6 +97,8 @@ func run(argv []string) int {
 		return 0
 	case "kubectl":
 		return exitCode(runKubectl(args))
+	case "ctr":
+		return exitCode(runCtr(args))
 	case "server", "agent":
 		if slices.Contains(args, "--help") || slices.Contains(args, "-h") {
 			commandUsage(os.Stdout, cmd)
@@ -139,17 +141,31 @@ func exitCode(err error) int {
 
 // runKubectl replaces the process with the bundled kubectl, on k3s.yaml unless a kubeconfig is
 // named, as `k3s kubectl` does.
-func runKubectl(args []string) error {
-	binDir := os.Getenv("KIP_STANDIN_BIN")
-	if binDir == "" {
-		binDir = defsFor("server")["standin-bin-dir"].def
+// standinBinDir is the directory of the real binaries the stand-in runs.
+func standinBinDir() string {
+	if d := os.Getenv("KIP_STANDIN_BIN"); d != "" {
+		return d
 	}
+	return defsFor("server")["standin-bin-dir"].def
+}
+
+// runCtr is k3s ctr: containerd's own ctr, as k3s bundles it, on the containerd the stand-in
+// runs (the address and namespace are the caller's flags).
+func runCtr(args []string) error {
+	path := filepath.Join(standinBinDir(), "ctr")
+	if err := syscall.Exec(path, append([]string{"ctr"}, args...), os.Environ()); err != nil {
+		return fmt.Errorf("run %s: %w", path, err)
+	}
+	return nil
+}
+
+func runKubectl(args []string) error {
 	env := os.Environ()
 	named := slices.ContainsFunc(args, func(a string) bool { return a == "--kubeconfig" || strings.HasPrefix(a, "--kubeconfig=") })
 	if os.Getenv("KUBECONFIG") == "" && !named {
 		env = append(env, "KUBECONFIG="+defaultKubeconfig)
 	}
-	path := filepath.Join(binDir, "kubectl")
+	path := filepath.Join(standinBinDir(), "kubectl")
 	if err := syscall.Exec(path, append([]string{"kubectl"}, args...), env); err != nil {
 		return fmt.Errorf("run %s: %w", path, err)
 	}
@@ -163,6 +179,7 @@ Usage:
   k3s server [flags]     run etcd, kube-apiserver, kube-controller-manager, kube-scheduler and this Node
   k3s agent [flags]      join this Node to a server with its token
   k3s kubectl [args]     run the bundled kubectl on /etc/rancher/k3s/k3s.yaml
+  k3s ctr [args]         run the bundled ctr
   k3s --version          print the version
 
 "k3s server --help" and "k3s agent --help" list the flags. See docs/k3s-standin.md.

@@ -85,7 +85,15 @@ func helperMove(kubeconfig string) error {
 	o := move.Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, os.Getenv(helperRollback) == "" && os.Getenv(helperNoYes) == ""),
 		Holder: "kip service storage longhorn (helper)", KipVersion: "v0.0.0-test", NoBackup: true,
 		Ref:      service.Ref{Project: parts[0], Environment: parts[1], Name: parts[2]},
-		Rollback: os.Getenv(helperRollback) != "", Now: func() time.Time { return movedAt }}
+		Rollback: os.Getenv(helperRollback) != "", Now: func() time.Time { return movedAt },
+		// The node stand-in runs the mover as a process of its own, not from an image: there is
+		// nothing to import, but the move must ask for it on the server's address.
+		Deliver: func(_ context.Context, host string) (bool, error) {
+			if host != everyServer {
+				return false, fmt.Errorf("the mover's image asked for on %q, not on the server %s", host, everyServer)
+			}
+			return false, nil
+		}}
 	return move.Run(context.Background(), &o)
 }
 
@@ -101,6 +109,7 @@ type moveEnv struct {
 }
 
 const (
+	everyServer  = "192.0.2.10"
 	everyNode    = "every-write-node"
 	everyProject = "every"
 	everyEnv     = "prod"
@@ -150,7 +159,7 @@ func newMoveEnv(ctx context.Context, t *testing.T) *moveEnv {
 		t.Fatal(err)
 	}
 	m.longhornNode(ctx, t)
-	rec := cluster.Record{Profile: "nano", Storage: cluster.StorageLonghorn, Backups: cluster.BackupsNone, KipVersion: "v0.0.0-test"}
+	rec := cluster.Record{Profile: "nano", Storage: cluster.StorageLonghorn, Backups: cluster.BackupsNone, KipVersion: "v0.0.0-test", Server: everyServer}
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(r *cluster.Record, _ bool) error { *r = rec; return nil }); err != nil {
 		t.Fatal(err)
 	}

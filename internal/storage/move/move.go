@@ -102,6 +102,12 @@ type Options struct {
 	Rollback bool
 	// Now is the clock; tests pin it.
 	Now func() time.Time
+	// Server is the server's SSH address as saved for the cluster; "" falls back to the address
+	// the cluster record names.
+	Server string
+	// Deliver puts the mover's image on the node that host reaches over SSH unless it is there
+	// (moverpod.Deliver), and reports whether it imported it.
+	Deliver func(ctx context.Context, host string) (bool, error)
 }
 
 // Intent is what the move decided before it changed anything, kept in its progress record.
@@ -137,6 +143,7 @@ func scanPodName(svc string) string  { return "kip-move-scan-" + svc }
 type mv struct {
 	o      *Options
 	cl     *kube.Clients
+	rec    cluster.Record
 	in     *Intent
 	svc    *service.Service
 	report workflow.Reporter
@@ -145,6 +152,8 @@ type mv struct {
 	verified bool
 	// copied is set when this run copied the data.
 	copied bool
+	// delivered is set once this run found the mover's image on the move's node or put it there.
+	delivered bool
 }
 
 func (m *mv) fence() fence.Fence {
@@ -608,6 +617,9 @@ func (m *mv) runPod(ctx context.Context, op mover.Op) (*mover.Report, error) {
 		name = verifyPod(m.in.Service)
 	}
 	if err := m.deletePod(ctx, name); err != nil {
+		return nil, err
+	}
+	if err := m.deliver(ctx); err != nil {
 		return nil, err
 	}
 	claim := func(n string) corev1.VolumeSource {

@@ -66,7 +66,7 @@ func Run(ctx context.Context, o *Options) error {
 	if rec.Storage != "longhorn" {
 		return fmt.Errorf("this cluster keeps its volumes on local storage: switch it to Longhorn first with 'kip cluster storage longhorn'")
 	}
-	m := &mv{o: o, cl: cl, report: o.Printer}
+	m := &mv{o: o, cl: cl, rec: rec, report: o.Printer}
 	if !resumed {
 		// A move that committed and lost its record goes on from its volumes.
 		if in, err = lostCommit(ctx, cl, o.Ref); err != nil {
@@ -249,6 +249,9 @@ func (m *mv) checkBackups(ctx context.Context, rec cluster.Record) error {
 func (m *mv) scan(ctx context.Context) (mover.Totals, error) {
 	name := scanPodName(m.in.Service)
 	if err := m.deletePod(ctx, name); err != nil {
+		return mover.Totals{}, err
+	}
+	if err := m.deliver(ctx); err != nil {
 		return mover.Totals{}, err
 	}
 	pod, err := moverpod.Pod(moverpod.Spec{Name: name, Namespace: m.in.Namespace, Op: mover.OpScan, Node: m.in.Node,

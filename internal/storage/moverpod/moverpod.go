@@ -111,7 +111,7 @@ func Pod(s Spec) (*corev1.Pod, error) {
 			Containers: []corev1.Container{{
 				Name:                     Container,
 				Image:                    img,
-				ImagePullPolicy:          corev1.PullIfNotPresent,
+				ImagePullPolicy:          corev1.PullNever,
 				Args:                     args,
 				Resources:                Resources(s.Op),
 				VolumeMounts:             mounts,

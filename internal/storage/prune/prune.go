@@ -141,7 +141,7 @@ func (o *Options) started(ctx context.Context, rec cluster.Record, c *Copy) erro
 	if !c.DeleteStarted {
 		return nil
 	}
-	host, err := o.server(rec)
+	host, err := rec.ServerHost(o.Server)
 	if err != nil {
 		return err
 	}
@@ -153,17 +153,6 @@ func (o *Options) started(ctx context.Context, rec cluster.Record, c *Copy) erro
 		c.Kind, c.Holds = KindInterrupted, nil
 	}
 	return nil
-}
-
-// server is the server's SSH address.
-func (o *Options) server(rec cluster.Record) (string, error) {
-	if o.Server != "" {
-		return o.Server, nil
-	}
-	if rec.Server != "" {
-		return rec.Server, nil
-	}
-	return "", errors.New("no SSH address for the server is known (no saved cluster, and the cluster record names none): pass --cluster with a cluster saved by kip install")
 }
 
 // RemoveCommand deletes dir on its host: it renames dir first, in one step, so that a deletion
@@ -335,7 +324,7 @@ func (p *pruner) delete(ctx context.Context, c Copy) error {
 	if err := p.onServer(ctx, c.Node); err != nil {
 		return err
 	}
-	host, err := p.o.server(p.rec)
+	host, err := p.rec.ServerHost(p.o.Server)
 	if err != nil {
 		return err
 	}
