@@ -9,6 +9,10 @@
 //   - with KillWriteEnv (KIP_FAULT_KILL_WRITE) set to N, kills itself with SIGKILL right after
 //     its Nth write ended, before kip sees the result: the server made the change, kip never
 //     learned it;
+//   - with KillWriteMatchingEnv (KIP_FAULT_KILL_WRITE_MATCHING) set to a regular expression,
+//     kills itself the same way right after the first write whose description (below) matches
+//     it: a test that resumes a workflow stops each run at the write it names, whatever the
+//     writes before it in that run;
 //   - with WritesFileEnv (KIP_FAULT_WRITES) naming a file, appends a line to it for each write:
 //     its number, a tab and what it was ("API PATCH /api/v1/persistentvolumes/pv-1",
 //     "ssh root@10.0.0.1:22: rm -rf -- /var/lib/x").
@@ -23,8 +27,9 @@ package fault
 
 // The environment variables of a kipfault build (see the package documentation).
 const (
-	KillWriteEnv  = "KIP_FAULT_KILL_WRITE"
-	WritesFileEnv = "KIP_FAULT_WRITES"
+	KillWriteEnv         = "KIP_FAULT_KILL_WRITE"
+	KillWriteMatchingEnv = "KIP_FAULT_KILL_WRITE_MATCHING"
+	WritesFileEnv        = "KIP_FAULT_WRITES"
 	// PollEnv (a Go duration) replaces how often kip's waits ask again (kube.PollInterval), so
 	// that a test which runs a workflow once per write spends its time on the writes, not on
 	// half-second polls. What a wait waits for is the same at any interval.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,19 +92,33 @@ func wrote(what string) {
 			panic(fmt.Sprintf("kipfault: log write %d to %s: %v", writes, file, err))
 		}
 	}
-	v := os.Getenv(KillWriteEnv)
-	if v == "" {
-		return
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		panic(fmt.Sprintf("%s=%q: want the number of a write, from 1", KillWriteEnv, v))
-	}
-	if n == writes {
+	if killAfter(what) {
 		fmt.Fprintf(os.Stderr, "kipfault: SIGKILL after write %d: %s\n", writes, what)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught: the process ends here
 	}
+}
+
+// killAfter reports whether the write just made, what, is the one KillWriteEnv numbers or the
+// first KillWriteMatchingEnv matches.
+func killAfter(what string) bool {
+	if v := os.Getenv(KillWriteEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			panic(fmt.Sprintf("%s=%q: want the number of a write, from 1", KillWriteEnv, v))
+		}
+		if n == writes {
+			return true
+		}
+	}
+	if v := os.Getenv(KillWriteMatchingEnv); v != "" {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			panic(fmt.Sprintf("%s=%q: %v", KillWriteMatchingEnv, v, err))
+		}
+		return re.MatchString(what)
+	}
+	return false
 }
 
 // Interval is how often kip's waits ask again: PollEnv's duration when set, else def.

@@ -82,9 +82,9 @@ func helper(url string) error {
 	return nil
 }
 
-// run runs the helper with the kill after write kill (0: none) and returns its standard error,
-// its signal and the writes it logged.
-func run(t *testing.T, kill int) (string, syscall.Signal, string) {
+// run runs the helper with kill, the environment that has it killed after a write ("": none),
+// and returns its standard error, its signal and the writes it logged.
+func run(t *testing.T, kill string) (string, syscall.Signal, string) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		for _, r := range requests {
@@ -99,8 +99,8 @@ func run(t *testing.T, kill int) (string, syscall.Signal, string) {
 	defer srv.Close()
 	writes := filepath.Join(t.TempDir(), "writes")
 	env := []string{helperEnv + "=" + srv.URL, fault.WritesFileEnv + "=" + writes}
-	if kill > 0 {
-		env = append(env, faulttest.KillAfter(kill))
+	if kill != "" {
+		env = append(env, kill)
 	}
 	r := faulttest.Run(t, time.Minute, env...)
 	logged, err := os.ReadFile(writes)
@@ -111,7 +111,7 @@ func run(t *testing.T, kill int) (string, syscall.Signal, string) {
 }
 
 func TestWritesCountedAndLogged(t *testing.T) {
-	stderr, sig, logged := run(t, 0)
+	stderr, sig, logged := run(t, "")
 	want := "1\tAPI POST /api/v1/namespaces/a/pods\n" +
 		"2\tssh root@h:22: touch /x\n" +
 		"3\tAPI PATCH /api/v1/persistentvolumes/pv-1\n" +
@@ -131,7 +131,7 @@ func TestKilledRightAfterTheWrite(t *testing.T) {
 		{3, "answered POST /api/v1/namespaces/a/pods?dryRun=All", "API PATCH /api/v1/persistentvolumes/pv-1"},
 		{4, "answered PUT /api/v1/namespaces/a/configmaps/c", "API DELETE /api/v1/namespaces/a/pods/p"},
 	} {
-		stderr, sig, logged := run(t, tc.kill)
+		stderr, sig, logged := run(t, faulttest.KillAfter(tc.kill))
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		wantKill := fmt.Sprintf("kipfault: SIGKILL after write %d: %s", tc.kill, tc.what)
 		if sig != syscall.SIGKILL || len(lines) < 2 || lines[len(lines)-1] != wantKill || lines[len(lines)-2] != tc.last {
@@ -140,6 +140,30 @@ func TestKilledRightAfterTheWrite(t *testing.T) {
 		if n := strings.Count(logged, "\n"); n != tc.kill {
 			t.Errorf("killed after write %d: %d writes logged:\n%s", tc.kill, n, logged)
 		}
+	}
+}
+
+func TestKilledAfterTheFirstMatchingWrite(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		n       int
+		what    string
+	}{
+		{`^ssh `, 2, "ssh root@h:22: touch /x"},
+		{`^API (PATCH|DELETE) `, 3, "API PATCH /api/v1/persistentvolumes/pv-1"},
+		{`/pods/p$`, 4, "API DELETE /api/v1/namespaces/a/pods/p"},
+	} {
+		stderr, sig, logged := run(t, faulttest.KillAfterMatching(tc.pattern))
+		r := faulttest.Result{Stderr: stderr, Signal: sig}
+		if what := faulttest.KilledMatching(t, r, tc.pattern); what != tc.what || faulttest.Killed(t, r, tc.n) != tc.what {
+			t.Errorf("killed after the first write matching %q: %q, want write %d, %q", tc.pattern, what, tc.n, tc.what)
+		}
+		if n := strings.Count(logged, "\n"); n != tc.n {
+			t.Errorf("killed after the first write matching %q: %d writes logged:\n%s", tc.pattern, n, logged)
+		}
+	}
+	if _, sig, logged := run(t, faulttest.KillAfterMatching(`^API GET `)); sig != 0 || strings.Count(logged, "\n") != 4 {
+		t.Errorf("a pattern no write matches: signal %v, logged\n%s", sig, logged)
 	}
 }
 

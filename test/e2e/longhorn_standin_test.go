@@ -280,7 +280,7 @@ func ticketID(vol, node string) string {
 	return "csi-" + hex.EncodeToString(sum[:])
 }
 
-func setSetting(ctx context.Context, t *testing.T, c *kube.Clients, name, value string) {
+func setSetting(ctx context.Context, t testing.TB, c *kube.Clients, name, value string) {
 	t.Helper()
 	// The stand-in writes its settings too (their status): the change is made on the latest
 	// object, again on a conflict.

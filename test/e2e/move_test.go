@@ -70,7 +70,7 @@ type moveLab struct {
 // the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in
 // and the console stand-in turning Kipper's objects into workloads. The data mover's image is
 // not imported: the host's containerd gets it from kip's first move there.
-func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
+func setUpMoveLab(ctx context.Context, t testing.TB, host int) *moveLab {
 	t.Helper()
 	s := e2e.Get(t)
 	h := s.Own(t, host)[0]
@@ -136,14 +136,14 @@ func setUpMoveLab(ctx context.Context, t *testing.T, host int) *moveLab {
 const busyboxImage = "docker.io/rancher/mirrored-library-busybox:1.37.0"
 
 // project creates a project with one environment and waits for its namespace.
-func (l *moveLab) project(ctx context.Context, t *testing.T, name, env string) {
+func (l *moveLab) project(ctx context.Context, t testing.TB, name, env string) {
 	t.Helper()
 	createProject(ctx, t, l.c, name, env)
 }
 
 // createProject creates a project with one environment in c's cluster and waits for its
 // namespace, which the console (its stand-in) makes.
-func createProject(ctx context.Context, t *testing.T, c *kube.Clients, name, env string) {
+func createProject(ctx context.Context, t testing.TB, c *kube.Clients, name, env string) {
 	t.Helper()
 	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
 		"metadata": map[string]any{"name": name}, "spec": map[string]any{"environments": []any{map[string]any{"name": env}}}}}
@@ -160,13 +160,13 @@ func createProject(ctx context.Context, t *testing.T, c *kube.Clients, name, env
 
 // service creates a Postgres-like service on local storage, waits until it runs, fills its data
 // directory from outside with fill, and returns the directory as this machine sees it.
-func (l *moveLab) service(ctx context.Context, t *testing.T, ref service.Ref, storage string, fill func(dir string)) string {
+func (l *moveLab) service(ctx context.Context, t testing.TB, ref service.Ref, storage string, fill func(dir string)) string {
 	t.Helper()
 	return l.serviceOfType(ctx, t, ref, "postgres", storage, fill)
 }
 
 // serviceOfType is service for a service of type typ.
-func (l *moveLab) serviceOfType(ctx context.Context, t *testing.T, ref service.Ref, typ, storage string, fill func(dir string)) string {
+func (l *moveLab) serviceOfType(ctx context.Context, t testing.TB, ref service.Ref, typ, storage string, fill func(dir string)) string {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
 		"metadata": map[string]any{"name": ref.Name, "namespace": ref.Namespace()},
@@ -184,7 +184,7 @@ func (l *moveLab) serviceOfType(ctx context.Context, t *testing.T, ref service.R
 }
 
 // kip runs kip against the lab's cluster with env added.
-func (l *moveLab) kip(t *testing.T, env []string, args ...string) e2e.Result {
+func (l *moveLab) kip(t testing.TB, env []string, args ...string) e2e.Result {
 	t.Helper()
 	return l.s.KipEnv(t, l.home, env, l.args(args)...)
 }
@@ -233,7 +233,7 @@ func moveArgs(ref service.Ref, extra ...string) []string {
 // movedData is what the service's data claim holds now, described from outside: the service is
 // stopped (and left so), Longhorn has detached the volume, and its image is mounted read-only here
 // on a loop device the test owns.
-func (l *moveLab) movedData(ctx context.Context, t *testing.T, ref service.Ref) string {
+func (l *moveLab) movedData(ctx context.Context, t testing.TB, ref service.Ref) string {
 	t.Helper()
 	pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-"+ref.Name+"-0", metav1.GetOptions{})
 	if err != nil {
@@ -262,7 +262,7 @@ func (l *moveLab) movedData(ctx context.Context, t *testing.T, ref service.Ref) 
 }
 
 // waitVolumeDetached waits until Longhorn reports volume detached.
-func waitVolumeDetached(ctx context.Context, t *testing.T, c *kube.Clients, volume string) {
+func waitVolumeDetached(ctx context.Context, t testing.TB, c *kube.Clients, volume string) {
 	t.Helper()
 	if err := kube.Poll(ctx, 3*time.Minute, "Longhorn volume "+volume+" to detach", func(ctx context.Context) (bool, string, error) {
 		v, err := c.Longhorn.LonghornV1beta2().Volumes(standin.Namespace).Get(ctx, volume, metav1.GetOptions{})
@@ -278,7 +278,7 @@ func waitVolumeDetached(ctx context.Context, t *testing.T, c *kube.Clients, volu
 // checkOnLonghorn checks that a moved service runs with its claim on Longhorn, that its old local
 // volume is kept with its data as it was, that the move left no pod, fence or record, and, the
 // service stopped, that the Longhorn volume holds the original's data.
-func (l *moveLab) checkOnLonghorn(ctx context.Context, t *testing.T, ref service.Ref, oldDir, want string) {
+func (l *moveLab) checkOnLonghorn(ctx context.Context, t testing.TB, ref service.Ref, oldDir, want string) {
 	t.Helper()
 	if got := movertest.Describe(t, oldDir); got != want {
 		t.Errorf("%s: the local copy changed:\n--- before\n%s\n--- after\n%s", ref, want, got)
@@ -378,7 +378,7 @@ func (l *moveLab) record(ctx context.Context, t *testing.T, ref service.Ref) wor
 
 // smallTree is a service's data for the kill tests: the mover tests' tree (every kind of entry
 // but a device node) and a few hundred small files.
-func smallTree(t *testing.T, n int) func(dir string) {
+func smallTree(t testing.TB, n int) func(dir string) {
 	return func(dir string) {
 		movertest.MakeTree(t, dir, 0)
 		manyFiles(t, filepath.Join(dir, "many"), n, 512)
@@ -386,7 +386,7 @@ func smallTree(t *testing.T, n int) func(dir string) {
 }
 
 // manyFiles writes n files of size bytes, 500 to a directory, owned by 999:999 as Postgres's are.
-func manyFiles(t *testing.T, root string, n, size int) {
+func manyFiles(t testing.TB, root string, n, size int) {
 	t.Helper()
 	data := movertest.RandomBytes(size, uint64(n))
 	for i := 0; i < n; i++ {
@@ -449,8 +449,12 @@ func TestMoveToLonghorn(t *testing.T) {
 		// 100,000 empty files hold no bytes, so the planned volume is 1 GiB, whose ext4 has
 		// 65,536 inodes: the copy runs out of room and the volume grows once to 2 GiB. The
 		// namespace's quota on Longhorn claims first admits the planned volume and not the grown
-		// one: the grow records its size and stops at the quota, the service stopped. With the
-		// quota gone, the move run again finishes that grow, and the copy made again fits.
+		// one: the grow records its size (its first write) and stops at the quota, the service
+		// stopped. With the quota gone, the move run again is killed after the grow's next write,
+		// the copy pod that ran out of room deleted (the volume detaches to grow offline); run
+		// again, after its last, the claim asking for the new size; the run after that finishes
+		// the grow, and the copy made again fits. (The API tier's node stand-in cannot run out
+		// of room: the grow's writes are killed after here.)
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "uploads"}
 		dir := l.service(ctx, t, ref, "1Gi", func(dir string) { manyFiles(t, filepath.Join(dir, "many"), 100000, 1) })
 		want := movertest.Describe(t, dir)
@@ -465,9 +469,16 @@ func TestMoveToLonghorn(t *testing.T) {
 		if err := l.c.Kube.CoreV1().ResourceQuotas(ref.Namespace()).Delete(ctx, quota, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		for _, write := range []string{
+			`^API DELETE /api/v1/namespaces/` + ref.Namespace() + `/pods/kip-move-copy-uploads$`,
+			`^API PATCH /api/v1/namespaces/` + ref.Namespace() + `/persistentvolumeclaims/kip-move-uploads$`,
+		} {
+			r := l.kip(t, []string{faulttest.KillAfterMatching(write)}, moveArgs(ref)...)
+			faulttest.KilledMatching(t, faulttest.Result{Stderr: r.Stderr, Signal: r.Signal, Exit: r.ExitCode}, write)
+		}
 		r = l.kip(t, nil, moveArgs(ref)...)
-		if r.ExitCode != 0 {
-			t.Fatalf("kip service storage longhorn with the quota gone: exit %d\n%s", r.ExitCode, r.Stderr)
+		if r.ExitCode != 0 || strings.Contains(r.Stderr, "The copy ran out of room") {
+			t.Fatalf("kip service storage longhorn with the quota gone, after the grow's writes: exit %d\n%s", r.ExitCode, r.Stderr)
 		}
 		l.checkOnLonghorn(ctx, t, ref, dir, want)
 		pvc, err := l.c.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).Get(ctx, "data-uploads-0", metav1.GetOptions{})

@@ -170,7 +170,7 @@ func claimDir(ctx context.Context, t *testing.T, c *kube.Clients, name string) s
 }
 
 // claimDirIn is the local-path directory of a bound claim on its node.
-func claimDirIn(ctx context.Context, t *testing.T, c *kube.Clients, namespace, name string) string {
+func claimDirIn(ctx context.Context, t testing.TB, c *kube.Clients, namespace, name string) string {
 	t.Helper()
 	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

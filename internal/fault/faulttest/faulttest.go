@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,14 +109,46 @@ func Writes(t testing.TB, file string) []string {
 // KillAfter is the environment that has the helper killed after its write n.
 func KillAfter(n int) string { return fmt.Sprintf("%s=%d", fault.KillWriteEnv, n) }
 
+// KillAfterMatching is the environment that has the helper killed after its first write whose
+// description matches the regular expression pattern.
+func KillAfterMatching(pattern string) string {
+	return fault.KillWriteMatchingEnv + "=" + pattern
+}
+
+// killed is the number and description of the write after which r was killed, n < 1 when r
+// was not killed after a write.
+func killed(r Result) (n int, what string) {
+	const line = "kipfault: SIGKILL after write "
+	_, rest, found := strings.Cut(r.Stderr, line)
+	if r.Signal != syscall.SIGKILL || !found {
+		return 0, ""
+	}
+	rest, _, _ = strings.Cut(rest, "\n")
+	num, what, _ := strings.Cut(rest, ": ")
+	if n, err := strconv.Atoi(num); err == nil {
+		return n, what
+	}
+	return 0, ""
+}
+
 // Killed checks that r ended killed right after its write n, and returns what that write was.
 func Killed(t testing.TB, r Result, n int) string {
 	t.Helper()
-	_, what, found := strings.Cut(r.Stderr, fmt.Sprintf("kipfault: SIGKILL after write %d: ", n))
-	if r.Signal != syscall.SIGKILL || !found {
+	got, what := killed(r)
+	if got != n {
 		t.Fatalf("the run killed after write %d: signal %v, exit %d\n%s", n, r.Signal, r.Exit, r.Stderr)
 	}
-	what, _, _ = strings.Cut(what, "\n")
+	return what
+}
+
+// KilledMatching checks that r ended killed right after a write that matches pattern, and
+// returns what that write was.
+func KilledMatching(t testing.TB, r Result, pattern string) string {
+	t.Helper()
+	n, what := killed(r)
+	if n < 1 || !regexp.MustCompile(pattern).MatchString(what) {
+		t.Fatalf("the run killed after a write matching %q: signal %v, exit %d\n%s", pattern, r.Signal, r.Exit, r.Stderr)
+	}
 	return what
 }
 
