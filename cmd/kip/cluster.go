@@ -132,13 +132,13 @@ deleting. 'kip status' shows each kept copy and why it is kept. See docs/prune.m
 }
 
 // onServer runs cmd on host over SSH with run (Client.Output for a command that changes the host,
-// Client.Query for one that only reads it).
+// Client.Query for one that only reads it). Every call shares the factory's one connection to
+// the host, which kip closes as it exits.
 func onServer(ctx context.Context, dial func(ctx context.Context, host string) (*sshx.Client, error), host, cmd string,
 	run func(*sshx.Client, context.Context, string) ([]byte, error)) ([]byte, error) {
 	c, err := dial(ctx, host)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	return run(c, ctx, cmd)
 }

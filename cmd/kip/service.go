@@ -82,11 +82,10 @@ create --project P --wait'); on one without, pass --no-backup. See docs/moves.md
 			o.Holder, o.KipVersion, o.Name = f.CommandLine(), buildinfo.Version, args[0]
 			o.Server = server
 			o.Deliver = func(ctx context.Context, host string) (bool, error) {
-				c, err := dial(ctx, host)
+				c, err := dial(ctx, host) // the factory's connection, closed as kip exits
 				if err != nil {
 					return false, err
 				}
-				defer c.Close()
 				return moverpod.Deliver(ctx, c)
 			}
 			return move.Run(cmd.Context(), o)

@@ -258,7 +258,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	// finishes it, which does: the move of service pending is killed after its commit.
 	pending := service.Ref{Project: "shop", Environment: "staging", Name: "pending"}
 	l.killedBefore(ctx, t, pending, "start")
-	pendingDir, _ := l.keptCopy(ctx, t, pending)
+	pendingDir, pendingVolume := l.keptCopy(ctx, t, pending)
 	r = l.kip(t, clockAt(time.Now().Add(48*time.Hour)), l.pruneArgs("pending", "--project", "shop", "--now", "--delete-unproven")...)
 	finish := regexp.MustCompile(`its move to Longhorn is not finished: '(kip [^']+)' finishes it`).FindStringSubmatch(r.Stderr)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No local copy to delete") || finish == nil {
@@ -289,17 +289,22 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	}
 	l.checkKept(t, pendingDir)
 
-	// An orphan: service k0 and its data claim deleted; its copy goes without checks.
-	if r := l.kip(t, nil, "service", "delete", "k0", "--project", "shop", "--environment", "staging", "--delete-data"); r.ExitCode != 0 {
-		t.Fatalf("kip service delete k0: exit %d\n%s", r.ExitCode, r.Stderr)
+	// Orphans: services k0 and pending deleted with their data claims; their copies go without
+	// checks, both in one prune, over one SSH connection to the server.
+	for _, name := range []string{"k0", "pending"} {
+		if r := l.kip(t, nil, "service", "delete", name, "--project", "shop", "--environment", "staging", "--delete-data"); r.ExitCode != 0 {
+			t.Fatalf("kip service delete %s: exit %d\n%s", name, r.ExitCode, r.Stderr)
+		}
+		l.deleteClaim(ctx, t, k0.Namespace(), "data-"+name+"-0")
 	}
-	l.deleteClaim(ctx, t, k0.Namespace(), "data-k0-0")
 	r = l.kip(t, nil, l.pruneArgs()...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "To delete without checks, their service and data claim both gone:") ||
-		!strings.Contains(r.Stderr, "Deleted the local copy of claim shop-staging/data-k0-0") {
-		t.Errorf("prune with an orphan copy: exit %d\n%s", r.ExitCode, r.Stderr)
+		!strings.Contains(r.Stderr, "Deleted the local copy of claim shop-staging/data-k0-0") ||
+		!strings.Contains(r.Stderr, "Deleted the local copy of claim shop-staging/data-pending-0") {
+		t.Errorf("prune with two orphan copies: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	l.checkPruned(ctx, t, k0Dir, k0Volume)
+	l.checkPruned(ctx, t, pendingDir, pendingVolume)
 }
 
 // deleteClaim deletes claim ns/name and waits until it is gone.
