@@ -20,13 +20,13 @@ build: mover-image
 build-fault: mover-image
 	CGO_ENABLED=0 $(GO) build -trimpath -tags kipfault -ldflags "$(LDFLAGS)" -o bin/kip-fault ./cmd/kip
 
-## mover-image: build the data mover's image (cmd/kip-mover, linux/amd64 and arm64) into internal/storage/moverpod/image/kip-mover-image.tar, the OCI archive kip embeds, and check its digest against manifests/mover-image.yaml
+## mover-image: build the data mover's image (cmd/kip-mover, linux/amd64 and arm64) into internal/mover/moverpod/image/kip-mover-image.tar, the OCI archive kip embeds, and check its digest against manifests/mover-image.yaml
 mover-image:
-	$(GO) run ./internal/storage/moverimage/build -out internal/storage/moverpod/image/kip-mover-image.tar
+	$(GO) run ./internal/mover/moverimage/build -out internal/mover/moverpod/image/kip-mover-image.tar
 
 ## mover-image-pin: after a change to the data mover, write its image's new digest to manifests/mover-image.yaml
 mover-image-pin:
-	$(GO) run ./internal/storage/moverimage/build -pin
+	$(GO) run ./internal/mover/moverimage/build -pin
 
 export GO TESTFLAGS
 

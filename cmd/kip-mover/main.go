@@ -1,10 +1,10 @@
-// Command kip-mover is the data mover that runs in kip's copy and verify pods (internal/storage/mover).
+// Command kip-mover is the data mover that runs in kip's copy and verify pods (internal/mover).
 package main
 
 import (
 	"os"
 
-	"kipper.run/kip/internal/storage/mover"
+	"kipper.run/kip/internal/mover"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/platform"
+	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage/prune"
 )
 
 func newClusterCmd(f *cli.Factory) *cobra.Command {

@@ -9,10 +9,10 @@ import (
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/move"
+	"kipper.run/kip/internal/mover/moverpod"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
-	"kipper.run/kip/internal/storage/move"
-	"kipper.run/kip/internal/storage/moverpod"
 )
 
 func newServiceCmd(f *cli.Factory) *cobra.Command {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/storage/fence"
+	"kipper.run/kip/internal/moveguard"
 	"kipper.run/kip/manifests"
 )
 
@@ -67,7 +67,7 @@ func (r *renderer) kipperBase() (Component, error) {
 		return Component{}, err
 	}
 	// The admission policies a move of a service's data to Longhorn relies on.
-	for _, p := range fence.Policies() {
+	for _, p := range moveguard.Policies() {
 		gvk := p.GetObjectKind().GroupVersionKind()
 		if err := collect(&c.Objects, typed(gvk.GroupVersion().String(), gvk.Kind, p)); err != nil {
 			return Component{}, err

@@ -19,9 +19,9 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -74,7 +74,7 @@ type fenceIntent struct {
 // fencedService is a Kipper service with a single-node volume on the fenced worker.
 type fencedService struct {
 	service.Ref
-	// Data is storage.Judge of its copies without the worker.
+	// Data is longhorn.Judge of its copies without the worker.
 	Data string `json:"data"`
 	// Accepted: the operator accepted copies that may be older.
 	Accepted bool `json:"accepted,omitempty"`
@@ -253,11 +253,11 @@ func (f *fencer) decide(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		fs := fencedService{Ref: s.Ref, Data: verdict, CurrentOn: storage.CurrentOn(copies, name)}
+		fs := fencedService{Ref: s.Ref, Data: verdict, CurrentOn: longhorn.CurrentOn(copies, name)}
 		switch verdict {
-		case storage.DataOnlyThere:
+		case longhorn.DataOnlyThere:
 			fs.Why = "its only copy of some volume is on " + name
-		case storage.DataStale:
+		case longhorn.DataStale:
 			fs.Accepted = f.o.AcceptStale
 			if !fs.Accepted && !f.o.DryRun {
 				if fs.Accepted, err = f.o.Prompter.Consent(service.StaleQuestion(s, name, copies)); err != nil {
@@ -295,7 +295,7 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 		byName[list.Items[i].Name] = &list.Items[i]
 	}
 	addPV := func(name string) {
-		if pv := byName[name]; pv != nil && pv.Spec.ClaimRef != nil && storage.SingleNode(pv) {
+		if pv := byName[name]; pv != nil && pv.Spec.ClaimRef != nil && longhorn.SingleNode(pv) {
 			pvs[pv.Spec.ClaimRef.Namespace+"/"+pv.Spec.ClaimRef.Name] = pv
 		}
 	}
@@ -676,7 +676,7 @@ func kipperPodsOn(ctx context.Context, cl *kube.Clients, node string) ([]leftPod
 					return nil, fmt.Errorf("read claim %s/%s: %w", p.Namespace, v.PersistentVolumeClaim.ClaimName, err)
 				}
 				pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-				if err == nil && storage.LonghornVolume(pv) != "" {
+				if err == nil && longhorn.VolumeName(pv) != "" {
 					lp.volumes = append(lp.volumes, pv.Name)
 				} else if err != nil && !apierrors.IsNotFound(err) {
 					return nil, fmt.Errorf("read volume %s: %w", pvc.Spec.VolumeName, err)
@@ -741,7 +741,7 @@ func (f *fencer) report(ctx context.Context) {
 // staysWhy says why a service the fence stopped stays stopped, and how it comes back.
 func (f *fencer) staysWhy(ctx context.Context, fs fencedService) string {
 	back := fmt.Sprintf("%s; rejoin %s with kip node add %s", fs.Why, f.o.Worker, f.worker.Host)
-	if fs.Data == storage.DataStale {
+	if fs.Data == longhorn.DataStale {
 		return back + ", or start it on the older copies with kip service start " + fs.Flags() + " --accept-stale-data"
 	}
 	s, err := service.Get(ctx, f.cl.Dynamic, fs.Ref)

@@ -26,9 +26,9 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/test/sshd"
 	"kipper.run/kip/test/testenv"
 )
@@ -248,7 +248,7 @@ func TestFence(t *testing.T) {
 		}
 		return m
 	}
-	wantStopped := map[string]string{"stale": storage.DataStale, "only": storage.DataOnlyThere}
+	wantStopped := map[string]string{"stale": longhorn.DataStale, "only": longhorn.DataOnlyThere}
 	if fence == nil || fence.BootID != w.Status.NodeInfo.BootID || !fence.PoweredOff ||
 		!slices.Equal(fence.Suspended, []string{"fx-prod/nightly"}) || !reflect.DeepEqual(stoppedBy(fence), wantStopped) {
 		t.Errorf("the fence's record: %+v", fence)
@@ -360,7 +360,7 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 		ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim},
-		PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: storage.LonghornDriver, VolumeHandle: name}},
+		PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: longhorn.Driver, VolumeHandle: name}},
 	}}
 	if _, err := cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -389,7 +389,7 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 func attach(t *testing.T, cl *kube.Clients, pv, node string) {
 	t.Helper()
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-" + pv}, Spec: storagev1.VolumeAttachmentSpec{
-		Attacher: storage.LonghornDriver, NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+		Attacher: longhorn.Driver, NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
 	if _, err := cl.Kube.StorageV1().VolumeAttachments().Create(t.Context(), va, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

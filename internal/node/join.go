@@ -15,15 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	longhorn "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/verify"
 	"kipper.run/kip/internal/workflow"
 )
@@ -550,8 +550,8 @@ func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
 	}
 	// Ready, not Schedulable: Longhorn stops scheduling onto a cordoned node, as a rejoin's is.
 	for _, c := range n.Status.Conditions {
-		if c.Type == longhorn.NodeConditionTypeReady {
-			return c.Status == longhorn.ConditionStatusTrue, "Longhorn's node is not ready: " + c.Message, nil
+		if c.Type == longhornv1beta2.NodeConditionTypeReady {
+			return c.Status == longhornv1beta2.ConditionStatusTrue, "Longhorn's node is not ready: " + c.Message, nil
 		}
 	}
 	return false, "Longhorn's node reports no readiness yet", nil
@@ -658,18 +658,19 @@ func (j *joiner) summary(ctx context.Context) {
 	if j.intent.Path.Mode == ModePrivate {
 		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
 	}
-	if copies, err := workerCopies(ctx, j.cl, j.serverAtStart.Name); err != nil {
+	if replicas, err := workerReplicas(ctx, j.cl, j.serverAtStart.Name); err != nil {
 		j.p.Warn("cannot list the volume copies on workers: " + err.Error())
 	} else {
-		for _, c := range copies {
+		for _, c := range replicas {
 			j.p.Warn(c.Sentence())
 		}
 	}
 	j.o.Debugf("%d remote commands on every host, %s in all", j.commands(), time.Since(j.started).Round(time.Second))
 }
 
-// workerCopies lists the Longhorn volumes with no current copy on the server (storage.WorkerCopies).
-func workerCopies(ctx context.Context, cl *kube.Clients, server string) ([]storage.WorkerCopy, error) {
+// workerReplicas lists the Longhorn volumes with no current replica on the server
+// (longhorn.WorkerReplicas).
+func workerReplicas(ctx context.Context, cl *kube.Clients, server string) ([]longhorn.WorkerReplica, error) {
 	lh := cl.Longhorn.LonghornV1beta2()
 	vols, err := lh.Volumes(longhornSpace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -679,5 +680,5 @@ func workerCopies(ctx context.Context, cl *kube.Clients, server string) ([]stora
 	if err != nil {
 		return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
-	return storage.WorkerCopies(vols.Items, replicas.Items, func(n string) bool { return n == server }), nil
+	return longhorn.WorkerReplicas(vols.Items, replicas.Items, func(n string) bool { return n == server }), nil
 }

@@ -18,8 +18,8 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -188,14 +188,14 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
-	only := storage.OnlyCopiesOn(replicas.Items, r.o.Worker)
+	only := longhorn.OnlyReplicasOn(replicas.Items, r.o.Worker)
 	if len(only) == 0 {
 		return nil
 	}
 	var stale []string
 	for _, v := range only {
 		if !slices.ContainsFunc(replicas.Items, func(rep longhornv1beta2.Replica) bool {
-			return rep.Spec.VolumeName == v && rep.Spec.NodeID == r.o.Worker && storage.CurrentReplica(&rep)
+			return rep.Spec.VolumeName == v && rep.Spec.NodeID == r.o.Worker && longhorn.CurrentReplica(&rep)
 		}) {
 			stale = append(stale, v)
 		}
@@ -223,7 +223,7 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 		size += vol.Spec.Size
 	}
 	if size > 0 {
-		if err := storage.LonghornRoom(ctx, r.cl, server, size); err != nil {
+		if err := longhorn.Room(ctx, r.cl, server, size); err != nil {
 			return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
 				"and the server has no room to take the copies (%.1f GiB): %w; then run the same command again", r.o.Worker, strings.Join(only, ", "), r.o.Worker, float64(size)/(1<<30), err)
 		}
@@ -279,7 +279,7 @@ func (r *rebooter) copiesStep() workflow.Step {
 		if err != nil {
 			return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
 		}
-		only := storage.OnlyCopiesOn(replicas.Items, name)
+		only := longhorn.OnlyReplicasOn(replicas.Items, name)
 		return slices.DeleteFunc(only, func(v string) bool { return !slices.Contains(r.moves, v) }), nil
 	}
 	return workflow.Step{

@@ -17,8 +17,8 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
 )
@@ -188,7 +188,7 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 			if err != nil {
 				return
 			}
-			for _, v := range storage.OnlyCopiesOn(list.Items, "mv-worker") {
+			for _, v := range longhorn.OnlyReplicasOn(list.Items, "mv-worker") {
 				vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
 				if err != nil {
 					return

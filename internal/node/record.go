@@ -94,7 +94,7 @@ type FenceRecord struct {
 	Suspended []string         `json:"suspended,omitempty"` // namespace/name
 }
 
-// StoppedService is a service a fence stopped, and why (storage.DataStale or DataOnlyThere).
+// StoppedService is a service a fence stopped, and why (longhorn.DataStale or DataOnlyThere).
 type StoppedService struct {
 	service.Ref
 	Why string `json:"why"`

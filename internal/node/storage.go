@@ -12,8 +12,8 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 )
 
 // The disk-sync check: how long the disk under Longhorn's directory takes to sync small writes.
@@ -108,7 +108,7 @@ func judgeSync(d DiskSync, replicaTimeout time.Duration, ignoreSlow bool, worker
 // checkCopies runs the disk-sync check on a worker and records whether it may hold copies of
 // volumes, and the join that checked (its verification ID; "" for kip node storage).
 func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker string, ignoreSlow bool, join string) (string, string, error) {
-	s, err := storage.ReadLonghornSettings(ctx, cl)
+	s, err := longhorn.ReadSettings(ctx, cl)
 	if err != nil {
 		return "", "", err
 	}

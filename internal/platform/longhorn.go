@@ -18,9 +18,9 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/install"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
-	"kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -192,7 +192,7 @@ func (pl *platform) checkCPU(ctx context.Context) error {
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if err := storage.CheckLonghornCPU(n, pods.Items, services[n.Name]); err != nil {
+		if err := longhorn.CheckCPU(n, pods.Items, services[n.Name]); err != nil {
 			return err
 		}
 	}
@@ -201,12 +201,12 @@ func (pl *platform) checkCPU(ctx context.Context) error {
 
 // serviceCPU is, by node, the Kipper services whose pods run there, with their declared CPU
 // requests.
-func (pl *platform) serviceCPU(ctx context.Context, pods []corev1.Pod) (map[string][]storage.ServiceCPU, error) {
+func (pl *platform) serviceCPU(ctx context.Context, pods []corev1.Pod) (map[string][]longhorn.ServiceCPU, error) {
 	svcs, err := service.List(ctx, pl.cl.Dynamic, pl.cl.Kube)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]storage.ServiceCPU{}
+	out := map[string][]longhorn.ServiceCPU{}
 	for _, svc := range svcs {
 		q, err := resource.ParseQuantity(svc.Resources.CPURequest)
 		if err != nil {
@@ -214,7 +214,7 @@ func (pl *platform) serviceCPU(ctx context.Context, pods []corev1.Pod) (map[stri
 		}
 		for _, p := range pods {
 			if p.Namespace == svc.Namespace() && p.Labels[service.Label] == svc.Name && p.Spec.NodeName != "" {
-				out[p.Spec.NodeName] = append(out[p.Spec.NodeName], storage.ServiceCPU{Name: svc.Name, Namespace: svc.Namespace(),
+				out[p.Spec.NodeName] = append(out[p.Spec.NodeName], longhorn.ServiceCPU{Name: svc.Name, Namespace: svc.Namespace(),
 					Project: svc.Project, Environment: svc.Environment, Request: q})
 				break
 			}

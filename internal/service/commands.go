@@ -19,8 +19,8 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/fence"
+	"kipper.run/kip/internal/longhorn"
+	"kipper.run/kip/internal/moveguard"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -81,7 +81,7 @@ func movingIn(ctx context.Context, cl *kube.Clients, ns string, unfinished map[s
 	for _, u := range list.Items {
 		name := u.GetName()
 		record := MoveWorkflowPrefix + ns + "-" + name
-		if u.GetAnnotations()[MoveAnnotation] != "" || n.Labels[fence.NamespaceLabel(name)] != "" || unfinished[record] || unfinished[record+"-rollback"] {
+		if u.GetAnnotations()[MoveAnnotation] != "" || n.Labels[moveguard.NamespaceLabel(name)] != "" || unfinished[record] || unfinished[record+"-rollback"] {
 			moving[name] = true
 		}
 	}
@@ -400,10 +400,10 @@ type VolumeAt struct {
 	Size         string `json:"size,omitempty"`
 	// Where is the data: a directory on a node (local-path) or a Longhorn volume.
 	Where string `json:"where,omitempty"`
-	// Copies are the copies Longhorn keeps of a Longhorn volume, by node, and Wanted how many it
-	// keeps (its number of replicas).
-	Copies []storage.Copy `json:"copies,omitempty"`
-	Wanted int            `json:"wanted,omitempty"`
+	// Replicas are the replicas Longhorn keeps of a Longhorn volume (its copies, in kip's
+	// messages), by node, and Wanted how many it keeps (its number of replicas).
+	Replicas []longhorn.Replica `json:"copies,omitempty"`
+	Wanted   int                `json:"wanted,omitempty"`
 }
 
 // kept is how many copies of the volume are kept: Longhorn's number for a Longhorn volume, one
@@ -483,12 +483,12 @@ func volumeAt(ctx context.Context, cl *kube.Clients, namespace, claim string) (V
 		return v, fmt.Errorf("read volume %s: %w", pvc.Spec.VolumeName, err)
 	}
 	v.Where = Where(pv)
-	if vol := storage.LonghornVolume(pv); vol != "" {
-		vc, err := storage.LonghornCopies(ctx, cl, claim, vol)
+	if vol := longhorn.VolumeName(pv); vol != "" {
+		vc, err := longhorn.ReadVolumeReplicas(ctx, cl, claim, vol)
 		if err != nil {
 			return v, err
 		}
-		v.Copies, v.Wanted = vc.Copies, vc.Wanted
+		v.Replicas, v.Wanted = vc.Replicas, vc.Wanted
 	}
 	return v, nil
 }
@@ -496,19 +496,13 @@ func volumeAt(ctx context.Context, cl *kube.Clients, namespace, claim string) (V
 // Where says where a volume keeps its data: the directory and node of a local volume, or the
 // Longhorn volume.
 func Where(pv *corev1.PersistentVolume) string {
+	path, node := LocalPath(pv)
 	switch {
-	case pv.Spec.CSI != nil && pv.Spec.CSI.Driver == "driver.longhorn.io":
-		return "Longhorn volume " + pv.Spec.CSI.VolumeHandle
-	case pv.Spec.Local != nil || pv.Spec.HostPath != nil:
-		path := ""
-		if pv.Spec.Local != nil {
-			path = pv.Spec.Local.Path
-		} else {
-			path = pv.Spec.HostPath.Path
-		}
-		if node := NodeOf(pv); node != "" {
-			return path + " on node " + node
-		}
+	case longhorn.VolumeName(pv) != "":
+		return "Longhorn volume " + longhorn.VolumeName(pv)
+	case path != "" && node != "":
+		return path + " on node " + node
+	case path != "":
 		return path
 	case pv.Spec.CSI != nil:
 		return pv.Spec.CSI.Driver + " volume " + pv.Spec.CSI.VolumeHandle
@@ -577,14 +571,14 @@ func writeInfo(w io.Writer, i Info) error {
 			fmt.Fprintf(&b, ", %s", v.Size)
 		}
 		fmt.Fprintf(&b, "): %s", where)
-		if len(v.Copies) > 0 {
+		if len(v.Replicas) > 0 {
 			var on []string
-			for _, c := range v.Copies {
+			for _, r := range v.Replicas {
 				state := "current"
-				if !c.Current {
+				if !r.Current {
 					state = "may be older"
 				}
-				on = append(on, c.Node+" ("+state+")")
+				on = append(on, r.Node+" ("+state+")")
 			}
 			fmt.Fprintf(&b, ", copies on %s", strings.Join(on, ", "))
 		}

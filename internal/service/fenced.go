@@ -12,7 +12,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/storage"
+	"kipper.run/kip/internal/longhorn"
 )
 
 // FenceAnnotation is on a Service that kip node fence stopped, with the fenced worker's name.
@@ -42,25 +42,25 @@ func LiftFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref) error {
 	return patchSpec(ctx, dyn, ref, map[string]any{"stopped": false}, map[string]any{FenceAnnotation: nil})
 }
 
-// FencedData is how the data of the service stands with worker fenced: storage.Judge of the
+// FencedData is how the data of the service stands with worker fenced: longhorn.Judge of the
 // copies of its volumes, which it returns too.
-func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string) (string, []storage.VolumeCopies, error) {
-	copies, err := storage.ReadCopies(ctx, cl, s.Namespace(), s.Claims())
+func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string) (string, []longhorn.VolumeReplicas, error) {
+	copies, err := longhorn.ReadReplicas(ctx, cl, s.Namespace(), s.Claims())
 	if err != nil {
 		return "", nil, err
 	}
-	return storage.Judge(copies, worker), copies, nil
+	return longhorn.Judge(copies, worker), copies, nil
 }
 
 // StaleQuestion asks the operator to accept the older data of the service, every copy shown
 // with its timestamps.
-func StaleQuestion(s *Service, gone string, copies []storage.VolumeCopies) string {
+func StaleQuestion(s *Service, gone string, copies []longhorn.VolumeReplicas) string {
 	but, lost := "", ""
 	if gone != "" {
 		but, lost = " but "+gone, ", losing what only "+gone+" held"
 	}
 	return fmt.Sprintf("No node%s holds a copy of the data of service %s known to be current; the copies Longhorn keeps:\n  %s\n"+
-		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(storage.Describe(copies), "\n  "), lost)
+		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(longhorn.Describe(copies), "\n  "), lost)
 }
 
 // RejoinCommand is the command that rejoins a worker at host, "" when kip keeps no record of it.
@@ -92,9 +92,9 @@ func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service
 		return false, "", err
 	}
 	switch verdict {
-	case storage.DataOnlyThere:
+	case longhorn.DataOnlyThere:
 		return false, OnlyThereRecipe(s, gone, goneHost), nil
-	case storage.DataStale:
+	case longhorn.DataStale:
 		if !accept {
 			if accept, err = p.Consent(StaleQuestion(s, gone, copies)); err != nil {
 				return false, "", err

@@ -18,8 +18,8 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/moveguard"
 	"kipper.run/kip/internal/service"
-	"kipper.run/kip/internal/storage/fence"
 	consolestandin "kipper.run/kip/test/console-standin"
 	"kipper.run/kip/test/testenv"
 )
@@ -46,7 +46,7 @@ func setup(ctx context.Context, t *testing.T, node string) *fixture {
 	}
 	e.AddNode(t, node, testenv.NodeOptions{Labels: map[string]string{"kip-test": node}})
 	var objs []*unstructured.Unstructured
-	for _, p := range fence.Policies() {
+	for _, p := range moveguard.Policies() {
 		m, err := runtimeconv.DefaultUnstructuredConverter.ToUnstructured(p)
 		if err != nil {
 			t.Fatal(err)
@@ -235,11 +235,11 @@ func TestServiceCommandsThroughConsoleAPI(t *testing.T) {
 	}
 	// A project deleted some other way waits, WaitingForStorageMove, while the namespace policy
 	// refuses its namespace's deletion.
-	fc := fence.Fence{Namespace: db.Namespace(), Service: "db", Claims: []string{"data-db-0"}, Pods: []string{"kip-move-copy-db"}}
+	fc := moveguard.Guard{Namespace: db.Namespace(), Service: "db", Claims: []string{"data-db-0"}, Pods: []string{"kip-move-copy-db"}}
 	if err := fc.Put(ctx, f.e.Kube); err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.CheckEnforced(ctx, f.e.Kube, fc, fence.EnforceTimeout); err != nil {
+	if err := moveguard.CheckEnforced(ctx, f.e.Kube, fc, moveguard.EnforceTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.cl.Dynamic.Resource(service.ProjectsGVR).Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
@@ -260,7 +260,7 @@ func TestServiceCommandsThroughConsoleAPI(t *testing.T) {
 		t.Fatalf("the namespace under move must stay: %v", err)
 	}
 	// The move ends: the deletion goes on.
-	if err := fence.Lift(ctx, f.e.Kube, db.Namespace(), "db"); err != nil {
+	if err := moveguard.Lift(ctx, f.e.Kube, db.Namespace(), "db"); err != nil {
 		t.Fatal(err)
 	}
 	if err := service.SetMove(ctx, f.cl.Dynamic, db, ""); err != nil {

@@ -410,8 +410,8 @@ func TestAPI(t *testing.T) {
 		}
 		// The server's copy of pvc-lh is not current (Longhorn never reported it healthy), so a
 		// current copy on worker kip-w1 is the volume's only one: listed and warned about.
-		if len(r.WorkerCopies) != 0 {
-			t.Errorf("worker copies before one exists: %+v", r.WorkerCopies)
+		if len(r.WorkerReplicas) != 0 {
+			t.Errorf("worker copies before one exists: %+v", r.WorkerReplicas)
 		}
 		rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-2", Namespace: LonghornNamespace}}
 		rep.Spec.VolumeName, rep.Spec.NodeID, rep.Spec.DiskID, rep.Spec.VolumeSize = "pvc-lh", fencedNode, "default", 10<<30
@@ -426,8 +426,8 @@ func TestAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "Longhorn volume pvc-lh (claim shop/data-pg-0) has no current copy on the server, only on " + fencedNode
-		if len(r.WorkerCopies) != 1 || r.WorkerCopies[0].Volume != "pvc-lh" || !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
-			t.Errorf("worker copies %+v, warnings %q", r.WorkerCopies, r.Warnings)
+		if len(r.WorkerReplicas) != 1 || r.WorkerReplicas[0].Volume != "pvc-lh" || !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, want) }) {
+			t.Errorf("worker copies %+v, warnings %q", r.WorkerReplicas, r.Warnings)
 		}
 		d := Diagnose(ctx, f.options(&out))
 		if c := findCheck(d, "storage", ""); c == nil || c.Status != StatusOK {

@@ -21,8 +21,8 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	kipstorage "kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -345,7 +345,7 @@ func TestDiskLevel(t *testing.T) {
 
 func TestLonghornRoom(t *testing.T) {
 	const gib = 1 << 30
-	s := kipstorage.LonghornSettings{MinimalAvailable: 25, OverProvisioning: 100}
+	s := longhorn.Settings{MinimalAvailable: 25, OverProvisioning: 100}
 	ready := []longhornv1beta2.Condition{{Type: longhornv1beta2.DiskConditionTypeReady, Status: longhornv1beta2.ConditionStatusTrue}}
 	tests := []struct {
 		name                        string

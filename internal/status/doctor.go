@@ -24,8 +24,8 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
-	kipstorage "kipper.run/kip/internal/storage"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -601,7 +601,7 @@ func (d *doctor) longhornDiskChecks(ctx context.Context, v *view) []Check {
 	if err != nil {
 		return []Check{{Name: "longhorn disk", Status: StatusWarn, Detail: fmt.Sprintf("list longhorn nodes: %v", err), Fix: "check Longhorn: kubectl -n longhorn-system get pods"}}
 	}
-	settings, err := kipstorage.ReadLonghornSettings(ctx, v.c)
+	settings, err := longhorn.ReadSettings(ctx, v.c)
 	if err != nil {
 		return []Check{{Name: "longhorn disk", Status: StatusWarn, Detail: err.Error(), Fix: "check Longhorn: kubectl -n longhorn-system get pods"}}
 	}

@@ -25,11 +25,11 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	kipnode "kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
-	kipstorage "kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -96,9 +96,9 @@ type Report struct {
 	// CopiesUnset are, on a Longhorn cluster, the services whose copies are unset: Kipper leaves
 	// their storage as it is.
 	CopiesUnset []CopiesUnset `json:"copiesUnset"`
-	// WorkerCopies are the Longhorn volumes with no current copy on the server, only on workers;
-	// each is also a warning.
-	WorkerCopies []kipstorage.WorkerCopy `json:"workerCopies"`
+	// WorkerReplicas are the Longhorn volumes with no current replica on the server, only on
+	// workers; each is also a warning.
+	WorkerReplicas []longhorn.WorkerReplica `json:"workerCopies"`
 	// HostChecks are kip doctor's host checks, run over SSH on the server and every recorded
 	// worker; each that is not right is also a warning.
 	HostChecks []Check `json:"hostChecks"`
@@ -312,7 +312,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
-		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerCopies: []kipstorage.WorkerCopy{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
+		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerReplicas: []longhorn.WorkerReplica{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -379,7 +379,7 @@ func copiesUnset(ctx context.Context, v *view, r *Report) error {
 			continue
 		}
 		kept := 1
-		if vols := kipstorage.CopiesIn(v.lhVolumes, v.lhReplicas, s.Namespace(), []string{s.DataClaim()}); len(vols) > 0 {
+		if vols := longhorn.ReplicasIn(v.lhVolumes, v.lhReplicas, s.Namespace(), []string{s.DataClaim()}); len(vols) > 0 {
 			kept = vols[0].Wanted
 		}
 		r.CopiesUnset = append(r.CopiesUnset, CopiesUnset{Service: s.Ref, Kept: kept,
@@ -421,9 +421,9 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 			continue
 		}
 		for _, s := range kipnode.ServicesOn(svcs, claims[n.Name], n.Name) {
-			copies := kipstorage.CopiesIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
-			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, kipstorage.Judge(copies, n.Name), kipstorage.CurrentOn(copies, n.Name))
-			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: kipstorage.CurrentOn(copies, n.Name)})
+			copies := longhorn.ReplicasIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
+			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, longhorn.Judge(copies, n.Name), longhorn.CurrentOn(copies, n.Name))
+			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: longhorn.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
 		}
 	}
@@ -431,14 +431,14 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 }
 
 // strandedWhy says why service s is stranded on worker, whose host is host ("" when not recorded),
-// in state st, how its data stands there (kipstorage.Judge) and on which nodes it is current, and
+// in state st, how its data stands there (longhorn.Judge) and on which nodes it is current, and
 // what brings it back.
 func strandedWhy(worker, host, st string, s *service.Service, data string, currentOn []string) string {
 	copies := "no node but " + worker + " holds a copy of its data known to be current"
 	switch {
-	case data == kipstorage.DataOnlyThere:
+	case data == longhorn.DataOnlyThere:
 		copies = "its only copy of some volume is on " + worker
-	case data == kipstorage.DataCurrent && len(currentOn) > 0:
+	case data == longhorn.DataCurrent && len(currentOn) > 0:
 		copies = "current copies of its data are on " + strings.Join(currentOn, ", ")
 	}
 	switch {
@@ -582,7 +582,7 @@ func collectStorage(ctx context.Context, v *view, server *inspection, r *Report)
 	v.pvs = pvs.Items
 	for i := range pvs.Items {
 		pv := &pvs.Items[i]
-		path, node := kipstorage.LocalPath(pv)
+		path, node := service.LocalPath(pv)
 		if path == "" {
 			continue
 		}
@@ -742,11 +742,11 @@ func localStorage(in *inspection, v *view, storage func(string) *NodeStorage, by
 }
 
 // LonghornNamespace is where Longhorn keeps its objects.
-const LonghornNamespace = kipstorage.LonghornNamespace
+const LonghornNamespace = longhorn.Namespace
 
 // longhornDisks describes a Longhorn node's disks, and the schedulable room of its roomiest
 // eligible disk (-1 when none is eligible).
-func longhornDisks(n *longhornv1beta2.Node, s kipstorage.LonghornSettings) ([]Disk, int64) {
+func longhornDisks(n *longhornv1beta2.Node, s longhorn.Settings) ([]Disk, int64) {
 	names := make([]string, 0, len(n.Spec.Disks))
 	for name := range n.Spec.Disks {
 		names = append(names, name)
@@ -757,8 +757,8 @@ func longhornDisks(n *longhornv1beta2.Node, s kipstorage.LonghornSettings) ([]Di
 	for _, name := range names {
 		spec, st := n.Spec.Disks[name], n.Status.DiskStatus[name]
 		d := Disk{Name: name, Path: spec.Path}
-		room := kipstorage.Schedulable(spec, st, s)
-		eligible := kipstorage.DiskEligible(n, spec, st)
+		room := longhorn.Schedulable(spec, st, s)
+		eligible := longhorn.DiskEligible(n, spec, st)
 		d.SchedulableBytes, d.Eligible = &room, &eligible
 		if st != nil {
 			d.TotalBytes, d.FreeBytes = st.StorageMaximum, st.StorageAvailable
@@ -791,7 +791,7 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	if err != nil {
 		return fmt.Errorf("list longhorn nodes: %w", err)
 	}
-	settings, err := kipstorage.ReadLonghornSettings(ctx, v.c)
+	settings, err := longhorn.ReadSettings(ctx, v.c)
 	if err != nil {
 		return err
 	}
@@ -821,8 +821,8 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	for _, n := range v.servers() {
 		servers[n.Name] = true
 	}
-	for _, c := range kipstorage.WorkerCopies(vols.Items, replicas.Items, func(n string) bool { return servers[n] }) {
-		r.WorkerCopies = append(r.WorkerCopies, c)
+	for _, c := range longhorn.WorkerReplicas(vols.Items, replicas.Items, func(n string) bool { return servers[n] }) {
+		r.WorkerReplicas = append(r.WorkerReplicas, c)
 		r.Warnings = append(r.Warnings, c.Sentence())
 	}
 	seen := map[[2]string]bool{}

@@ -9,7 +9,7 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
-	"kipper.run/kip/internal/storage/prune"
+	"kipper.run/kip/internal/prune"
 )
 
 // WriteText writes the report as people read it.

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/longhorn"
 	kipnode "kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/service"
-	kipstorage "kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/prune"
 )
 
 // TestKeptCopiesText: each kept copy with its size, the total, and why it is kept; an orphan and
@@ -122,13 +122,13 @@ func TestStrandedOnWorkers(t *testing.T) {
 		on        []string
 		want      string
 	}{
-		{cluster.NodeNotReady, kipstorage.DataCurrent, "", []string{"srv"},
+		{cluster.NodeNotReady, longhorn.DataCurrent, "", []string{"srv"},
 			"it has a volume on w1, which is NotReady (current copies of its data are on srv): once you know w1 is down, run kip node fence w1"},
-		{cluster.NodeUnknown, kipstorage.DataStale, "", nil,
+		{cluster.NodeUnknown, longhorn.DataStale, "", nil,
 			"it has a volume on w1, which is Unknown (no node but w1 holds a copy of its data known to be current): once you know w1 is down, run kip node fence w1"},
-		{cluster.NodeOutOfService, kipstorage.DataOnlyThere, "w1", nil,
+		{cluster.NodeOutOfService, longhorn.DataOnlyThere, "w1", nil,
 			"the fence of w1 stopped it (its only copy of some volume is on w1): rejoin w1 with kip node add 192.0.2.51, or see kip service start db --project shop --environment prod"},
-		{cluster.NodeOutOfService, kipstorage.DataCurrent, "", []string{"srv"}, "w1 is fenced (current copies of its data are on srv)"},
+		{cluster.NodeOutOfService, longhorn.DataCurrent, "", []string{"srv"}, "w1 is fenced (current copies of its data are on srv)"},
 	} {
 		s.FenceStop = tt.fenceStop
 		if got := strandedWhy("w1", "192.0.2.51", tt.st, s, tt.data, tt.on); got != tt.want {
@@ -137,7 +137,7 @@ func TestStrandedOnWorkers(t *testing.T) {
 	}
 	// A worker kip keeps no record of: its host is unknown.
 	s.FenceStop = "w1"
-	if got, want := strandedWhy("w1", "", cluster.NodeOutOfService, s, kipstorage.DataOnlyThere, nil), "rejoin w1 with kip node add HOST,"; !strings.Contains(got, want) {
+	if got, want := strandedWhy("w1", "", cluster.NodeOutOfService, s, longhorn.DataOnlyThere, nil), "rejoin w1 with kip node add HOST,"; !strings.Contains(got, want) {
 		t.Errorf("strandedWhy for a worker kip keeps no record of = %q, want it to say %q", got, want)
 	}
 }

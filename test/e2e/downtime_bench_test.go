@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/mover/movertest"
 	"kipper.run/kip/internal/service"
-	"kipper.run/kip/internal/storage/mover/movertest"
 )
 
 // BenchmarkMoveDowntime moves, in the lab, a service that holds the data sets of bench/mover.sh:

@@ -28,10 +28,10 @@ import (
 	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/move"
+	"kipper.run/kip/internal/moveguard"
+	"kipper.run/kip/internal/mover/movertest"
 	"kipper.run/kip/internal/service"
-	"kipper.run/kip/internal/storage/fence"
-	"kipper.run/kip/internal/storage/move"
-	"kipper.run/kip/internal/storage/mover/movertest"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 	consolestandin "kipper.run/kip/test/console-standin"
@@ -295,7 +295,7 @@ func (l *moveLab) checkOnLonghorn(ctx context.Context, t testing.TB, ref service
 		t.Errorf("%s: the move left pods: %v %v", ref, pods, err)
 	}
 	ns, err := l.c.Kube.CoreV1().Namespaces().Get(ctx, ref.Namespace(), metav1.GetOptions{})
-	if _, fenced := ns.Labels[fence.NamespaceLabel(ref.Name)]; err != nil || fenced {
+	if _, fenced := ns.Labels[moveguard.NamespaceLabel(ref.Name)]; err != nil || fenced {
 		t.Errorf("%s: namespace still fenced: %v %v", ref, ns.Labels, err)
 	}
 	unfinished, err := workflow.ListUnfinished(ctx, l.c.Dynamic, kube.ClusterRecords())
@@ -493,7 +493,7 @@ func TestMoveToLonghorn(t *testing.T) {
 	// One service killed before each step of its move in turn: each run again resumes at the
 	// step the last one was killed before, applies it and is killed before the next, each in a
 	// process of its own; the last run finishes the move. (The API tier kills the move after
-	// each single write: internal/storage/move.)
+	// each single write: internal/move.)
 	e2e.Run(t, "killed before each step in turn", func(t *testing.T) {
 		ref := service.Ref{Project: "shop", Environment: "staging", Name: "k0"}
 		dir, want := l.killedBefore(ctx, t, ref, moveSteps[0])
@@ -518,7 +518,7 @@ func TestMoveToLonghorn(t *testing.T) {
 // writes in turn, on a cluster of its own with real pods (the real kubelet, containers, CSI
 // sidecars and PV controller), a new service each time, and runs the move again: every run again
 // ends on Longhorn with the data byte for byte and nothing of the move left. The API tier
-// (internal/storage/move, TestMoveEveryWriteKilled) kills the move after every one of its writes
+// (internal/move, TestMoveEveryWriteKilled) kills the move after every one of its writes
 // against stand-ins; here, the writes whose aftermath real parts decide: the copy pod created (a
 // real kubelet starts it, a real attacher attaches the Longhorn volume) and deleted (the kubelet
 // stops it, the volume detaches), the service's data claim deleted (held by the claim

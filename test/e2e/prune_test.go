@@ -20,12 +20,11 @@ import (
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/move"
+	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/status"
-	"kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/move"
-	"kipper.run/kip/internal/storage/prune"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/longhorn-standin/standin"
@@ -50,7 +49,7 @@ func (l *moveLab) keptCopy(ctx context.Context, t *testing.T, ref service.Ref) (
 		if pv.Annotations[move.MovedToAnnotation] == "" {
 			continue
 		}
-		dir, _ := storage.LocalPath(&pv)
+		dir, _ := service.LocalPath(&pv)
 		moved = append(moved, fmt.Sprintf("%s (claim %v, directory %q, annotations %v)", pv.Name, pv.Spec.ClaimRef, dir, pv.Annotations))
 		if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ref.Namespace() && pv.Spec.ClaimRef.Name == "data-"+ref.Name+"-0" && dir != "" {
 			return dir, pv.Name

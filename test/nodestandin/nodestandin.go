@@ -44,9 +44,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/storage"
-	"kipper.run/kip/internal/storage/mover"
-	"kipper.run/kip/internal/storage/moverpod"
+	"kipper.run/kip/internal/longhorn"
+	"kipper.run/kip/internal/mover"
+	"kipper.run/kip/internal/mover/moverpod"
 	"kipper.run/kip/test/testenv"
 	"kipper.run/kip/test/wake"
 )
@@ -100,7 +100,7 @@ func (s *Standin) Run(ctx context.Context) {
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "persistentvolumeclaims", "", fields.Everything()), &corev1.PersistentVolumeClaim{})
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "persistentvolumes", "", fields.Everything()), &corev1.PersistentVolume{})
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "pods", "", fields.Everything()), &corev1.Pod{})
-	l.Watch(ctx, cache.NewListWatchFromClient(s.Clients.Longhorn.LonghornV1beta2().RESTClient(), "volumes", storage.LonghornNamespace, fields.Everything()), &longhornv1beta2.Volume{})
+	l.Watch(ctx, cache.NewListWatchFromClient(s.Clients.Longhorn.LonghornV1beta2().RESTClient(), "volumes", longhorn.Namespace, fields.Everything()), &longhornv1beta2.Volume{})
 	l.Run(ctx, resync, func() {
 		for _, err := range []error{s.provision(ctx), s.release(ctx), s.pods(ctx), s.attachments(ctx)} {
 			if err != nil && ctx.Err() == nil {
@@ -140,9 +140,9 @@ func (s *Standin) provisionOne(ctx context.Context, c *corev1.PersistentVolumeCl
 	if err := os.MkdirAll(s.VolumeDir(name), 0o755); err != nil {
 		return err
 	}
-	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: storage.LonghornNamespace},
+	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhorn.Namespace},
 		Spec: testenv.LonghornVolumeSpec(size.Value(), 1)}
-	if _, err := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace).Create(ctx, v, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := s.Clients.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Create(ctx, v, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Longhorn volume %s: %w", name, err)
 	}
 	pv := &corev1.PersistentVolume{
@@ -179,7 +179,7 @@ func (s *Standin) release(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		err := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace).Delete(ctx, pv.Name, metav1.DeleteOptions{})
+		err := s.Clients.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Delete(ctx, pv.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 			continue
@@ -387,7 +387,7 @@ func (s *Standin) attach(ctx context.Context, p *corev1.Pod) error {
 
 // setVolume changes the status of Longhorn volume name, when there is one, retried on conflicts.
 func (s *Standin) setVolume(ctx context.Context, name string, change func(*longhornv1beta2.VolumeStatus)) error {
-	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace)
+	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		v, err := lh.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -408,7 +408,7 @@ func (s *Standin) setVolume(ctx context.Context, name string, change func(*longh
 // that claim (the last list kept once none is left). Attaching is the kubelet's part (attach),
 // when a pod starts.
 func (s *Standin) attachments(ctx context.Context) error {
-	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(storage.LonghornNamespace)
+	lh := s.Clients.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace)
 	vols, err := lh.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
