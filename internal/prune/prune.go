@@ -92,7 +92,7 @@ func Run(ctx context.Context, o *Options) error {
 			return err
 		}
 	}
-	var del, kept []Copy
+	var del, kept []Kept
 	for _, c := range copies {
 		if c.Deletable(o.Waivers) {
 			del = append(del, c)
@@ -137,7 +137,7 @@ func Run(ctx context.Context, o *Options) error {
 // the host: then its directory is gone from its path (RemoveCommand renames it first), it may be
 // partly gone, and it is finished without checks. While the directory is there, the copy is
 // judged as any other.
-func (o *Options) started(ctx context.Context, rec cluster.Record, c *Copy) error {
+func (o *Options) started(ctx context.Context, rec cluster.Record, c *Kept) error {
 	if !c.DeleteStarted {
 		return nil
 	}
@@ -170,11 +170,11 @@ func PresentCommand(dir string) string {
 
 // pick narrows the copies to the named service's, refusing a name that matches none or several
 // environments.
-func (o *Options) pick(all []Copy) ([]Copy, error) {
+func (o *Options) pick(all []Kept) ([]Kept, error) {
 	if o.Name == "" {
 		return all, nil
 	}
-	var out []Copy
+	var out []Kept
 	envs := map[string]bool{}
 	for _, c := range all {
 		if c.Of(o.Name, o.Project, o.Environment) {
@@ -197,8 +197,8 @@ func (o *Options) pick(all []Copy) ([]Copy, error) {
 
 // list prints what the prune would delete, the orphans and interrupted deletions apart, and
 // what it keeps with why.
-func (o *Options) list(del, kept []Copy) {
-	var copies, orphans, interrupted []Copy
+func (o *Options) list(del, kept []Kept) {
+	var copies, orphans, interrupted []Kept
 	for _, c := range del {
 		switch c.Kind {
 		case KindOrphan:
@@ -209,7 +209,7 @@ func (o *Options) list(del, kept []Copy) {
 			copies = append(copies, c)
 		}
 	}
-	section := func(title string, cs []Copy) {
+	section := func(title string, cs []Kept) {
 		if len(cs) == 0 {
 			return
 		}
@@ -235,7 +235,7 @@ func (o *Options) list(del, kept []Copy) {
 }
 
 // Line describes a copy on one line: whose, which volume, where, how large.
-func Line(c Copy) string {
+func Line(c Kept) string {
 	size := cli.FormatBytes(c.SizeBytes) + " declared"
 	if c.UsedBytes != nil {
 		size = cli.FormatBytes(*c.UsedBytes)
@@ -248,7 +248,7 @@ type pruner struct {
 	o      *Options
 	cl     *kube.Clients
 	rec    cluster.Record
-	copies []Copy
+	copies []Kept
 	// kept are the copies this run did not delete after all, with why.
 	kept map[string]string
 }
@@ -282,7 +282,7 @@ func (p *pruner) deleteAll(ctx context.Context) error {
 			continue // deleted meanwhile
 		// Listed as an orphan or an interrupted deletion, a copy that is now neither (its service
 		// or claim came back) is kept too: its checks were never shown.
-		case !c.Deletable(p.o.Waivers) || (c.Kind == KindCopy && agreed.Kind != KindCopy):
+		case !c.Deletable(p.o.Waivers) || (c.Kind == KindMoved && agreed.Kind != KindMoved):
 			p.keep(c)
 			continue
 		}
@@ -295,7 +295,7 @@ func (p *pruner) deleteAll(ctx context.Context) error {
 }
 
 // keep records why a copy agreed to is kept after all.
-func (p *pruner) keep(c Copy) {
+func (p *pruner) keep(c Kept) {
 	var why []string
 	for _, h := range c.Holds {
 		if !p.o.Waivers.waives(h) {
@@ -312,7 +312,7 @@ func (p *pruner) keep(c Copy) {
 // delete marks the copy's deletion as started, deletes its directory on its node
 // (RemoveCommand), then its PersistentVolume: an interrupted delete leaves the mark, and the
 // next prune finishes it when the directory's deletion began (Options.started).
-func (p *pruner) delete(ctx context.Context, c Copy) error {
+func (p *pruner) delete(ctx context.Context, c Kept) error {
 	if err := removable(c); err != nil {
 		return err
 	}

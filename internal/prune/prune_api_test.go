@@ -301,7 +301,7 @@ func (f *fixture) create(t *testing.T, obj runtime.Object, resource string) type
 }
 
 // copyOf reads the copies at now and returns ref's.
-func (f *fixture) copyOf(t *testing.T, rec cluster.Record, ref service.Ref) prune.Copy {
+func (f *fixture) copyOf(t *testing.T, rec cluster.Record, ref service.Ref) prune.Kept {
 	t.Helper()
 	copies, err := prune.Read(t.Context(), f.cl, rec, now)
 	if err != nil {
@@ -313,10 +313,10 @@ func (f *fixture) copyOf(t *testing.T, rec cluster.Record, ref service.Ref) prun
 		}
 	}
 	t.Fatalf("no kept copy of %s among %+v", ref, copies)
-	return prune.Copy{}
+	return prune.Kept{}
 }
 
-func conditions(c prune.Copy) []string {
+func conditions(c prune.Kept) []string {
 	var out []string
 	for _, h := range c.Holds {
 		out = append(out, h.Condition)
@@ -325,7 +325,7 @@ func conditions(c prune.Copy) []string {
 }
 
 // wantHolds checks that exactly the conditions want hold c back, each reason containing its text.
-func wantHolds(t *testing.T, c prune.Copy, want map[string]string) {
+func wantHolds(t *testing.T, c prune.Kept, want map[string]string) {
 	t.Helper()
 	if len(c.Holds) != len(want) {
 		t.Errorf("%s: holds %+v, want %v", c.What(), c.Holds, want)
@@ -380,7 +380,7 @@ func TestEachConditionHoldsACopyBack(t *testing.T) {
 
 	c := f.copyOf(t, rec, all.ref)
 	wantHolds(t, c, nil)
-	if !c.Deletable(prune.Waivers{}) || c.Kind != prune.KindCopy || c.Service == nil || *c.Service != all.ref || c.MovedTo != newVolume(all.ref) {
+	if !c.Deletable(prune.Waivers{}) || c.Kind != prune.KindMoved || c.Service == nil || *c.Service != all.ref || c.MovedTo != newVolume(all.ref) {
 		t.Errorf("copy with every condition met: %+v", c)
 	}
 

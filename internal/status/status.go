@@ -88,7 +88,7 @@ type Report struct {
 	Operations []Operation `json:"operations"`
 	// KeptCopies are the local copies moves to Longhorn kept, each with what holds it back
 	// (docs/prune.md); KeptCopiesBytes is the space those whose size is known use.
-	KeptCopies      []prune.Copy `json:"keptCopies"`
+	KeptCopies      []prune.Kept `json:"keptCopies"`
 	KeptCopiesBytes int64        `json:"keptCopiesBytes"`
 	// Stranded are the services whose data volume is missing, and those stranded on a worker
 	// that stopped reporting or is fenced.
@@ -311,7 +311,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 		return nil, err
 	}
 	v := &view{c: c}
-	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Copy{},
+	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Kept{},
 		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerReplicas: []longhorn.WorkerReplica{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {

@@ -22,13 +22,13 @@ import (
 func TestKeptCopiesText(t *testing.T) {
 	used := int64(3 << 30)
 	r := &Report{
-		KeptCopies: []prune.Copy{
-			{Volume: "pvc-1", Node: "srv", Path: "/var/lib/rancher/k3s/storage/pvc-1_shop-staging_data-db-0", Kind: prune.KindCopy,
+		KeptCopies: []prune.Kept{
+			{Volume: "pvc-1", Node: "srv", Path: "/var/lib/rancher/k3s/storage/pvc-1_shop-staging_data-db-0", Kind: prune.KindMoved,
 				Service: &service.Ref{Project: "shop", Environment: "staging", Name: "db"}, UsedBytes: &used,
 				Holds: []prune.Hold{{Condition: prune.CondReady, Reason: "pod db-0 has been Ready for 23 min of 1 h"},
 					{Condition: prune.CondBackup, Reason: "waiting for a completed backup made after the move ('kip backup create'), or until 2026-12-02 14:03"}}},
 			{Volume: "pvc-2", Node: "srv", Path: "/p2", Kind: prune.KindOrphan, Namespace: "shop-staging", Claim: "data-old-0", SizeBytes: 1 << 30},
-			{Volume: "pvc-3", Node: "srv", Path: "/p3", Kind: prune.KindCopy, Service: &service.Ref{Project: "shop", Environment: "prod", Name: "cache"}, SizeBytes: 1 << 30},
+			{Volume: "pvc-3", Node: "srv", Path: "/p3", Kind: prune.KindMoved, Service: &service.Ref{Project: "shop", Environment: "prod", Name: "cache"}, SizeBytes: 1 << 30},
 		},
 		KeptCopiesBytes: used,
 		Stranded:        []Stranded{{Service: service.Ref{Project: "shop", Environment: "prod", Name: "queue"}, Claim: "data-queue-0", Reason: "its claim data-queue-0 is Lost: volume pvc-9 is gone"}},

@@ -150,7 +150,7 @@ func (l *moveLab) pruned(ctx context.Context, t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 		t.Fatalf("kip status -o json: %v\n%s", err, r.Stdout)
 	}
-	var found *prune.Copy
+	var found *prune.Kept
 	for i := range rep.KeptCopies {
 		if rep.KeptCopies[i].Volume == dbVolume {
 			found = &rep.KeptCopies[i]

@@ -42,8 +42,9 @@ const (
 type Kind string
 
 const (
-	// KindCopy is the local copy of a moved service's data: deleted when every condition holds.
-	KindCopy Kind = "copy"
+	// KindMoved is the local copy of a moved service's data: deleted when every condition holds
+	// ("copy" in kip status -o json).
+	KindMoved Kind = "copy"
 	// KindOrphan is a copy whose service and data claim are both gone: deleted without checks.
 	KindOrphan Kind = "orphan"
 	// KindInterrupted is a copy whose deletion started on the host and did not finish (its
@@ -69,8 +70,10 @@ const (
 	CondCopies = "copies"
 )
 
-// Copy is one local copy a move kept, with what holds it back.
-type Copy struct {
+// Kept is one local volume a move kept (a "local copy" in kip's messages), with what holds it
+// back. In kip's code a copy count is a Longhorn volume's replica count (service.Copies), a
+// replica is longhorn.Replica, and a kept local volume is Kept.
+type Kept struct {
 	// Volume is the retained local PersistentVolume; Node and Path are where its directory is.
 	Volume string `json:"volume"`
 	Node   string `json:"node"`
@@ -117,19 +120,19 @@ func (w Waivers) waives(h Hold) bool {
 
 // Deletable reports whether c may be deleted with w: an orphan or an interrupted deletion always,
 // a copy when w waives every hold.
-func (c *Copy) Deletable(w Waivers) bool {
+func (c *Kept) Deletable(w Waivers) bool {
 	return !slices.ContainsFunc(c.Holds, func(h Hold) bool { return !w.waives(h) })
 }
 
 // Of reports whether c is the copy of a service named name in project (and environment, when
 // not "").
-func (c *Copy) Of(name, project, environment string) bool {
+func (c *Kept) Of(name, project, environment string) bool {
 	s := c.Service
 	return s != nil && s.Name == name && s.Project == project && (environment == "" || s.Environment == environment)
 }
 
 // What names the copy for a person: its service, or its claim when no service uses it.
-func (c *Copy) What() string {
+func (c *Kept) What() string {
 	if c.Service != nil {
 		return c.Service.String()
 	}
@@ -137,7 +140,7 @@ func (c *Copy) What() string {
 }
 
 // Read lists every kept copy of the cluster with its holds at now, sorted by service.
-func Read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time) ([]Copy, error) {
+func Read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time) ([]Kept, error) {
 	pvs, err := cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list persistent volumes: %w", err)
@@ -147,7 +150,7 @@ func Read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Ti
 
 // FromVolumes is Read for the PersistentVolumes pvs, listed by the caller: it reads nothing more
 // when none of them is a kept copy.
-func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, pvs []corev1.PersistentVolume) ([]Copy, error) {
+func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, pvs []corev1.PersistentVolume) ([]Kept, error) {
 	var kept []corev1.PersistentVolume
 	for _, pv := range pvs {
 		// One being deleted has lost its directory already (prune deletes the directory first).
@@ -156,15 +159,15 @@ func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now 
 		}
 	}
 	if len(kept) == 0 {
-		return []Copy{}, nil
+		return []Kept{}, nil
 	}
 	s, err := read(ctx, cl, rec, now)
 	if err != nil {
 		return nil, err
 	}
-	out := []Copy{}
+	out := []Kept{}
 	for i := range kept {
-		if c, ok := s.copy(ctx, &kept[i]); ok {
+		if c, ok := s.kept(ctx, &kept[i]); ok {
 			out = append(out, c)
 		}
 	}
@@ -174,17 +177,17 @@ func FromVolumes(ctx context.Context, cl *kube.Clients, rec cluster.Record, now 
 
 // One reads the kept copy of volume again, from scratch, and judges it alone: false when it is
 // gone or no longer a kept copy.
-func One(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, volume string) (Copy, bool, error) {
+func One(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Time, volume string) (Kept, bool, error) {
 	pv, err := cl.Kube.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return Copy{}, false, nil
+		return Kept{}, false, nil
 	}
 	if err != nil {
-		return Copy{}, false, fmt.Errorf("read volume %s: %w", volume, err)
+		return Kept{}, false, fmt.Errorf("read volume %s: %w", volume, err)
 	}
 	copies, err := FromVolumes(ctx, cl, rec, now, []corev1.PersistentVolume{*pv})
 	if err != nil || len(copies) == 0 {
-		return Copy{}, false, err
+		return Kept{}, false, err
 	}
 	return copies[0], true, nil
 }
@@ -219,14 +222,14 @@ func read(ctx context.Context, cl *kube.Clients, rec cluster.Record, now time.Ti
 	return s, nil
 }
 
-// copy describes pv when it is a kept copy.
-func (s *state) copy(ctx context.Context, pv *corev1.PersistentVolume) (Copy, bool) {
+// kept describes pv when it is a kept copy.
+func (s *state) kept(ctx context.Context, pv *corev1.PersistentVolume) (Kept, bool) {
 	to := pv.Annotations[move.MovedToAnnotation]
 	dir, node := service.LocalPath(pv)
 	if to == "" || dir == "" {
-		return Copy{}, false
+		return Kept{}, false
 	}
-	c := Copy{Volume: pv.Name, Node: node, Path: dir, MovedTo: to, Kind: KindCopy}
+	c := Kept{Volume: pv.Name, Node: node, Path: dir, MovedTo: to, Kind: KindMoved}
 	if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
 		c.SizeBytes = q.Value()
 	}
@@ -270,7 +273,7 @@ func (s *state) copy(ctx context.Context, pv *corev1.PersistentVolume) (Copy, bo
 	return c, true
 }
 
-func (c *Copy) hold(condition, reason string, until *time.Time) {
+func (c *Kept) hold(condition, reason string, until *time.Time) {
 	c.Holds = append(c.Holds, Hold{Condition: condition, Reason: reason, Until: until})
 }
 
@@ -285,7 +288,7 @@ func (s *state) serviceOf(namespace, claim string) *service.Service {
 }
 
 // ready holds c until the service's pod that mounts its claim has been Ready for ReadyFor.
-func (s *state) ready(ctx context.Context, c *Copy, svc *service.Service) {
+func (s *state) ready(ctx context.Context, c *Kept, svc *service.Service) {
 	pods, err := service.Pods(ctx, s.cl.Kube, svc)
 	if err != nil {
 		c.hold(CondReady, err.Error(), nil)
@@ -347,7 +350,7 @@ func mounts(pod *corev1.Pod, claim string) bool {
 // Longhorn (the claim bound to it now, by UID), or Grace has passed since the move. A service
 // with consistent backups (a dump volume) always waits the day: Velero records hook results for
 // the whole backup, so a backup does not show that this service's own dump succeeded.
-func (s *state) backedUp(c *Copy, svc *service.Service, claim *corev1.PersistentVolumeClaim) {
+func (s *state) backedUp(c *Kept, svc *service.Service, claim *corev1.PersistentVolumeClaim) {
 	if c.MovedAt == nil {
 		c.hold(CondBackup, fmt.Sprintf("volume %s does not record when the move committed (%s)", c.Volume, move.MovedAtAnnotation), nil)
 		return
@@ -380,7 +383,7 @@ func (s *state) backedUp(c *Copy, svc *service.Service, claim *corev1.Persistent
 
 // copies holds c while Longhorn changes the number of copies of the volume it moved to: until
 // as many replicas as the volume asks for are healthy and no other is left.
-func (s *state) copies(ctx context.Context, c *Copy) {
+func (s *state) copies(ctx context.Context, c *Kept) {
 	api := s.cl.Longhorn.LonghornV1beta2()
 	v, err := api.Volumes(longhorn.Namespace).Get(ctx, c.MovedTo, metav1.GetOptions{})
 	if err != nil {
@@ -405,7 +408,7 @@ func (s *state) copies(ctx context.Context, c *Copy) {
 
 // removable checks that a copy's directory is one the local-path provisioner made for its
 // volume, directly under its storage directory: kip deletes nothing else.
-func removable(c Copy) error {
+func removable(c Kept) error {
 	if path.Clean(c.Path) != c.Path || path.Dir(c.Path) != cluster.LocalStorageDir || !strings.HasPrefix(path.Base(c.Path), c.Volume+"_") {
 		return fmt.Errorf("volume %s names directory %s, which is not the local-path directory of that volume (%s/%s_...): kip deletes only those; delete it by hand if it should go",
 			c.Volume, c.Path, cluster.LocalStorageDir, c.Volume)

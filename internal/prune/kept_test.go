@@ -24,7 +24,7 @@ func TestRemovableOnlyTheVolumesOwnDirectory(t *testing.T) {
 		{"/var/lib/other/pvc-1_shop-prod_data-db-0", false},
 		{"/", false},
 	} {
-		err := removable(Copy{Volume: "pvc-1", Path: tc.path})
+		err := removable(Kept{Volume: "pvc-1", Path: tc.path})
 		if (err == nil) != tc.ok {
 			t.Errorf("removable(%q) = %v, want ok %v", tc.path, err, tc.ok)
 		}
@@ -55,7 +55,7 @@ func TestReadySince(t *testing.T) {
 }
 
 func TestWaivers(t *testing.T) {
-	c := Copy{Holds: []Hold{{Condition: CondReady}, {Condition: CondBackup}}}
+	c := Kept{Holds: []Hold{{Condition: CondReady}, {Condition: CondBackup}}}
 	for _, tc := range []struct {
 		w    Waivers
 		want bool
@@ -65,7 +65,7 @@ func TestWaivers(t *testing.T) {
 		}
 	}
 	for _, cond := range []string{CondMoved, CondReplaced, CondCopies} {
-		if (&Copy{Holds: []Hold{{Condition: cond}}}).Deletable(Waivers{Now: true, Unproven: true}) {
+		if (&Kept{Holds: []Hold{{Condition: cond}}}).Deletable(Waivers{Now: true, Unproven: true}) {
 			t.Errorf("%s was waived", cond)
 		}
 	}
