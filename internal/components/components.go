@@ -61,7 +61,6 @@ const (
 	// helm-install Jobs; k3s's own system (CoreDNS, the local-path provisioner, metrics-server)
 	// runs there too.
 	HelmChartNamespace = "kube-system"
-	longhornNamespace  = "longhorn-system"
 	VeleroNamespace    = "velero"
 	localPathClass     = "local-path" // k3s's local-path provisioner
 	longhornClass      = "longhorn"

@@ -16,6 +16,7 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 )
 
 // What kip install applies, as data: Components lists the components of a cluster in install order,
@@ -92,7 +93,7 @@ func settingAsApplied(want, live *unstructured.Unstructured) *unstructured.Unstr
 func PinnedSettingsPending(ctx context.Context, cl *kube.Clients) (string, error) {
 	var off []string
 	for _, s := range longhornSettings {
-		got, err := cl.Longhorn.LonghornV1beta2().Settings(longhornNamespace).Get(ctx, s.name, metav1.GetOptions{})
+		got, err := cl.Longhorn.LonghornV1beta2().Settings(longhorn.Namespace).Get(ctx, s.name, metav1.GetOptions{})
 		if err != nil {
 			return "", fmt.Errorf("read Longhorn setting %s: %w", s.name, err)
 		}
@@ -116,7 +117,7 @@ func (r *renderer) longhorn() (Component, error) {
 	defaults["taintToleration"] = cluster.JoiningTaint + ":" + string(corev1.TaintEffectNoSchedule)
 	tolerations := []any{map[string]any{"key": cluster.JoiningTaint, "operator": "Exists", "effect": "NoSchedule"}}
 	// No backup target, ever: backups go through Velero.
-	c, err := r.chartComponent("longhorn", longhornNamespace, map[string]any{
+	c, err := r.chartComponent("longhorn", longhorn.Namespace, map[string]any{
 		"defaultSettings": defaults,
 		"persistence":     map[string]any{"defaultClass": false},
 		"longhornManager": map[string]any{"tolerations": tolerations},
@@ -127,7 +128,7 @@ func (r *renderer) longhorn() (Component, error) {
 	}
 	for _, s := range longhornSettings {
 		err := collect(&c.After, typed("longhorn.io/v1beta2", "Setting", &longhornv1beta2.Setting{
-			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: longhornNamespace},
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: longhorn.Namespace},
 			Value:      fmt.Sprint(s.value),
 		}))
 		if err != nil {

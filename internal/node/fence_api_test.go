@@ -78,14 +78,14 @@ func TestFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ns := range []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}},
+		{ObjectMeta: metav1.ObjectMeta{Name: longhorn.Namespace}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "fx-prod", Labels: map[string]string{service.ProjectLabel: "fx"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "fx-other"}},
 	} {
 		if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		if ns.Name != longhornSpace {
+		if ns.Name != longhorn.Namespace {
 			t.Cleanup(func() {
 				_ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 			})
@@ -365,8 +365,8 @@ func longhornClaim(t *testing.T, cl *kube.Clients, ns, claim string) string {
 	if _, err := cl.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lv := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}, Spec: testenv.LonghornVolumeSpec(1<<30, 1)}
-	volumes := cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace)
+	lv := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhorn.Namespace}, Spec: testenv.LonghornVolumeSpec(1<<30, 1)}
+	volumes := cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace)
 	if _, err := volumes.Create(ctx, lv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,6 @@ const (
 	// by systemd's own restart.
 	restartRetryTimeout = 2 * time.Minute
 	checkTimeout        = 5 * time.Minute // the verification pod, Longhorn's node
-	longhornSpace       = "longhorn-system"
 )
 
 // hostFile is a file kip writes on a host.
@@ -536,7 +535,7 @@ func (j *joiner) longhornStep() workflow.Step {
 		Apply: func(ctx context.Context) error {
 			err := kube.Poll(ctx, checkTimeout, "Longhorn's node "+j.intent.Node+" ready", j.longhornReady)
 			if err != nil {
-				return fmt.Errorf("%w: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", err, longhornSpace, j.intent.Node)
+				return fmt.Errorf("%w: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", err, longhorn.Namespace, j.intent.Node)
 			}
 			return nil
 		},
@@ -544,7 +543,7 @@ func (j *joiner) longhornStep() workflow.Step {
 }
 
 func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
-	n, err := j.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, j.intent.Node, metav1.GetOptions{})
+	n, err := j.cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).Get(ctx, j.intent.Node, metav1.GetOptions{})
 	if err != nil {
 		return false, "no Longhorn node yet", nil //nolint:nilerr // Longhorn's manager creates it when it starts there
 	}
@@ -672,11 +671,11 @@ func (j *joiner) summary(ctx context.Context) {
 // (longhorn.WorkerReplicas).
 func workerReplicas(ctx context.Context, cl *kube.Clients, server string) ([]longhorn.WorkerReplica, error) {
 	lh := cl.Longhorn.LonghornV1beta2()
-	vols, err := lh.Volumes(longhornSpace).List(ctx, metav1.ListOptions{})
+	vols, err := lh.Volumes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
 	}
-	replicas, err := lh.Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	replicas, err := lh.Replicas(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
 	}

@@ -184,7 +184,7 @@ func (r *rebooter) resumed(ctx context.Context) (bool, error) {
 // when the worker's copy is not current either.
 func (r *rebooter) checkCopies(ctx context.Context) error {
 	lh := r.cl.Longhorn.LonghornV1beta2()
-	replicas, err := lh.Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+	replicas, err := lh.Replicas(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list Longhorn's replicas: %w", err)
 	}
@@ -203,7 +203,7 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	if len(stale) > 0 {
 		return fmt.Errorf("no node holds a current copy of Longhorn volume %s, not even %s, so kip cannot move one to the server before the reboot: "+
 			"'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>' shows its copies; once Longhorn reports one healthy, run the same command again",
-			strings.Join(stale, ", "), r.o.Worker, longhornSpace)
+			strings.Join(stale, ", "), r.o.Worker, longhorn.Namespace)
 	}
 	server, err := serverName(ctx, r.cl)
 	if err != nil {
@@ -216,7 +216,7 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 		}) {
 			continue // an interrupted reboot asked for its move: Longhorn already counts the new copy against the server's room
 		}
-		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read Longhorn volume %s: %w", v, err)
 		}
@@ -275,7 +275,7 @@ func (r *rebooter) copiesStep() workflow.Step {
 	name := r.o.Worker
 	vols := strings.Join(r.moves, ", ")
 	left := func(ctx context.Context) ([]string, error) {
-		replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{})
+		replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("list Longhorn's replicas: %w", err)
 		}
@@ -306,7 +306,7 @@ func (r *rebooter) copiesStep() workflow.Step {
 			})
 			if err != nil {
 				return fmt.Errorf("%w: Longhorn rebuilds each copy on the server; see 'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>', "+
-					"and run the same command again to keep waiting", err, longhornSpace)
+					"and run the same command again to keep waiting", err, longhorn.Namespace)
 			}
 			return nil
 		},
@@ -319,7 +319,7 @@ func (r *rebooter) copiesStep() workflow.Step {
 // (allow-empty-node-selector-volume false), kip tags nothing and Longhorn picks the node.
 func (r *rebooter) pinToServer(ctx context.Context) error {
 	lh := r.cl.Longhorn.LonghornV1beta2()
-	st, err := lh.Settings(longhornSpace).Get(ctx, allowEmptySelector, metav1.GetOptions{})
+	st, err := lh.Settings(longhorn.Namespace).Get(ctx, allowEmptySelector, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read Longhorn's setting %s: %w", allowEmptySelector, err)
 	}
@@ -331,18 +331,18 @@ func (r *rebooter) pinToServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n, err := lh.Nodes(longhornSpace).Get(ctx, server, metav1.GetOptions{})
+	n, err := lh.Nodes(longhorn.Namespace).Get(ctx, server, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read Longhorn node %s: %w", server, err)
 	}
 	if !slices.Contains(n.Spec.Tags, serverTag) {
 		n.Spec.Tags = append(n.Spec.Tags, serverTag)
-		if _, err := lh.Nodes(longhornSpace).Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+		if _, err := lh.Nodes(longhorn.Namespace).Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
 			return fmt.Errorf("tag Longhorn node %s %s: %w", server, serverTag, err)
 		}
 	}
 	for _, v := range r.moves {
-		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("read Longhorn volume %s: %w", v, err)
 		}
@@ -350,7 +350,7 @@ func (r *rebooter) pinToServer(ctx context.Context) error {
 			continue // the operator's selector, or this reboot's already
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"nodeSelector":[%q]}}`, rebootPinnedAnnotation, r.o.Worker, serverTag)
-		if _, err := lh.Volumes(longhornSpace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
+		if _, err := lh.Volumes(longhorn.Namespace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
 			return fmt.Errorf("restrict the new copies of Longhorn volume %s to the server: %w", v, err)
 		}
 	}
@@ -362,7 +362,7 @@ func (r *rebooter) pinToServer(ctx context.Context) error {
 func (r *rebooter) unpinStep() workflow.Step {
 	name := r.o.Worker
 	pinned := func(ctx context.Context) ([]string, error) {
-		list, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace).List(ctx, metav1.ListOptions{})
+		list, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
 		}
@@ -388,7 +388,7 @@ func (r *rebooter) unpinStep() workflow.Step {
 			}
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"nodeSelector":[]}}`, rebootPinnedAnnotation)
 			for _, v := range p {
-				_, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
+				_, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
 				if err != nil && !apierrors.IsNotFound(err) {
 					return fmt.Errorf("lift the server-only restriction of Longhorn volume %s: %w", v, err)
 				}

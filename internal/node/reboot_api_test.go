@@ -52,7 +52,7 @@ func TestRebootRefusals(t *testing.T) {
 		"rb-two":     {Host: "203.0.113.44", State: WorkerReady},
 	}
 	recordWorkers(t, cl, workers)
-	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}
+	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhorn.Namespace}}
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -121,8 +121,8 @@ func TestRebootRefusals(t *testing.T) {
 // or failed.
 func replica(t *testing.T, cl *kube.Clients, name, volume, node string, current bool) {
 	t.Helper()
-	api := cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace)
-	r := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace,
+	api := cl.Longhorn.LonghornV1beta2().Replicas(longhorn.Namespace)
+	r := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhorn.Namespace,
 		Labels: map[string]string{"longhornvolume": volume, "longhornnode": node}}}
 	r.Spec.VolumeName, r.Spec.NodeID, r.Spec.Active, r.Spec.DataEngine = volume, node, true, "v1"
 	r.Spec.HealthyAt, r.Spec.LastHealthyAt = "2026-12-01T10:00:00Z", "2026-12-01T10:00:00Z"
@@ -147,7 +147,7 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	_, cl := apiCluster(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhornSpace}}
+	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhorn.Namespace}}
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, lhNS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	replica(t, cl, "mv-other-r1", "mv-other", "mv-worker", true)
 	replica(t, cl, "mv-other-r2", "mv-other", "mv-srv", true)
 	lh := cl.Longhorn.LonghornV1beta2()
-	replicas := lh.Replicas(longhornSpace)
+	replicas := lh.Replicas(longhorn.Namespace)
 
 	// Longhorn's part: on the cordoned worker, each last healthy replica is rebuilt on the
 	// roomiest node the volume's selector allows, then deleted.
@@ -189,19 +189,19 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 				return
 			}
 			for _, v := range longhorn.OnlyReplicasOn(list.Items, "mv-worker") {
-				vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+				vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
 				if err != nil {
 					return
 				}
 				to := ""
 				for _, name := range []string{"mv-w2", "mv-srv"} { // the roomiest first
-					ln, err := lh.Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+					ln, err := lh.Nodes(longhorn.Namespace).Get(ctx, name, metav1.GetOptions{})
 					if err == nil && !slices.ContainsFunc(vol.Spec.NodeSelector, func(tag string) bool { return !slices.Contains(ln.Spec.Tags, tag) }) {
 						to = name
 						break
 					}
 				}
-				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: v + "-r2", Namespace: longhornSpace,
+				rebuilt := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: v + "-r2", Namespace: longhorn.Namespace,
 					Labels: map[string]string{"longhornvolume": v, "longhornnode": to}}}
 				rebuilt.Spec.VolumeName, rebuilt.Spec.NodeID, rebuilt.Spec.Active, rebuilt.Spec.DataEngine = v, to, true, "v1"
 				rebuilt.Spec.HealthyAt, rebuilt.Spec.LastHealthyAt = "2026-12-05T10:00:00Z", "2026-12-05T10:00:00Z"
@@ -238,7 +238,7 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	if n, err := nodes.Get(ctx, "mv-worker", metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
 		t.Errorf("the worker after the copies step is not cordoned: %v", err)
 	}
-	if n, err := lh.Nodes(longhornSpace).Get(ctx, "mv-srv", metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, serverTag) {
+	if n, err := lh.Nodes(longhorn.Namespace).Get(ctx, "mv-srv", metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, serverTag) {
 		t.Errorf("the server's Longhorn node is not tagged %s: %v", serverTag, err)
 	}
 	if done, err := unpin.Check(ctx); err != nil || done {
@@ -251,7 +251,7 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 		t.Fatalf("unpin step after it ran: done %v, %v", done, err)
 	}
 	for _, v := range []string{"mv-vol1", "mv-vol2", "mv-other"} {
-		vol, err := lh.Volumes(longhornSpace).Get(ctx, v, metav1.GetOptions{})
+		vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
 		if err != nil || len(vol.Spec.NodeSelector) != 0 || vol.Annotations[rebootPinnedAnnotation] != "" {
 			t.Errorf("volume %s after the unpin step: %v %v %v", v, vol.Spec.NodeSelector, vol.Annotations, err)
 		}
@@ -279,8 +279,8 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 // longhornVolume creates Longhorn's Volume of size.
 func longhornVolume(t *testing.T, cl *kube.Clients, name string, size int64) {
 	t.Helper()
-	api := cl.Longhorn.LonghornV1beta2().Volumes(longhornSpace)
-	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}, Spec: testenv.LonghornVolumeSpec(size, 1)}
+	api := cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace)
+	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhorn.Namespace}, Spec: testenv.LonghornVolumeSpec(size, 1)}
 	if _, err := api.Create(t.Context(), v, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -291,9 +291,9 @@ func longhornVolume(t *testing.T, cl *kube.Clients, name string, size int64) {
 // returns what sets that room again.
 func longhornNode(t *testing.T, cl *kube.Clients, name string, room int64) func(int64) {
 	t.Helper()
-	api := cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace)
+	api := cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace)
 	const gib = int64(1 << 30)
-	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhornSpace}}
+	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: longhorn.Namespace}}
 	n.Spec.AllowScheduling = true
 	n.Spec.Disks = map[string]longhornv1beta2.DiskSpec{"default": {Type: longhornv1beta2.DiskTypeFilesystem, Path: "/var/lib/longhorn", AllowScheduling: true}}
 	if _, err := api.Create(t.Context(), n, metav1.CreateOptions{}); err != nil {

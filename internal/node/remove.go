@@ -23,6 +23,7 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/workflow"
 )
 
@@ -369,7 +370,7 @@ func (r *remover) question(ctx context.Context) string {
 // volumesOn names the volumes with a copy on the worker.
 func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
 	// Longhorn labels each replica with its node.
-	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhornSpace).List(ctx, metav1.ListOptions{LabelSelector: "longhornnode=" + r.o.Worker})
+	replicas, err := r.cl.Longhorn.LonghornV1beta2().Replicas(longhorn.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "longhornnode=" + r.o.Worker})
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +439,7 @@ func (r *remover) copiesStep() workflow.Step {
 			if err != nil || len(vols) > 0 {
 				return false, err
 			}
-			n, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+			n, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return true, nil
 			}
@@ -446,7 +447,7 @@ func (r *remover) copiesStep() workflow.Step {
 		},
 		Apply: func(ctx context.Context) error {
 			patch := []byte(`{"spec":{"allowScheduling":false,"evictionRequested":true}}`)
-			_, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"})
+			_, err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("ask Longhorn to move the copies off %s: %w", name, err)
 			}
@@ -456,7 +457,7 @@ func (r *remover) copiesStep() workflow.Step {
 			})
 			if err != nil {
 				return fmt.Errorf("%w: Longhorn rebuilds each copy on another node that can hold it; see 'kubectl -n %s get replicas.longhorn.io -l longhornnode=%s', "+
-					"and run the same command again to keep waiting", err, longhornSpace, name)
+					"and run the same command again to keep waiting", err, longhorn.Namespace, name)
 			}
 			return nil
 		},
@@ -569,7 +570,7 @@ func (r *remover) deleteStep() workflow.Step {
 			if !apierrors.IsNotFound(err) {
 				return false, ignoreFound(err)
 			}
-			_, err = r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Get(ctx, name, metav1.GetOptions{})
+			_, err = r.cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), ignoreFound(err)
 		},
 		Apply: func(ctx context.Context) error {
@@ -579,7 +580,7 @@ func (r *remover) deleteStep() workflow.Step {
 			// Longhorn refuses to delete a node it still counts as up: it marks it down once the
 			// Kubernetes node is gone.
 			return kube.Poll(ctx, joinTimeout, "Longhorn's node "+name+" deleted", func(ctx context.Context) (bool, string, error) {
-				err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhornSpace).Delete(ctx, name, metav1.DeleteOptions{})
+				err := r.cl.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 				if err == nil || apierrors.IsNotFound(err) {
 					return true, "", nil
 				}

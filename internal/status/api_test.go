@@ -26,6 +26,7 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
@@ -413,14 +414,14 @@ func TestAPI(t *testing.T) {
 		if len(r.WorkerReplicas) != 0 {
 			t.Errorf("worker copies before one exists: %+v", r.WorkerReplicas)
 		}
-		rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-2", Namespace: LonghornNamespace}}
+		rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-2", Namespace: longhorn.Namespace}}
 		rep.Spec.VolumeName, rep.Spec.NodeID, rep.Spec.DiskID, rep.Spec.VolumeSize = "pvc-lh", fencedNode, "default", 10<<30
 		rep.Spec.DataEngine, rep.Spec.HealthyAt = "v1", "2026-12-01T10:00:00Z"
-		if _, err := f.c.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
+		if _, err := f.c.Longhorn.LonghornV1beta2().Replicas(longhorn.Namespace).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			f.c.Longhorn.LonghornV1beta2().Replicas(LonghornNamespace).Delete(context.Background(), "pvc-lh-r-2", metav1.DeleteOptions{})
+			f.c.Longhorn.LonghornV1beta2().Replicas(longhorn.Namespace).Delete(context.Background(), "pvc-lh-r-2", metav1.DeleteOptions{})
 		})
 		if r, err = Collect(ctx, f.options(&out)); err != nil {
 			t.Fatal(err)
@@ -453,7 +454,7 @@ func TestAPI(t *testing.T) {
 func (f *fixture) longhorn(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LonghornNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhorn.Namespace}}
 	if _, err := f.c.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -475,46 +476,46 @@ func (f *fixture) longhorn(t *testing.T) {
 	}
 	lh := f.c.Longhorn.LonghornV1beta2()
 	const gib = int64(1 << 30)
-	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: srvNode, Namespace: LonghornNamespace}}
+	n := &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: srvNode, Namespace: longhorn.Namespace}}
 	n.Spec.AllowScheduling = true
 	n.Spec.Disks = map[string]longhornv1beta2.DiskSpec{
 		"default": {Type: longhornv1beta2.DiskTypeFilesystem, Path: "/var/lib/longhorn", AllowScheduling: true, StorageReserved: 30 * gib},
 		"spare":   {Type: longhornv1beta2.DiskTypeFilesystem, Path: "/mnt/spare", AllowScheduling: false},
 	}
-	n, err = lh.Nodes(LonghornNamespace).Create(ctx, n, metav1.CreateOptions{})
+	n, err = lh.Nodes(longhorn.Namespace).Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lh.Nodes(LonghornNamespace).Delete(context.Background(), srvNode, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { lh.Nodes(longhorn.Namespace).Delete(context.Background(), srvNode, metav1.DeleteOptions{}) })
 	ready := []longhornv1beta2.Condition{{Type: longhornv1beta2.DiskConditionTypeReady, Status: longhornv1beta2.ConditionStatusTrue}}
 	n.Status.DiskStatus = map[string]*longhornv1beta2.DiskStatus{
 		// (100 − 30) × 100% − 66 scheduled = 4 GiB; 80 available − 25 kept free = 55.
 		"default": {StorageMaximum: 100 * gib, StorageAvailable: 80 * gib, StorageScheduled: 66 * gib, Conditions: ready},
 		"spare":   {StorageMaximum: 500 * gib, StorageAvailable: 500 * gib, Conditions: ready},
 	}
-	if _, err := lh.Nodes(LonghornNamespace).UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := lh.Nodes(longhorn.Namespace).UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh", Namespace: LonghornNamespace}}
+	v := &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh", Namespace: longhorn.Namespace}}
 	v.Spec = testenv.LonghornVolumeSpec(10*gib, 1)
-	v, err = lh.Volumes(LonghornNamespace).Create(ctx, v, metav1.CreateOptions{})
+	v, err = lh.Volumes(longhorn.Namespace).Create(ctx, v, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lh.Volumes(LonghornNamespace).Delete(context.Background(), "pvc-lh", metav1.DeleteOptions{}) })
+	t.Cleanup(func() { lh.Volumes(longhorn.Namespace).Delete(context.Background(), "pvc-lh", metav1.DeleteOptions{}) })
 	v.Status.ActualSize = 3 * gib
 	v.Status.KubernetesStatus = longhornv1beta2.KubernetesStatus{PVName: "pvc-lh", PVCName: "data-pg-0", Namespace: "shop"}
-	if _, err := lh.Volumes(LonghornNamespace).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+	if _, err := lh.Volumes(longhorn.Namespace).UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-1", Namespace: LonghornNamespace}}
+	rep := &longhornv1beta2.Replica{ObjectMeta: metav1.ObjectMeta{Name: "pvc-lh-r-1", Namespace: longhorn.Namespace}}
 	rep.Spec.VolumeName, rep.Spec.NodeID, rep.Spec.DiskID, rep.Spec.VolumeSize = "pvc-lh", srvNode, "default", 10*gib
 	rep.Spec.DataEngine = "v1"
-	if _, err := lh.Replicas(LonghornNamespace).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
+	if _, err := lh.Replicas(longhorn.Namespace).Create(ctx, rep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		lh.Replicas(LonghornNamespace).Delete(context.Background(), "pvc-lh-r-1", metav1.DeleteOptions{})
+		lh.Replicas(longhorn.Namespace).Delete(context.Background(), "pvc-lh-r-1", metav1.DeleteOptions{})
 	})
 }
 

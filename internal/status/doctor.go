@@ -487,12 +487,12 @@ type storageClass struct {
 // readStorageFacts reads them with four requests.
 func readStorageFacts(ctx context.Context, c *kube.Clients) (storageFacts, error) {
 	var f storageFacts
-	_, err := c.Kube.CoreV1().Namespaces().Get(ctx, LonghornNamespace, metav1.GetOptions{})
+	_, err := c.Kube.CoreV1().Namespaces().Get(ctx, longhorn.Namespace, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		f.namespace = true
 	case !apierrors.IsNotFound(err):
-		return f, fmt.Errorf("read namespace %s: %w", LonghornNamespace, err)
+		return f, fmt.Errorf("read namespace %s: %w", longhorn.Namespace, err)
 	}
 	_, err = c.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, LonghornCRD, metav1.GetOptions{})
 	switch {
@@ -536,7 +536,7 @@ func checkStorage(mode string, f storageFacts) Check {
 	case cluster.StorageLonghorn:
 		var missing []string
 		if !f.namespace {
-			missing = append(missing, "namespace "+LonghornNamespace)
+			missing = append(missing, "namespace "+longhorn.Namespace)
 		}
 		if !f.crds {
 			missing = append(missing, "Longhorn's CRDs ("+LonghornCRD+")")
@@ -550,7 +550,7 @@ func checkStorage(mode string, f storageFacts) Check {
 			c.Fix = "run the command that switched the cluster to Longhorn again to finish it: kip cluster storage longhorn (or kip install, on a cluster installed with --storage longhorn)"
 			return c
 		}
-		c.Detail = "Longhorn, as recorded: namespace " + LonghornNamespace + ", its CRDs"
+		c.Detail = "Longhorn, as recorded: namespace " + longhorn.Namespace + ", its CRDs"
 		if f.helmKnown {
 			c.Detail += " and HelmChart"
 		}
@@ -597,7 +597,7 @@ func checkStorage(mode string, f storageFacts) Check {
 
 // longhornDiskChecks warns about each node whose roomiest eligible Longhorn disk is short of room.
 func (d *doctor) longhornDiskChecks(ctx context.Context, v *view) []Check {
-	nodes, err := v.c.Longhorn.LonghornV1beta2().Nodes(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	nodes, err := v.c.Longhorn.LonghornV1beta2().Nodes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return []Check{{Name: "longhorn disk", Status: StatusWarn, Detail: fmt.Sprintf("list longhorn nodes: %v", err), Fix: "check Longhorn: kubectl -n longhorn-system get pods"}}
 	}

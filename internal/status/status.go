@@ -741,9 +741,6 @@ func localStorage(in *inspection, v *view, storage func(string) *NodeStorage, by
 	}
 }
 
-// LonghornNamespace is where Longhorn keeps its objects.
-const LonghornNamespace = longhorn.Namespace
-
 // longhornDisks describes a Longhorn node's disks, and the schedulable room of its roomiest
 // eligible disk (-1 when none is eligible).
 func longhornDisks(n *longhornv1beta2.Node, s longhorn.Settings) ([]Disk, int64) {
@@ -787,7 +784,7 @@ func longhornLow(roomiest int64) string {
 // whatever the number of volumes.
 func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeStorage, r *Report) error {
 	lh := v.c.Longhorn.LonghornV1beta2()
-	nodes, err := lh.Nodes(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	nodes, err := lh.Nodes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list longhorn nodes: %w", err)
 	}
@@ -804,11 +801,11 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 			s.Low, s.Warning = true, w
 		}
 	}
-	vols, err := lh.Volumes(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	vols, err := lh.Volumes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list longhorn volumes: %w", err)
 	}
-	replicas, err := lh.Replicas(LonghornNamespace).List(ctx, metav1.ListOptions{})
+	replicas, err := lh.Replicas(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list longhorn replicas: %w", err)
 	}
