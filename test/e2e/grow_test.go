@@ -160,9 +160,9 @@ func hostFiles(ctx context.Context, t *testing.T, h *lab.Host) map[string]string
 }
 
 // growState describes what kip cluster storage longhorn changes, to compare two runs' end
-// states: the cluster record, the host files it writes (byte for byte), Longhorn's host
-// packages, Longhorn's settings and classes, the unfinished workflows and whether a running kip
-// holds the cluster lock.
+// states: the cluster record, the host files it writes (byte for byte, with their modes and
+// owners), Longhorn's host packages, Longhorn's settings and classes, the unfinished workflows
+// and whether a running kip holds the cluster lock.
 func growState(ctx context.Context, t *testing.T, h *lab.Host, c *kube.Clients) string {
 	t.Helper()
 	var b strings.Builder
@@ -180,7 +180,7 @@ func growState(ctx context.Context, t *testing.T, h *lab.Host, c *kube.Clients) 
 			fmt.Fprintf(&b, "file %s: none\n", f)
 		}
 	}
-	out, err := h.Run(ctx, "dpkg-query -W -f '${Package} ${db:Status-Status}\\n' "+sshx.QuoteAll(growPackages)+" 2>&1 || true")
+	out, err := h.Run(ctx, "stat -c '%n %a %U:%G' "+sshx.QuoteAll(growFiles)+" 2>/dev/null; dpkg-query -W -f '${Package} ${db:Status-Status}\\n' "+sshx.QuoteAll(growPackages)+" 2>&1 || true")
 	if err != nil {
 		t.Fatal(err)
 	}
