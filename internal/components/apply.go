@@ -203,18 +203,24 @@ func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
 		if pending, err := replaced.pending(ctx, cl); pending != "" || err != nil {
 			return pending, err
 		}
-		if len(c.After) > 0 {
-			if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
-				if !notYet(err) {
-					return "", err
-				}
-				return "waiting for " + c.Name + "'s own objects: " + err.Error(), nil
+		// The After objects are applied once the rest is ready, and only while they are not as
+		// rendered: applied at every poll, their number of writes would depend on how long the
+		// rollout took.
+		rest := c
+		rest.After = nil
+		if ready, pending, err := rest.Status(ctx, cl); err != nil || !ready {
+			return pending, err
+		}
+		if ready, pending, err := c.Status(ctx, cl); err != nil || ready {
+			return pending, err
+		}
+		if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
+			if !notYet(err) {
+				return "", err
 			}
+			return "waiting for " + c.Name + "'s own objects: " + err.Error(), nil
 		}
-		ready, pending, err := c.Status(ctx, cl)
-		if err != nil || ready {
-			return "", err
-		}
-		return pending, nil
+		_, pending, err := c.Status(ctx, cl)
+		return pending, err
 	})
 }

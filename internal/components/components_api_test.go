@@ -298,3 +298,46 @@ func pause(ctx context.Context, t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestApplyAfterOnceReady: Apply applies a component's After objects once the rest is ready, not
+// while it waits for the rollout (at every poll, their writes would number as many as the
+// rollout took polls), and then they hold as rendered.
+func TestApplyAfterOnceReady(t *testing.T) {
+	env, cl := apiTestClients(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	node := env.AddNode(t, "after-once-node", testenv.NodeOptions{})
+	chart := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+		"metadata": map[string]any{"name": "after-once", "namespace": "kube-system"},
+		"spec":     map[string]any{"chart": "after-once", "version": "1.0.0"},
+	}}
+	after := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "after-once", "namespace": "default"},
+		"data":     map[string]any{"setting": "pinned"},
+	}}
+	c := Component{Name: "after-once", Objects: []*unstructured.Unstructured{chart}, After: []*unstructured.Unstructured{after}}
+	// The chart as rendered, and no helm-install Job yet: Apply waits for it, polling from the
+	// start, until its context ends.
+	if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, waitCancel := context.WithTimeout(ctx, 20*time.Second)
+	err := Apply(waitCtx, cl, c)
+	waitCancel()
+	if err == nil || !strings.Contains(err.Error(), "after-once to roll out") || !strings.Contains(err.Error(), "Job helm-install-after-once not created yet") {
+		t.Fatalf("Apply before the chart's Job: %v; want it stopped waiting for the Job", err)
+	}
+	configMaps := cl.Kube.CoreV1().ConfigMaps("default")
+	if _, err := configMaps.Get(ctx, "after-once", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the After object while the chart's Job was missing: %v; want it not applied yet", err)
+	}
+	createHelmJob(ctx, t, cl, fakeHelmInstallJob("after-once", "1.0.0", node.Name))
+	if err := Apply(ctx, cl, c); err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := configMaps.Get(ctx, "after-once", metav1.GetOptions{}); err != nil || cm.Data["setting"] != "pinned" {
+		t.Fatalf("the After object once the chart is ready: %v, %v", cm, err)
+	}
+}

@@ -280,7 +280,7 @@ func TestInstallNano(t *testing.T) {
 // runs beside TestInstallNano's install killed at each step: status and doctor, install's
 // verification failures, a re-run that keeps the storage mode and the console's users and takes
 // over the lock of a re-run killed holding it, kip platform, doctor failing on a broken host, the
-// recovery of a restart, and the growth onto Longhorn.
+// recovery of a restart, and the growth onto Longhorn, killed after each of its writes in turn.
 func TestNanoAfterInstall(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
