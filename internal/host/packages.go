@@ -24,14 +24,11 @@ func (f Family) MissingPackages(ctx context.Context, c *sshx.Client, pkgs []stri
 	if len(pkgs) == 0 {
 		return nil, nil
 	}
-	res, err := c.Run(ctx, f.MissingPackagesCommand(pkgs))
-	if err == nil {
-		err = res.Err()
-	}
+	out, err := c.Query(ctx, f.MissingPackagesCommand(pkgs))
 	if err != nil {
 		return nil, fmt.Errorf("check packages: %w", err)
 	}
-	return strings.Fields(string(res.Stdout)), nil
+	return strings.Fields(string(out)), nil
 }
 
 // InstallPackages installs pkgs with the family's package manager, without prompting (with apt,

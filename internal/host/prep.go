@@ -24,9 +24,14 @@ const (
 	multipathFile = "/etc/multipath/conf.d/kipper.conf"
 )
 
-// prep runs a subcommand of prep.sh on the host, one round trip, and returns its sections.
+// prep runs a subcommand of prep.sh on the host, one round trip, and returns its sections. Its
+// show only reads the host (sshx.Client.Query); the others change it.
 func prep(ctx context.Context, c *sshx.Client, args ...string) (map[string]string, error) {
-	out, err := c.Output(ctx, sshx.Command("sh", append([]string{"-c", prepScript, "kip-prep"}, args...)...))
+	run := c.Output
+	if args[0] == "show" {
+		run = c.Query
+	}
+	out, err := run(ctx, sshx.Command("sh", append([]string{"-c", prepScript, "kip-prep"}, args...)...))
 	if err != nil {
 		return nil, err
 	}
