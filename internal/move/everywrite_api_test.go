@@ -317,6 +317,42 @@ func (m *moveEnv) startPaused(ctx context.Context, t *testing.T, ref service.Ref
 	return h, pause
 }
 
+// releasedSettled lists the volumes once the controller-manager's volume controller has caught up
+// with the claims of ns: a volume whose claim is gone, or was made again (another UID), turns
+// Released (or Failed) when that controller next syncs it, which is after kip ends, at a time no test
+// decides. It waits for that (a minute at most: the controller reacts to the claim's deletion
+// and resyncs every 15 s) so the phase described is the one the volume settles in.
+func (m *moveEnv) releasedSettled(ctx context.Context, t *testing.T, ref service.Ref) *corev1.PersistentVolumeList {
+	t.Helper()
+	var pvs *corev1.PersistentVolumeList
+	if err := kube.Poll(ctx, time.Minute, "the volume controller to release the volumes of deleted claims", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if pvs, err = m.cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{}); err != nil {
+			return false, "", err
+		}
+		claims, err := m.cl.Kube.CoreV1().PersistentVolumeClaims(ref.Namespace()).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		uids := map[string]types.UID{}
+		for _, c := range claims.Items {
+			uids[c.Name] = c.UID
+		}
+		for _, pv := range pvs.Items {
+			c := pv.Spec.ClaimRef
+			if c == nil || c.Namespace != ref.Namespace() || !ofService(c.Name, ref) || c.UID == "" || uids[c.Name] == c.UID ||
+				pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed {
+				continue
+			}
+			return false, fmt.Sprintf("volume %s is %s, its claim %s gone", pv.Name, pv.Status.Phase, c.Name), nil
+		}
+		return true, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pvs
+}
+
 // endState describes, with the service's name written SVC, everything a move of ref leaves: the
 // service, its claims and what each is bound to, every volume its claims named (reclaim policy,
 // phase, kip's and Velero's labels and annotations), the Longhorn volumes, the move's claim,
@@ -332,10 +368,7 @@ func (m *moveEnv) endState(ctx context.Context, t *testing.T, ref service.Ref, d
 		t.Fatal(err)
 	}
 	add("service: class %q, stopped %v, move %q, phase %s", svc.StorageClass, svc.Stopped, svc.Move, svc.Phase)
-	pvs, err := m.cl.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pvs := m.releasedSettled(ctx, t, ref)
 	names := map[string]string{} // volume name → how the description calls it
 	for _, pv := range pvs.Items {
 		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != ns || !ofService(pv.Spec.ClaimRef.Name, ref) {
