@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/move"
@@ -40,6 +41,7 @@ its workload (docs/console.md). Every command names the service with --project a
 		newServiceDeleteCmd(f),
 		newServiceActionCmd(f, "recreate-dump", "Replace a database service's dump volume with an empty one",
 			"The service stops while its dump volume is replaced and starts again if it was running; the next\nscheduled dump fills the new volume. Refused while a move of the service's data is not finished.", true, service.RecreateDump),
+		newServiceRestoreDumpCmd(f),
 		newServiceAddCmd(f),
 		newServiceUpdateCmd(f),
 		newServiceStorageCmd(f),
@@ -98,6 +100,38 @@ create --project P --wait'); on one without, pass --no-backup. See docs/moves.md
 	longhorn.Flags().BoolVar(&o.NoBackup, "no-backup", false, "move on a cluster without backups")
 	longhorn.Flags().BoolVar(&o.Rollback, "rollback", false, "undo an unfinished move: the service starts on its local volume again")
 	cmd.AddCommand(longhorn)
+	return cmd
+}
+
+// newServiceRestoreDumpCmd is kip service restore-dump, the nano profile's check of a Postgres
+// service's backup.
+func newServiceRestoreDumpCmd(f *cli.Factory) *cobra.Command {
+	o := &backup.RestoreDumpOptions{}
+	cmd := &cobra.Command{
+		Use:   "restore-dump NAME [--project P --environment E] [--backup BACKUP]",
+		Short: "Check a Postgres service's backup: restore its database dump into a scratch database and report what it holds",
+		Long: `Check a Postgres service's backup without a second copy of the service: kip restores the
+service's dump volume from the newest completed backup that holds it (or the one --backup names)
+into a scratch namespace, <namespace>-<service>-dump, starts a scratch Postgres from the service's
+own image beside it, loads the newest pg_dump archive on the volume into it, and reports each
+table and its rows. The scratch namespace is removed at the end, also when the load fails. The
+service, its volumes and its namespace are not touched.
+
+The scratch database uses up to 512 MiB of memory and, on the node's disk, up to eight times the
+archive's size (at least 1 GiB). Interrupted, the same command removes what the earlier run left
+and starts again. kip backup drill checks a whole namespace, except on the nano profile.`,
+		Example: "  kip service restore-dump db\n" +
+			"  kip service restore-dump db --project shop --environment prod --backup shop-20261206-020000",
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Options, o.Ref.Name = backupOptions(f), args[0]
+			return backup.RestoreDump(cmd.Context(), o)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Ref.Project, "project", "", "the service's project, when several have a service of that name")
+	fl.StringVar(&o.Ref.Environment, "environment", "", "the project's environment, when several have a service of that name")
+	fl.StringVar(&o.Backup, "backup", "", "the backup to restore from (default: the newest completed one that holds the dump)")
 	return cmd
 }
 

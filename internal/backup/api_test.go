@@ -32,6 +32,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
 	"kipper.run/kip/test/testenv"
 	velerotest "kipper.run/kip/test/velero"
 )
@@ -418,6 +419,7 @@ func TestVelero(t *testing.T) {
 		{"RepositoryKeyExport", testRepositoryKeyExport},
 		{"ListRequests", testListRequests},
 		{"ExcludedCopyPodIsLeftOut", testExcludedCopyPodIsLeftOut},
+		{"RestoreDumpRefusals", testRestoreDumpRefusals},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f.out.Reset()
@@ -434,6 +436,96 @@ func TestNoBackups(t *testing.T) {
 	if !errors.Is(err, backup.ErrNoBackups) || !strings.Contains(err.Error(), "kip install --host HOST --backup-storage-bucket BUCKET") ||
 		!strings.Contains(err.Error(), "resets users created in the console") {
 		t.Errorf("list without backups: %v", err)
+	}
+	err = backup.RestoreDump(context.Background(), &backup.RestoreDumpOptions{Options: f.options(), Ref: service.Ref{Name: "db"}})
+	if !errors.Is(err, backup.ErrNoBackups) {
+		t.Errorf("restore-dump without backups: %v", err)
+	}
+}
+
+// testRestoreDumpRefusals: kip service restore-dump refuses a service that is not Postgres, a
+// Postgres service no backup holds, a backup that does not hold its namespace, and one whose
+// file-system backup of the dump volume did not complete (here Velero has no node agent, as a
+// cluster whose node agent is down), each saying what to do, before it writes anything.
+func testRestoreDumpRefusals(t *testing.T, f *fixture) {
+	f.record(t, cluster.ProfileNano, cluster.BackupsExternal)
+	ctx := context.Background()
+	project := f.env.Namespace(t)
+	ref := service.Ref{Project: project, Environment: "prod", Name: "db"}
+	ns := ref.Namespace()
+	p := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": project}, "spec": map[string]any{"environments": []any{map[string]any{"name": "prod"}}}}}
+	if _, err := f.cl.Dynamic.Resource(projectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.cl.Dynamic.Resource(projectsGVR).Delete(context.Background(), project, metav1.DeleteOptions{}) })
+	if _, err := f.cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	for name, typ := range map[string]string{"db": "postgres", "cache": "redis"} {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": map[string]any{"type": typ, "storage": "1Gi"}}}
+		if _, err := f.cl.Dynamic.Resource(service.ServicesGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The service's pod, mounting its claims, as the console runs it.
+	f.boundClaim(t, ns, "data-db-0")
+	f.boundClaim(t, ns, "dump-db-0")
+	claim := func(name string) corev1.Volume {
+		return corev1.Volume{Name: strings.Split(name, "-")[0], VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}
+	}
+	labels := map[string]string{service.Label: "db"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Spec: appsv1.StatefulSetSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: "db",
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: testenv.FastPodAnnotations()},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "registry.example/postgres:17",
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "dump", MountPath: "/dump"}}}},
+				Volumes:     []corev1.Volume{claim("data-db-0"), claim("dump-db-0")},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}}}
+	if _, err := f.cl.Kube.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitRollout(ctx, f.cl, "StatefulSet", ns, "db", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name, from string) error {
+		return backup.RestoreDump(ctx, &backup.RestoreDumpOptions{Options: f.options(), Ref: service.Ref{Name: name}, Backup: from})
+	}
+	for _, c := range []struct{ name, from, want string }{
+		{"cache", "", "service cache in " + ns + " is a redis service: kip service restore-dump restores a Postgres service's database dump"},
+		{"db", "", "no backup holds " + ns + ": back the service up with 'kip backup create --namespace " + ns + " --wait' first"},
+		{"db", "no-such-backup", `no backup "no-such-backup"`},
+	} {
+		if err := run(c.name, c.from); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("restore-dump %s (backup %q) = %v, want %q", c.name, c.from, err, c.want)
+		}
+	}
+	other := f.env.Namespace(t)
+	f.service(t, other, "web")
+	elsewhere, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{other}, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run("db", elsewhere); err == nil || !strings.Contains(err.Error(), "backup "+elsewhere+" does not hold namespace "+ns) {
+		t.Errorf("restore-dump from a backup of another namespace = %v", err)
+	}
+	// Velero finds no node agent for the pod's volumes: the backup holds no dump.
+	held, _ := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Namespaces: []string{ns}, Wait: true})
+	if held == "" {
+		t.Fatal("no backup of " + ns + " was started")
+	}
+	err = run("db", held)
+	if err == nil || !strings.Contains(err.Error(), "backup "+held+" is not a completed backup") || !strings.Contains(err.Error(), "dump-db-0") ||
+		!strings.Contains(err.Error(), "name another with --backup") {
+		t.Errorf("restore-dump from a backup without the dump = %v", err)
+	}
+	if err := run("db", ""); err == nil || !strings.Contains(err.Error(), "no completed backup holds "+ns+"; the newest, backup "+held) {
+		t.Errorf("restore-dump with no completed backup of the dump = %v", err)
+	}
+	if _, err := f.cl.Kube.CoreV1().Namespaces().Get(ctx, ns+"-db-dump", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused restore-dump left its scratch namespace: %v", err)
 	}
 }
 

@@ -193,47 +193,39 @@ func everyNamespaceHas(kind, name string, obj map[string]any) bool {
 	return false
 }
 
-// restore creates the Restore and waits until it finishes.
+// restore restores the namespaces of backup b (under the names mapping gives them), and waits
+// until Velero finishes.
 func (e *env) restore(ctx context.Context, b *velerov1.Backup, namespaces []string, mapping map[string]string) (*velerov1.Restore, error) {
+	return e.restoreSpec(ctx, b, velerov1.RestoreSpec{IncludedNamespaces: namespaces, NamespaceMapping: mapping}, nil)
+}
+
+// restoreSpec creates a Restore of backup b with spec and labels, and waits until it finishes.
+func (e *env) restoreSpec(ctx context.Context, b *velerov1.Backup, spec velerov1.RestoreSpec, labels map[string]string) (*velerov1.Restore, error) {
+	spec.BackupName = b.Name
 	r := &velerov1.Restore{
 		TypeMeta: metav1.TypeMeta{APIVersion: velerov1.SchemeGroupVersion.String(), Kind: "Restore"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      restoreName(b.Name, e.o.now()),
 			Namespace: components.VeleroNamespace,
+			Labels:    labels,
 		},
-		Spec: velerov1.RestoreSpec{BackupName: b.Name, IncludedNamespaces: namespaces, NamespaceMapping: mapping},
+		Spec: spec,
 	}
 	created, err := kube.CreateAs(ctx, e.cl.Dynamic, restoresGVR, components.VeleroNamespace, r)
 	if err != nil {
 		return nil, veleroErr("create restore", err)
 	}
-	into := make([]string, len(namespaces))
-	for i, ns := range namespaces {
+	into := make([]string, len(spec.IncludedNamespaces))
+	for i, ns := range spec.IncludedNamespaces {
 		into[i] = ns
-		if t := target(ns, mapping); t != ns {
+		if t := target(ns, spec.NamespaceMapping); t != ns {
 			into[i] = ns + " as " + t
 		}
 	}
 	p := e.o.Printer
 	p.StepStarted(fmt.Sprintf("Restoring %s from backup %s (restore %s)", joinAnd(into), b.Name, created.Name))
 	start := time.Now()
-	var cur *velerov1.Restore
-	err = kube.Poll(ctx, RestoreTimeout, "restore "+created.Name, func(ctx context.Context) (bool, string, error) {
-		got, err := kube.GetAs[velerov1.Restore](ctx, e.cl.Dynamic, restoresGVR, components.VeleroNamespace, created.Name)
-		if err != nil {
-			return false, "", err
-		}
-		cur = got
-		switch got.Status.Phase {
-		case velerov1.RestorePhaseCompleted, velerov1.RestorePhasePartiallyFailed, velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
-			return true, "", nil
-		}
-		pending := "phase " + orNew(string(got.Status.Phase))
-		if pr := got.Status.Progress; pr != nil && pr.TotalItems > 0 {
-			pending += fmt.Sprintf(", %d of %d items", pr.ItemsRestored, pr.TotalItems)
-		}
-		return false, pending, nil
-	})
+	cur, err := e.waitRestore(ctx, created.Name)
 	if err != nil {
 		p.StepFailed("Restore "+created.Name, err)
 		if ctx.Err() != nil {
@@ -253,6 +245,37 @@ func (e *env) restore(ctx context.Context, b *velerov1.Backup, namespaces []stri
 	}
 	p.StepDone(msg, time.Since(start))
 	return cur, nil
+}
+
+// restoreEnded reports whether Velero has finished restore r, one way or another.
+func restoreEnded(r *velerov1.Restore) bool {
+	switch r.Status.Phase {
+	case velerov1.RestorePhaseCompleted, velerov1.RestorePhasePartiallyFailed, velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
+		return true
+	}
+	return false
+}
+
+// waitRestore waits until Velero has finished the restore named name, and returns it as it
+// ended (or as it was last read, with the error).
+func (e *env) waitRestore(ctx context.Context, name string) (*velerov1.Restore, error) {
+	var cur *velerov1.Restore
+	err := kube.Poll(ctx, RestoreTimeout, "restore "+name, func(ctx context.Context) (bool, string, error) {
+		got, err := kube.GetAs[velerov1.Restore](ctx, e.cl.Dynamic, restoresGVR, components.VeleroNamespace, name)
+		if err != nil {
+			return false, "", err
+		}
+		cur = got
+		if restoreEnded(got) {
+			return true, "", nil
+		}
+		pending := "phase " + orNew(string(got.Status.Phase))
+		if pr := got.Status.Progress; pr != nil && pr.TotalItems > 0 {
+			pending += fmt.Sprintf(", %d of %d items", pr.ItemsRestored, pr.TotalItems)
+		}
+		return false, pending, nil
+	})
+	return cur, err
 }
 
 func failure(r *velerov1.Restore) string {
