@@ -458,7 +458,9 @@ func testRestoreDumpRefusals(t *testing.T, f *fixture) {
 	if _, err := f.cl.Dynamic.Resource(projectsGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.cl.Dynamic.Resource(projectsGVR).Delete(context.Background(), project, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		f.cl.Dynamic.Resource(projectsGVR).Delete(context.Background(), project, metav1.DeleteOptions{})
+	})
 	if _, err := f.cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
