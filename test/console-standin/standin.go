@@ -56,12 +56,24 @@ type Standin struct {
 	// Image and Command run each service's container.
 	Image   string
 	Command []string
+	// Workloads run the services of the types they name otherwise: their own image, command,
+	// environment and pod annotations (such as Velero's backup hooks, which console-api puts on
+	// a database's pod for its consistent dumps).
+	Workloads map[string]Workload
 	// Interval is how often it reconciles everything when nothing it watches changed: it
 	// reconciles on every change to Projects, Services, namespaces, StatefulSets and Nodes, as
 	// console-api's controllers react to their watches.
 	Interval time.Duration
 	// Logf receives what it does and what fails.
 	Logf func(format string, args ...any)
+}
+
+// Workload is how the services of one type run.
+type Workload struct {
+	Image       string
+	Command     []string
+	Env         []corev1.EnvVar
+	Annotations map[string]string
 }
 
 // Run reconciles until ctx ends.
@@ -299,6 +311,10 @@ func (s *Standin) statefulSet(owner *unstructured.Unstructured, svc *service.Ser
 	if svc.Copies == 2 {
 		dataClass = cluster.LonghornTwoCopiesClass
 	}
+	run := Workload{Image: s.Image, Command: s.Command}
+	if w, ok := s.Workloads[svc.Type]; ok {
+		run = w
+	}
 	claims := []corev1.PersistentVolumeClaim{claim("data", size, dataClass)}
 	if svc.DumpClaim() != "" {
 		claims = append(claims, claim("dump", resource.MustParse(dumpSize), svc.StorageClass))
@@ -313,10 +329,10 @@ func (s *Standin) statefulSet(owner *unstructured.Unstructured, svc *service.Ser
 			Selector:             &metav1.LabelSelector{MatchLabels: labels},
 			VolumeClaimTemplates: claims,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: run.Annotations},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](5),
-					Containers: []corev1.Container{{Name: svc.Type, Image: s.Image, Command: s.Command,
+					Containers: []corev1.Container{{Name: svc.Type, Image: run.Image, Command: run.Command, Env: run.Env,
 						Resources: res, VolumeMounts: mounts}},
 				},
 			},

@@ -70,7 +70,7 @@ type moveLab struct {
 // the cluster record of a cluster grown onto Longhorn without backups), the Longhorn stand-in
 // and the console stand-in turning Kipper's objects into workloads. The data mover's image is
 // not imported: the host's containerd gets it from kip's first move there.
-func setUpMoveLab(ctx context.Context, t testing.TB, host int) *moveLab {
+func setUpMoveLab(ctx context.Context, t testing.TB, host int, configure ...func(*consolestandin.Standin)) *moveLab {
 	t.Helper()
 	s := e2e.Get(t)
 	h := s.Own(t, host)[0]
@@ -127,6 +127,9 @@ func setUpMoveLab(ctx context.Context, t testing.TB, host int) *moveLab {
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
 		Command:  []string{"sh", "-c", `trap "exit 0" TERM; while :; do sleep 1; done`},
 		Interval: 5 * time.Second, Logf: t.Logf}
+	for _, c := range configure {
+		c(console)
+	}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	return &moveLab{s: s, h: h, c: c, cfg: cfg, kubeconfig: kubeconfig, home: s.Home(t)}

@@ -337,13 +337,11 @@ func (l *moveLab) crash(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	}
 }
 
-// prunedAfterBackup is TestMovePrunedAfterBackup: moves on a cluster with backups (Velero as its
-// chart runs it, with file-system backups through its node agent, into gofakes3 on the lab's
-// gateway): the move refuses to start without a backup of the project; the backup it then
-// relies on, made before the move, does not count for the prune; one made after it does, unless
-// it has expired or is being deleted; a Postgres service with consistent backups waits the day
-// whatever the backups.
-func (l *moveLab) prunedAfterBackup(ctx context.Context, t *testing.T) {
+// startVelero runs Velero in the lab's cluster as its chart runs it (file-system backups through
+// its node agent, into gofakes3 on the lab's gateway) and records external backup storage, as
+// kip install does.
+func (l *moveLab) startVelero(ctx context.Context, t *testing.T) {
+	t.Helper()
 	if err := e2e.ImportVeleroImages(ctx, l.h); err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +355,16 @@ func (l *moveLab) prunedAfterBackup(ctx context.Context, t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// prunedAfterBackup is TestMovePrunedAfterBackup: moves on a cluster with backups (Velero as its
+// chart runs it, with file-system backups through its node agent, into gofakes3 on the lab's
+// gateway): the move refuses to start without a backup of the project; the backup it then
+// relies on, made before the move, does not count for the prune; one made after it does, unless
+// it has expired or is being deleted; a Postgres service with consistent backups waits the day
+// whatever the backups.
+func (l *moveLab) prunedAfterBackup(ctx context.Context, t *testing.T) {
+	l.startVelero(ctx, t)
 	cache := service.Ref{Project: "books", Environment: "prod", Name: "cache"}
 	ledger := service.Ref{Project: "books", Environment: "prod", Name: "ledger"}
 	l.project(ctx, t, "books", "prod")
