@@ -168,6 +168,7 @@ func RestoreDump(ctx context.Context, o *RestoreDumpOptions) error {
 	if err := e.removeDumpScratch(rmCtx, plan); err != nil {
 		return errors.Join(runErr, err)
 	}
+	e.o.Printer.Success("Removed the scratch namespace " + plan.scratch)
 	if runErr != nil {
 		return runErr
 	}
@@ -270,6 +271,7 @@ func (e *env) clearDump(ctx context.Context, p *dumpPlan) error {
 			return err
 		}
 	}
+	left := false
 	got, err := e.cl.Kube.CoreV1().Namespaces().Get(ctx, p.scratch, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -279,8 +281,20 @@ func (e *env) clearDump(ctx context.Context, p *dumpPlan) error {
 		return fmt.Errorf("namespace %s exists and is not the scratch namespace of a restore-dump of service %s (no labels %s): "+
 			"kip service restore-dump restores into it, so rename or remove it first", p.scratch, p.svc.Ref, p.selector())
 	default:
-		e.o.Printer.Info("Removing the scratch namespace " + p.scratch + " an earlier kip service restore-dump left")
+		left = true
 	}
+	_, err = e.cl.Kube.CoreV1().ConfigMaps(components.VeleroNamespace).Get(ctx, p.modifierName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("read the restore's resource modifier %s/%s: %w", components.VeleroNamespace, p.modifierName(), err)
+	default:
+		left = true
+	}
+	if !left {
+		return nil
+	}
+	e.o.Printer.Info("Removing the scratch namespace " + p.scratch + " and resource modifier an earlier kip service restore-dump left")
 	return e.removeDumpScratch(ctx, p)
 }
 
