@@ -155,6 +155,22 @@ func TestPostgresImage(t *testing.T) {
 		}
 	}
 
+	// A new container on the same data directory, as a restarted pod on its volume: no
+	// initialisation, the data kept.
+	srv = startContainer(t, r, "", []string{"POSTGRES_USER=kipper", "POSTGRES_DB=app", "POSTGRES_HOST_AUTH_METHOD=trust", "PGDATA=/tmp/pgdata"},
+		image("postgres", "-c", "listen_addresses=127.0.0.1", "-p", port)...)
+	srv.clientEnv = []string{"PGHOST=127.0.0.1", "PGPORT=" + port, "PGUSER=kipper"}
+	srv.waitReady(t, "app")
+	if got := client("psql", "-d", "scratch", "-Atc", "SELECT count(*) FROM items"); got != "1000" {
+		t.Errorf("scratch's items after a restart: %q, want 1000", got)
+	}
+	if err := srv.stop(); err != nil {
+		t.Errorf("the restarted server after SIGINT: %v, want exit status 0", err)
+	}
+	if log, _ := os.ReadFile(srv.logPath); !strings.Contains(string(log), "Skipping initialization") || strings.Contains(string(log), "init script ran") {
+		t.Errorf("the restarted container initialised again")
+	}
+
 	// With POSTGRES_PASSWORD (and the defaults: user and database postgres, port 5432), a
 	// connection from another address needs the password (scram-sha-256); initdb's own lines
 	// trust the loopback address, as in the official image. So this container has a network
