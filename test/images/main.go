@@ -181,14 +181,14 @@ var images = []image{
 		entrypoint: []string{"/bin/sh", "-c", "cp /plugins/velero-plugin-for-aws /target/velero-plugin-for-aws"},
 	},
 	// PostgreSQL 15 under the official image's reference: Debian's real server and client
-	// programs, the modules the server loads (not LLVM's JIT: without it the server runs without
-	// JIT), initdb's data, the time zones Debian's build reads from the system, glibc's C.UTF-8
-	// locale and its locale program (initdb imports the collations locale -a lists), with the
-	// libraries they load; busybox for the shell and tools. What stands
-	// in is the entrypoint (docker-entrypoint.sh), which keeps the official one's environment
-	// interface. The account, directories, environment, stop signal, port and volume are the
-	// official image's (github.com/docker-library/postgres, 15/bookworm/Dockerfile), but LANG is
-	// C.UTF-8 (the official en_US.utf8 needs the locales package).
+	// programs, the modules the server loads (not LLVM's JIT, which it then runs without),
+	// initdb's data, the time zones Debian's build reads from the system, glibc's C.UTF-8 locale
+	// and its locale program (initdb imports the collations locale -a lists), with the libraries
+	// they load; busybox for the shell and tools. What stands in is the entrypoint
+	// (docker-entrypoint.sh), which keeps the official one's environment interface. The account,
+	// directories, environment, stop signal, port and volume are the official image's
+	// (github.com/docker-library/postgres, 15/bookworm/Dockerfile), but LANG is C.UTF-8 (the
+	// official en_US.utf8 needs the locales package).
 	{
 		file: "postgres.tar", ref: "docker.io/library/postgres:15", set: setPostgres, busybox: true,
 		host:   []string{pgBin, pgLib, pgShare, "/usr/share/zoneinfo", "/usr/lib/locale/C.utf8", "/usr/bin/locale"},
@@ -205,8 +205,7 @@ var images = []image{
 		scripts:    map[string]string{"/usr/local/bin/docker-entrypoint.sh": postgresEntrypoint},
 		entrypoint: []string{"docker-entrypoint.sh"},
 		cmd:        []string{"postgres"},
-		env: []string{defaultPath + ":" + pgBin, "LANG=C.UTF-8", "PG_MAJOR=15",
-			"PGDATA=/var/lib/postgresql/data"},
+		env:        []string{defaultPath + ":" + pgBin, "LANG=C.UTF-8", "PG_MAJOR=15", "PGDATA=/var/lib/postgresql/data"},
 		stopSignal: "SIGINT",
 		ports:      []string{"5432/tcp"},
 		volumes:    []string{"/var/lib/postgresql/data"},
