@@ -34,13 +34,13 @@ export GO TESTFLAGS
 test:
 	sh tools/test.sh
 
-## test-deps: install the Debian packages the tests use (sshd, sudo, busybox-static for the lab's images, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
+## test-deps: install the Debian packages the tests use (sshd, sudo, busybox-static for the lab's images, PostgreSQL 15 for its postgres image, and the lab's: systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables)
 test-deps:
 	sh test/deps.sh
 
-## testenv: build (or reuse from ~/.cache/kip) the test environment from the one module graph of tools/testenv: the control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok), the node components (kubelet, kube-proxy, containerd, CoreDNS, the local-path provisioner) with the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, and the CSI sidecars of the lab's Longhorn stand-in
+## testenv: build (or reuse from ~/.cache/kip) the test environment from the one module graph of tools/testenv: the control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok), the node components (kubelet, kube-proxy, containerd, CoreDNS, the local-path provisioner) with the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, the CSI sidecars of the lab's Longhorn stand-in, and the lab's PostgreSQL image (docker.io/library/postgres:15 from Debian's PostgreSQL 15, with a stand-in entrypoint)
 testenv:
-	for part in modules control node velero csi; do sh tools/testenv.sh $$part || exit 1; done
+	for part in modules control node velero csi postgres; do sh tools/testenv.sh $$part || exit 1; done
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps

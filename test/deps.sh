@@ -3,8 +3,9 @@
 # tests; systemd-nspawn, debootstrap, apt-cacher-ng, zstd, iptables and iproute2 for the lab hosts
 # (test/lab), and e2fsprogs and mount for their Longhorn disks (mkfs.ext4, mount -o loop, losetup:
 # Priority required, but not Essential, so a minimal system may lack them); busybox-static for the
-# lab's container images; acl and attr (getfacl, getfattr) for the data mover's tests. No service is
-# started: the lab runs its own apt-cacher-ng.
+# lab's container images, and postgresql-15 and postgresql-client-15 for its postgres image; acl and
+# attr (getfacl, getfattr) for the data mover's tests. No service is started: the lab runs its own
+# apt-cacher-ng, and the PostgreSQL packages' own server is not wanted.
 set -eu
 
 missing=""
@@ -25,6 +26,10 @@ want losetup mount
 # The data mover's tests compare trees with getfacl and getfattr.
 want getfacl acl
 want getfattr attr
+# The lab's postgres image is built from Debian's PostgreSQL 15 server and client programs
+# (test/images -set postgres), which are not on PATH.
+want /usr/lib/postgresql/15/bin/postgres postgresql-15
+want /usr/lib/postgresql/15/bin/pg_restore postgresql-client-15
 # The lab's container images are built from Debian's static busybox (test/images); the busybox
 # package's is dynamically linked.
 if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then

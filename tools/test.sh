@@ -58,6 +58,7 @@ step phase "build: control plane" sh tools/testenv.sh control
 step phase "build: node components and the lab's container images" sh tools/testenv.sh node
 step phase "build: Velero" sh tools/testenv.sh velero
 step phase "build: CSI sidecars" sh tools/testenv.sh csi
+step phase "build: PostgreSQL image" sh tools/testenv.sh postgres
 step phase "build: kip (bin/kip-fault) and the k3s stand-in" make --no-print-directory build-fault k3s-standin
 # The packages with fault-injection tests run again with -tags kipfault, beside the other tiers:
 # their kill-after-every-write tests run kip once per write and mostly wait on it.

@@ -19,6 +19,9 @@
 #            bin/velero, with Velero's container images
 #   csi      the CSI sidecars of the lab's Longhorn stand-in, bin/csi: external-provisioner,
 #            external-attacher and external-resizer
+#   postgres the lab's PostgreSQL image (images/postgres.tar, docker.io/library/postgres:15;
+#            test/images -set postgres), bin/postgres: Debian's PostgreSQL 15 from this machine's
+#            packages (make test-deps installs them) with a stand-in entrypoint
 #   lab      the lab hosts' base image (test/lab, cached in ~/.cache/kip/lab; make lab-image)
 #
 # Each part prints whether it was cached, and writes it to the file KIP_PHASE_NOTE names
@@ -236,6 +239,30 @@ csi)
 	fi
 	link csi "$dir"
 	;;
+postgres)
+	# Built from this machine's PostgreSQL 15 and busybox, not from tools/testenv: the stamp is
+	# the recipe (test/images) and the Debian packages the image's files come from.
+	for p in /usr/lib/postgresql/15/bin/postgres /usr/lib/postgresql/15/bin/pg_restore; do
+		[ -x "$p" ] || {
+			echo "testenv postgres: $p is missing: run make test-deps (Debian's postgresql-15 and postgresql-client-15)" >&2
+			exit 1
+		}
+	done
+	pg_stamp=$( (cat "$root"/test/images/*.go "$root"/test/images/*.sh
+		dpkg-query -W -f '${Package} ${Version}\n' postgresql-15 postgresql-client-15 libc6 busybox-static 2>/dev/null) | sha256sum | cut -c1-16)
+	dir=$cache_root/postgres/$pg_stamp
+	if cached "$dir"; then
+		note "cached in $dir"
+	else
+		echo "testenv postgres: building the PostgreSQL $(dpkg-query -W -f '${Version}' postgresql-15) image into $dir"
+		mkdir -p "$tmp/images"
+		(cd "$root" && go run ./test/images -set postgres -busybox /bin/busybox -out "$tmp/images")
+		dpkg-query -W -f '${Package} ${Version}\n' postgresql-15 postgresql-client-15 >"$tmp/VERSIONS"
+		done_ "$dir"
+		note "built ($(du -h "$dir/images/postgres.tar" | cut -f1))"
+	fi
+	link postgres "$dir"
+	;;
 lab)
 	out=$(cd "$root" && go run ./test/lab/cmd/kiplab image 2>&1) || {
 		echo "$out" >&2
@@ -248,7 +275,7 @@ lab)
 	esac
 	;;
 *)
-	echo "usage: testenv.sh modules|control|node|velero|csi|lab" >&2
+	echo "usage: testenv.sh modules|control|node|velero|csi|postgres|lab" >&2
 	exit 2
 	;;
 esac

@@ -45,6 +45,15 @@ const StandinImagesDir = "/var/lib/rancher/k3s/agent/images"
 // import on the hosts that run Velero (ImportVeleroImages).
 const VeleroDir = "/opt/kip-velero"
 
+// PostgresDir is where lab hosts find the lab's PostgreSQL image (sh tools/testenv.sh postgres;
+// bind-mounted read-only from bin/postgres): images/postgres.tar, which tests import on the hosts
+// that run a Postgres pod (ImportPostgresImage).
+const PostgresDir = "/opt/kip-postgres"
+
+// PostgresImage is the reference of the lab's PostgreSQL image: the official image's, holding
+// Debian's PostgreSQL 15 with a stand-in entrypoint (test/images -set postgres).
+const PostgresImage = "docker.io/library/postgres:15"
+
 // Suite is what a package's end-to-end tests share.
 type Suite struct {
 	Lab *lab.Lab
@@ -127,10 +136,34 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 		return nil, fmt.Errorf("velero's test binaries are not built: run make testenv (%v)", err)
 	}
 	opts.ReadOnly = append(opts.ReadOnly, lab.Bind{Source: veleroDir, Target: VeleroDir})
+	postgresDir, err := PostgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	if postgresDir, err = filepath.EvalSymlinks(postgresDir); err != nil {
+		return nil, fmt.Errorf("the lab's PostgreSQL image is not built: run make testenv (sh tools/testenv.sh postgres) (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(postgresDir, "images", "postgres.tar")); err != nil {
+		return nil, fmt.Errorf("the lab's PostgreSQL image is not built: run make testenv (sh tools/testenv.sh postgres) (%v)", err)
+	}
+	opts.ReadOnly = append(opts.ReadOnly, lab.Bind{Source: postgresDir, Target: PostgresDir})
 	if s.Lab, err = lab.Up(ctx, n, opts); err != nil {
 		return nil, fmt.Errorf("bring up a lab of %d hosts: %w", n, err)
 	}
 	return s, nil
+}
+
+// PostgresBinDir is the build of the lab's PostgreSQL image: $KIP_POSTGRES_BIN, else the
+// checkout's bin/postgres (sh tools/testenv.sh postgres).
+func PostgresBinDir() (string, error) {
+	if d := os.Getenv("KIP_POSTGRES_BIN"); d != "" {
+		return d, nil
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin", "postgres"), nil
 }
 
 // StandinBinds bind the test environment's binaries (bins, usually bin/testenv) into lab hosts

@@ -213,6 +213,18 @@ func ImportVeleroImages(ctx context.Context, h *lab.Host) error {
 	return nil
 }
 
+// ImportPostgresImage imports the lab's PostgreSQL image (PostgresDir/images/postgres.tar,
+// PostgresImage) into h's containerd, as an operator imports images with k3s ctr: only the hosts
+// that run a Postgres pod need it.
+func ImportPostgresImage(ctx context.Context, h *lab.Host) error {
+	cmd := sshx.Command(StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io",
+		"images", "import", PostgresDir+"/images/postgres.tar")
+	if out, err := h.Run(ctx, cmd); err != nil {
+		return fmt.Errorf("import %s on %s: %w\n%s", PostgresImage, h.Name, err, out)
+	}
+	return nil
+}
+
 // LogK3sOnFailure has t log the last lines of k3s's journal on h (and of k3s-agent's) when t
 // fails, before the lab goes: why a k3s start failed is there.
 func LogK3sOnFailure(t testing.TB, h *lab.Host) {

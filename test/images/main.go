@@ -1,25 +1,31 @@
 // Command images builds the container image archives the test lab's hosts import into
 // containerd (ctr -n k8s.io images import), the way a k3s airgap install imports
 // /var/lib/rancher/k3s/agent/images/*.tar: no docker, no registry. Each image is one
-// deterministic layer holding binaries built elsewhere (-bin, by make testenv) or Debian's
-// static busybox, tagged with the reference k3s itself uses so that pod specs are the same in
-// the lab and on a real cluster.
+// deterministic layer holding binaries built elsewhere (-bin, by make testenv), Debian's
+// static busybox, or programs installed on this machine with the shared libraries they load
+// (-set postgres: Debian's PostgreSQL 15), tagged with the reference k3s itself uses (or the
+// image's official one) so that pod specs are the same in the lab and on a real cluster.
 //
-//	go run ./test/images -bin DIR -busybox /bin/busybox -out DIR
+//	go run ./test/images [-set testenv|velero] -bin DIR -busybox /bin/busybox -out DIR
+//	go run ./test/images -set postgres -busybox /bin/busybox -out DIR
 package main
 
 import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	_ "embed"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -57,17 +63,56 @@ type image struct {
 	entrypoint []string
 	cmd        []string
 	env        []string
-	// set is the -set that builds the image: setTestenv (the default) or setVelero.
+	// set is the -set that builds the image: setTestenv (the default), setVelero or setPostgres.
 	set string
+
+	// host are paths on this machine copied at the same paths: files, and directory trees with
+	// their files, directories and symlinks (host modes); every dynamically linked ELF file among
+	// them brings the shared libraries ldd lists for it, the dynamic loader included, at the
+	// paths ldd gives. skip are host paths left out of host's trees.
+	host, skip []string
+	// passwd and group are lines appended to /etc/passwd and /etc/group.
+	passwd, group string
+	dirs          map[string]dirSpec // more directories: path → mode and owner
+	links         map[string]string  // symlinks: path → target
+	scripts       map[string]string  // executable files (path → content), mode 0755
+	stopSignal    string             // the config's StopSignal
+	ports         []string           // the config's ExposedPorts ("5432/tcp")
+	volumes       []string           // the config's Volumes
+}
+
+// dirSpec is a directory of an image: its mode (with the sticky and set-id bits) and its owner
+// (uid and gid alike).
+type dirSpec struct {
+	mode int64
+	uid  int
 }
 
 // Image sets: -set testenv builds the lab's own images from make testenv's binaries (-bin
 // bin/testenv); -set velero builds Velero's from those of sh tools/testenv.sh velero (-bin bin/velero), which the
-// backup tests import on the hosts that run Velero.
+// backup tests import on the hosts that run Velero; -set postgres builds PostgreSQL's from this
+// machine's Debian packages (sh tools/testenv.sh postgres, into bin/postgres; no -bin).
 const (
-	setTestenv = "testenv"
-	setVelero  = "velero"
+	setTestenv  = "testenv"
+	setVelero   = "velero"
+	setPostgres = "postgres"
 )
+
+// Debian's PostgreSQL 15 (packages postgresql-15 and postgresql-client-15): its programs, the
+// modules they load and the data initdb reads.
+const (
+	pgBin   = "/usr/lib/postgresql/15/bin"
+	pgLib   = "/usr/lib/postgresql/15/lib"
+	pgShare = "/usr/share/postgresql/15"
+	// pgUID is the official image's postgres user and group (uid and gid 999).
+	pgUID = 999
+)
+
+// postgresEntrypoint is the postgres image's /usr/local/bin/docker-entrypoint.sh, a stand-in
+// for the official image's.
+//
+//go:embed docker-entrypoint.sh
+var postgresEntrypoint string
 
 // images is what the tool builds; adding an image is one entry.
 var images = []image{
@@ -135,6 +180,36 @@ var images = []image{
 		env:        []string{defaultPath},
 		entrypoint: []string{"/bin/sh", "-c", "cp /plugins/velero-plugin-for-aws /target/velero-plugin-for-aws"},
 	},
+	// PostgreSQL 15 under the official image's reference: Debian's real server and client
+	// programs, the modules the server loads (not LLVM's JIT, which it then runs without),
+	// initdb's data, the time zones Debian's build reads from the system, glibc's C.UTF-8 locale
+	// and its locale program (initdb imports the collations locale -a lists), with the libraries
+	// they load; busybox for the shell and tools. What stands in is the entrypoint
+	// (docker-entrypoint.sh), which keeps the official one's environment interface. The account,
+	// directories, environment, stop signal, port and volume are the official image's
+	// (github.com/docker-library/postgres, 15/bookworm/Dockerfile), but LANG is C.UTF-8 (the
+	// official en_US.utf8 needs the locales package).
+	{
+		file: "postgres.tar", ref: "docker.io/library/postgres:15", set: setPostgres, busybox: true,
+		host:   []string{pgBin, pgLib, pgShare, "/usr/share/zoneinfo", "/usr/lib/locale/C.utf8", "/usr/bin/locale"},
+		skip:   []string{pgLib + "/bitcode", pgLib + "/pgxs", pgLib + "/llvmjit.so", pgLib + "/llvmjit_types.bc", pgShare + "/man"},
+		passwd: "postgres:x:999:999::/var/lib/postgresql:/bin/sh\n",
+		group:  "postgres:x:999:\n",
+		dirs: map[string]dirSpec{
+			"/var/lib/postgresql":         {mode: 0o755, uid: pgUID},
+			"/var/lib/postgresql/data":    {mode: 0o1777, uid: pgUID},
+			"/var/run/postgresql":         {mode: 0o3777, uid: pgUID},
+			"/docker-entrypoint-initdb.d": {mode: 0o755},
+		},
+		links:      map[string]string{"/etc/localtime": "/usr/share/zoneinfo/Etc/UTC"},
+		scripts:    map[string]string{"/usr/local/bin/docker-entrypoint.sh": postgresEntrypoint},
+		entrypoint: []string{"docker-entrypoint.sh"},
+		cmd:        []string{"postgres"},
+		env:        []string{defaultPath + ":" + pgBin, "LANG=C.UTF-8", "PG_MAJOR=15", "PGDATA=/var/lib/postgresql/data"},
+		stopSignal: "SIGINT",
+		ports:      []string{"5432/tcp"},
+		volumes:    []string{"/var/lib/postgresql/data"},
+	},
 }
 
 // consoleStandIn is a console image: busybox's httpd serving consolePage, started by script,
@@ -177,13 +252,14 @@ const (
 )
 
 func main() {
-	binDir := flag.String("bin", "", "directory holding the binaries of the set's images: bin/testenv's coredns, local-path-provisioner and pause, or bin/velero's velero, velero-restore-helper and plugins/velero-plugin-for-aws")
-	set := flag.String("set", setTestenv, "which images to build: testenv (the lab's own) or velero (Velero's server and AWS plugin)")
+	binDir := flag.String("bin", "", "directory holding the binaries of the set's images: bin/testenv's coredns, local-path-provisioner and pause, or bin/velero's velero, velero-restore-helper and plugins/velero-plugin-for-aws (not for -set postgres)")
+	set := flag.String("set", setTestenv, "which images to build: testenv (the lab's own), velero (Velero's server and AWS plugin) or postgres (PostgreSQL 15 from this machine's Debian packages)")
 	busybox := flag.String("busybox", "/bin/busybox", "Debian's static busybox (apt-get install busybox-static)")
 	outDir := flag.String("out", "", "directory to write the image archives to")
 	flag.Parse()
-	if *binDir == "" || *outDir == "" || flag.NArg() > 0 || *set != setTestenv && *set != setVelero {
-		fmt.Fprintln(os.Stderr, "usage: go run ./test/images [-set testenv|velero] -bin DIR [-busybox PATH] -out DIR")
+	needBin := *set != setPostgres
+	if *binDir == "" && needBin || *outDir == "" || flag.NArg() > 0 || *set != setTestenv && *set != setVelero && *set != setPostgres {
+		fmt.Fprintln(os.Stderr, "usage: go run ./test/images [-set testenv|velero] -bin DIR [-busybox PATH] -out DIR\n       go run ./test/images -set postgres [-busybox PATH] -out DIR")
 		os.Exit(2)
 	}
 	if err := build(*set, *binDir, *busybox, *outDir); err != nil {
@@ -231,10 +307,10 @@ func build(set, binDir, busybox, outDir string) error {
 	return nil
 }
 
-// checkInputs reports every binary the images need that is missing from binDir, and a busybox
-// that is missing or dynamically linked.
+// checkInputs reports every binary the images need that is missing from binDir, every host path
+// that is missing from this machine, and a busybox that is missing or dynamically linked.
 func checkInputs(images []image, binDir, busybox string) error {
-	var missing []string
+	var missing, missingHost []string
 	for _, im := range images {
 		for _, b := range im.bins {
 			p := filepath.Join(binDir, b.bin)
@@ -242,9 +318,17 @@ func checkInputs(images []image, binDir, busybox string) error {
 				missing = append(missing, p)
 			}
 		}
+		for _, p := range im.host {
+			if _, err := os.Stat(p); err != nil {
+				missingHost = append(missingHost, p)
+			}
+		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s (run make testenv to build them)", strings.Join(missing, ", "))
+	}
+	if len(missingHost) > 0 {
+		return fmt.Errorf("missing %s on this machine (make test-deps installs the packages that hold them)", strings.Join(missingHost, ", "))
 	}
 	return checkStaticBusybox(busybox)
 }
@@ -293,6 +377,7 @@ type entry struct {
 	mode   int64
 	data   []byte
 	target string // symlink target
+	uid    int    // owner (uid and gid alike); 0 is root
 }
 
 // build assembles the image: one layer, then a config naming the platform, entrypoint, cmd
@@ -301,8 +386,20 @@ func (im image) build(binDir, busybox string, applets []string) (v1.Image, error
 	entries := map[string]entry{
 		"etc/":       {typ: tar.TypeDir, mode: 0o755},
 		"tmp/":       {typ: tar.TypeDir, mode: 0o1777},
-		"etc/passwd": {typ: tar.TypeReg, mode: 0o644, data: []byte(passwd)},
-		"etc/group":  {typ: tar.TypeReg, mode: 0o644, data: []byte(group)},
+		"etc/passwd": {typ: tar.TypeReg, mode: 0o644, data: []byte(passwd + im.passwd)},
+		"etc/group":  {typ: tar.TypeReg, mode: 0o644, data: []byte(group + im.group)},
+	}
+	if err := addHost(entries, im.host, im.skip); err != nil {
+		return nil, err
+	}
+	for p, d := range im.dirs {
+		entries[strings.TrimPrefix(p, "/")+"/"] = entry{typ: tar.TypeDir, mode: d.mode, uid: d.uid}
+	}
+	for p, target := range im.links {
+		entries[strings.TrimPrefix(p, "/")] = entry{typ: tar.TypeSymlink, mode: 0o777, target: target}
+	}
+	for p, content := range im.scripts {
+		entries[strings.TrimPrefix(p, "/")] = entry{typ: tar.TypeReg, mode: 0o755, data: []byte(content)}
 	}
 	for _, b := range im.bins {
 		data, err := os.ReadFile(filepath.Join(binDir, b.bin))
@@ -356,7 +453,168 @@ func (im image) build(binDir, busybox string, applets []string) (v1.Image, error
 	cfg.Config.Entrypoint = im.entrypoint
 	cfg.Config.Cmd = im.cmd
 	cfg.Config.Env = im.env
+	cfg.Config.StopSignal = im.stopSignal
+	cfg.Config.ExposedPorts = nameSet(im.ports)
+	cfg.Config.Volumes = nameSet(im.volumes)
 	return mutate.ConfigFile(img, cfg)
+}
+
+// nameSet is a config's set of names (ExposedPorts, Volumes), nil when there are none.
+func nameSet(names []string) map[string]struct{} {
+	if len(names) == 0 {
+		return nil
+	}
+	m := map[string]struct{}{}
+	for _, n := range names {
+		m[n] = struct{}{}
+	}
+	return m
+}
+
+// addHost adds the host paths (files and directory trees, less skip) to entries at the same
+// paths, and the shared libraries ldd lists for the dynamically linked ELF files among them.
+func addHost(entries map[string]entry, paths, skip []string) error {
+	skipped := map[string]bool{}
+	for _, p := range skip {
+		skipped[p] = true
+	}
+	var dynamic []string
+	for _, root := range paths {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if skipped[p] {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			fi, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			name := strings.TrimPrefix(p, "/")
+			mode := tarMode(fi.Mode())
+			switch {
+			case fi.IsDir():
+				entries[name+"/"] = entry{typ: tar.TypeDir, mode: mode}
+			case fi.Mode()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				entries[name] = entry{typ: tar.TypeSymlink, mode: 0o777, target: target}
+			case fi.Mode().IsRegular():
+				data, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				entries[name] = entry{typ: tar.TypeReg, mode: mode, data: data}
+				if isDynamicELF(data) {
+					dynamic = append(dynamic, p)
+				}
+			default:
+				return fmt.Errorf("%s: neither a file, a directory nor a symlink", p)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	libs, err := sharedLibraries(dynamic)
+	if err != nil {
+		return err
+	}
+	for _, p := range libs {
+		// ldd's path may be a symlink (libpq.so.5 → libpq.so.5.15): the image holds the file
+		// under the name the loader looks for.
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		entries[strings.TrimPrefix(p, "/")] = entry{typ: tar.TypeReg, mode: tarMode(fi.Mode()), data: data}
+	}
+	return nil
+}
+
+// tarMode is a file mode's permission, set-id and sticky bits as a tar header's mode.
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// isDynamicELF reports whether data is an ELF file with a dynamic section: a dynamically linked
+// program or a shared library.
+func isDynamicELF(data []byte) bool {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_DYNAMIC {
+			return true
+		}
+	}
+	return false
+}
+
+// sharedLibraries runs ldd on files and returns the absolute paths it lists (each library's
+// resolved path and the dynamic loader), sorted; a library ldd does not find is an error.
+func sharedLibraries(files []string) ([]string, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	cmd := exec.Command("ldd", files...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd: %w\n%s", err, stderr.Bytes())
+	}
+	seen := map[string]bool{}
+	var libs, notFound []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0 || !strings.HasPrefix(line, "\t"):
+			// a file's name (ldd of several files), or nothing
+		case len(f) >= 3 && f[1] == "=>" && f[2] == "not":
+			notFound = append(notFound, f[0])
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			seen[f[2]] = true
+		case strings.HasPrefix(f[0], "/"):
+			seen[f[0]] = true // the dynamic loader
+		}
+	}
+	if len(notFound) > 0 {
+		sort.Strings(notFound)
+		return nil, fmt.Errorf("ldd found no %s", strings.Join(slices.Compact(notFound), ", "))
+	}
+	for p := range seen {
+		libs = append(libs, p)
+	}
+	if len(libs) == 0 {
+		return nil, errors.New("ldd listed no shared library")
+	}
+	sort.Strings(libs)
+	return libs, nil
 }
 
 // layerTar writes entries, and the parent directories they need, as a tar owned by root with
@@ -385,8 +643,11 @@ func layerTar(entries map[string]entry) ([]byte, error) {
 			Mode:     e.mode,
 			Size:     int64(len(e.data)),
 			ModTime:  epoch,
-			Uname:    "root",
-			Gname:    "root",
+			Uid:      e.uid,
+			Gid:      e.uid,
+		}
+		if e.uid == 0 {
+			hdr.Uname, hdr.Gname = "root", "root"
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
