@@ -128,7 +128,6 @@ type dumpPlan struct {
 	pod     string   // the backed-up pod
 	dump    string   // the pod's volume of the dump claim
 	others  []string // the pod's other volumes with a file-system backup
-	claims  []string // their claims
 	bytes   int64    // the dump volume's size in the backup
 	image   string   // the service's image
 	inits   []string // the service's own init containers
@@ -211,9 +210,6 @@ func (e *env) planDump(ctx context.Context, svc *service.Service, name string) (
 	for _, pvb := range own {
 		if pvb.Spec.Pod.Namespace == ns && pvb.Spec.Pod.Name == p.pod && pvb.Spec.Volume != p.dump {
 			p.others = append(p.others, pvb.Spec.Volume)
-			if c := pvbClaim(&pvb).Name; c != "" {
-				p.claims = append(p.claims, c)
-			}
 		}
 	}
 	sts, err := e.cl.Kube.AppsV1().StatefulSets(ns).Get(ctx, svc.StatefulSet(), metav1.GetOptions{})
@@ -360,8 +356,10 @@ func (e *env) runDump(ctx context.Context, p *dumpPlan) (*DumpReport, error) {
 // volume stays, since the Secrets and ConfigMaps they name are not restored. Its containers
 // become the scratch database and the check, the service's own init containers go, and it no
 // longer names the StatefulSet that owned it (the garbage collector would delete it) nor its
-// service account. The claims of those other volumes, which Velero restores with the pod, name a
-// volume that does not exist, so nothing is provisioned for them.
+// service account. The restore leaves persistent volumes out, so Velero neither restores nor
+// renames one, nor does it reset the claims it restores with the pod for a new volume: they would
+// name the service's own volumes. So every claim names a volume that does not exist, and nothing
+// is provisioned for it, except the dump's, which names none and gets a new volume of its class.
 func (p *dumpPlan) modifier() (string, error) {
 	scratch := resource.NewQuantity(max(DumpScratchMin, DumpScratchFactor*p.bytes), resource.BinarySI)
 	volumes := []any{
@@ -420,19 +418,23 @@ func (p *dumpPlan) modifier() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rules := []any{map[string]any{
-		"conditions":       map[string]any{"groupResource": "pods", "namespaces": []any{p.svc.Namespace()}, "resourceNameRegex": "^" + regexp.QuoteMeta(p.pod) + "$"},
-		"strategicPatches": []any{map[string]any{"patchData": string(podPatch)}},
-	}}
-	if len(p.claims) > 0 {
-		quoted := make([]string, len(p.claims))
-		for i, c := range p.claims {
-			quoted[i] = regexp.QuoteMeta(c)
-		}
-		rules = append(rules, map[string]any{
-			"conditions":   map[string]any{"groupResource": "persistentvolumeclaims", "namespaces": []any{p.svc.Namespace()}, "resourceNameRegex": "^(" + strings.Join(quoted, "|") + ")$"},
+	// Velero matches each rule against the object as the backup holds it (its namespace the
+	// service's) and applies the patches of every rule that matches, in order: every claim names
+	// no volume, then the dump's names none at all.
+	ns := []any{p.svc.Namespace()}
+	rules := []any{
+		map[string]any{
+			"conditions":       map[string]any{"groupResource": "pods", "namespaces": ns, "resourceNameRegex": "^" + regexp.QuoteMeta(p.pod) + "$"},
+			"strategicPatches": []any{map[string]any{"patchData": string(podPatch)}},
+		},
+		map[string]any{
+			"conditions":   map[string]any{"groupResource": "persistentvolumeclaims", "namespaces": ns},
 			"mergePatches": []any{map[string]any{"patchData": `{"spec":{"volumeName":"` + dumpNoVolume + `"}}`}},
-		})
+		},
+		map[string]any{
+			"conditions":   map[string]any{"groupResource": "persistentvolumeclaims", "namespaces": ns, "resourceNameRegex": "^" + regexp.QuoteMeta(p.svc.DumpClaim()) + "$"},
+			"mergePatches": []any{map[string]any{"patchData": `{"spec":{"volumeName":null}}`}},
+		},
 	}
 	out, err := yaml.Marshal(map[string]any{"version": "v1", "resourceModifierRules": rules})
 	return string(out), err

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +47,7 @@ func dumpTestPlan() *dumpPlan {
 	return &dumpPlan{
 		svc:    &service.Service{Ref: service.Ref{Project: "shop", Environment: "prod", Name: "db"}, Type: "postgres"},
 		backup: &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "shop-20261206-020000"}},
-		pod:    "db-0", dump: "dump", others: []string{"data"}, claims: []string{"data-db-0"},
+		pod:    "db-0", dump: "dump", others: []string{"data"},
 		bytes: 300 << 20, image: "postgres:17-alpine", inits: []string{"fix-permissions"}, scratch: dumpScratchName("shop-prod", "db"),
 	}
 }
@@ -79,19 +80,40 @@ func TestDumpModifier(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(text), &mods); err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	if mods.Version != "v1" || len(mods.Rules) != 2 {
-		t.Fatalf("want version v1 and two rules:\n%s", text)
+	if mods.Version != "v1" || len(mods.Rules) != 3 {
+		t.Fatalf("want version v1 and three rules:\n%s", text)
 	}
-	podRule, claimRule := mods.Rules[0], mods.Rules[1]
+	podRule := mods.Rules[0]
 	// Velero matches the rules before it maps the namespace: they name the service's.
 	if c := podRule.Conditions; c.GroupResource != "pods" || len(c.Namespaces) != 1 || c.Namespaces[0] != "shop-prod" ||
 		!regexp.MustCompile(c.ResourceNameRegex).MatchString("db-0") || regexp.MustCompile(c.ResourceNameRegex).MatchString("db-01") {
 		t.Errorf("pod rule conditions %+v", c)
 	}
-	if c := claimRule.Conditions; c.GroupResource != "persistentvolumeclaims" || !regexp.MustCompile(c.ResourceNameRegex).MatchString("data-db-0") ||
-		regexp.MustCompile(c.ResourceNameRegex).MatchString("dump-db-0") || len(claimRule.MergePatches) != 1 ||
-		!strings.Contains(claimRule.MergePatches[0].PatchData, dumpNoVolume) {
-		t.Errorf("claim rule %+v", claimRule)
+	// The claims as Velero restores them without their volumes: each still names the service's
+	// own volume. Every rule that matches applies, in order.
+	for claim, want := range map[string]string{"data-db-0": dumpNoVolume, "dump-db-0": "", "kip-move-db": dumpNoVolume} {
+		pvc := corev1.PersistentVolumeClaim{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+			ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "shop-prod"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pvc-live-" + claim}}
+		doc := must(json.Marshal(pvc))
+		for _, r := range mods.Rules[1:] {
+			c := r.Conditions
+			if c.GroupResource != "persistentvolumeclaims" || len(c.Namespaces) != 1 || c.Namespaces[0] != "shop-prod" || len(r.MergePatches) != 1 {
+				t.Fatalf("claim rule %+v", r)
+			}
+			if c.ResourceNameRegex != "" && !regexp.MustCompile(c.ResourceNameRegex).MatchString(claim) {
+				continue
+			}
+			if doc, err = jsonpatch.MergePatch(doc, []byte(r.MergePatches[0].PatchData)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got corev1.PersistentVolumeClaim
+		if err := json.Unmarshal(doc, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.VolumeName != want {
+			t.Errorf("claim %s names volume %q, want %q", claim, got.Spec.VolumeName, want)
+		}
 	}
 	if len(podRule.StrategicPatches) != 1 {
 		t.Fatalf("pod rule %+v", podRule)
