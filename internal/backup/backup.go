@@ -28,6 +28,7 @@ var (
 	backupsGVR  = velerov1.SchemeGroupVersion.WithResource("backups")
 	restoresGVR = velerov1.SchemeGroupVersion.WithResource("restores")
 	pvbsGVR     = velerov1.SchemeGroupVersion.WithResource("podvolumebackups")
+	pvrsGVR     = velerov1.SchemeGroupVersion.WithResource("podvolumerestores")
 	dbrsGVR     = velerov1.SchemeGroupVersion.WithResource("deletebackuprequests")
 	bslGVR      = velerov1.SchemeGroupVersion.WithResource("backupstoragelocations")
 	projectsGVR = schema.GroupVersionResource{Group: "kipper.run", Version: "v1alpha1", Resource: "projects"}

@@ -365,7 +365,9 @@ func (p *dumpPlan) modifier() (string, error) {
 	volumes := []any{
 		map[string]any{"$patch": "replace"},
 		map[string]any{"name": dumpScratchVolume, "emptyDir": map[string]any{"sizeLimit": scratch.String()}},
-		map[string]any{"name": p.dump, "persistentVolumeClaim": map[string]any{"claimName": p.svc.DumpClaim(), "readOnly": true}},
+		// Writable: Velero's node agent restores into the pod's volume; the check mounts it
+		// read-only.
+		map[string]any{"name": p.dump, "persistentVolumeClaim": map[string]any{"claimName": p.svc.DumpClaim()}},
 	}
 	var restoreMounts []any
 	for _, v := range p.others {

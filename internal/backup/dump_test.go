@@ -140,9 +140,9 @@ func TestDumpModifier(t *testing.T) {
 		vols[v.Name] = v
 	}
 	if len(vols) != 3 || vols["data"].DownwardAPI == nil || vols["data"].PersistentVolumeClaim != nil ||
-		vols["dump"].PersistentVolumeClaim == nil || vols["dump"].PersistentVolumeClaim.ClaimName != "dump-db-0" ||
+		vols["dump"].PersistentVolumeClaim == nil || vols["dump"].PersistentVolumeClaim.ClaimName != "dump-db-0" || vols["dump"].PersistentVolumeClaim.ReadOnly ||
 		vols[dumpScratchVolume].EmptyDir == nil || vols[dumpScratchVolume].EmptyDir.SizeLimit.String() != "2400Mi" {
-		t.Errorf("volumes %+v: want data an empty downward-API volume, dump its claim, the scratch volume 8 × 300 MiB, and no other", pod.Spec.Volumes)
+		t.Errorf("volumes %+v: want data an empty downward-API volume, dump its claim (writable: Velero restores into it), the scratch volume 8 × 300 MiB, and no other", pod.Spec.Volumes)
 	}
 	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != restoreWait || pod.Spec.InitContainers[0].Image != "velero/velero:v1.18.3" ||
 		len(pod.Spec.InitContainers[0].Args) != 1 || len(pod.Spec.InitContainers[0].VolumeMounts) != 1 ||

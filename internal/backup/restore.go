@@ -234,8 +234,8 @@ func (e *env) restoreSpec(ctx context.Context, b *velerov1.Backup, spec velerov1
 		return cur, err
 	}
 	if cur.Status.Phase != velerov1.RestorePhaseCompleted {
-		err := fmt.Errorf("restore %s of backup %s ended %s with %s and %s%s", cur.Name, b.Name, cur.Status.Phase,
-			cli.Count(cur.Status.Errors, "error", "errors"), cli.Count(cur.Status.Warnings, "warning", "warnings"), failure(cur))
+		err := fmt.Errorf("restore %s of backup %s ended %s with %s and %s%s%s", cur.Name, b.Name, cur.Status.Phase,
+			cli.Count(cur.Status.Errors, "error", "errors"), cli.Count(cur.Status.Warnings, "warning", "warnings"), failure(cur), e.volumeFailures(ctx, cur))
 		p.StepFailed("Restore "+cur.Name, err)
 		return cur, err
 	}
@@ -276,6 +276,26 @@ func (e *env) waitRestore(ctx context.Context, name string) (*velerov1.Restore, 
 		return false, pending, nil
 	})
 	return cur, err
+}
+
+// volumeFailures names the volumes whose files restore r failed to restore, with Velero's
+// message for each ("" when none failed or they cannot be read).
+func (e *env) volumeFailures(ctx context.Context, r *velerov1.Restore) string {
+	pvrs, err := kube.ListAs[velerov1.PodVolumeRestore](ctx, e.cl.Dynamic, pvrsGVR, components.VeleroNamespace,
+		metav1.ListOptions{LabelSelector: velerov1.RestoreNameLabel + "=" + r.Name})
+	if err != nil {
+		return ""
+	}
+	var failed []string
+	for _, p := range pvrs {
+		if p.Status.Phase == velerov1.PodVolumeRestorePhaseFailed {
+			failed = append(failed, fmt.Sprintf("volume %s of pod %s/%s: %s", p.Spec.Volume, p.Spec.Pod.Namespace, p.Spec.Pod.Name, p.Status.Message))
+		}
+	}
+	if len(failed) == 0 {
+		return ""
+	}
+	return "; the files of " + strings.Join(failed, "; ")
 }
 
 func failure(r *velerov1.Restore) string {
