@@ -112,7 +112,7 @@ func TestRestoreDump(t *testing.T) {
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Restoring the dump volume of db") || !strings.Contains(r.Stderr, "the service is not touched") {
 		t.Fatalf("kip service restore-dump db: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	t.Logf("measured: kip service restore-dump of a 103-row database took %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("measured: kip service restore-dump of a 103-row database took %s; it printed:\n%s", time.Since(start).Round(100*time.Millisecond), r.Stderr)
 	reference := dumpReport(t, r)
 	if reference.Archive != "app.dump" || reference.Rows != 103 || len(reference.Tables) != 2 ||
 		reference.Tables[0] != (backup.DumpTable{Schema: "public", Name: "orders", Rows: 100}) ||
