@@ -357,7 +357,7 @@ func (j *joiner) examine(ctx context.Context) error {
 	if j.family, err = host.Identify(j.nodeFacts.OS); err != nil {
 		return err
 	}
-	name, err := j.node.Output(ctx, "hostname")
+	name, err := j.node.Query(ctx, "hostname")
 	if err != nil {
 		return fmt.Errorf("read the host's name: %w", err)
 	}
@@ -388,7 +388,7 @@ func (j *joiner) preflight(ctx context.Context) error {
 	if f.Init != "systemd" {
 		failed = append(failed, "the host runs "+f.Init+", not systemd, which k3s needs")
 	}
-	res, err := j.node.Run(ctx, "test -d /var/lib/rancher/k3s/server")
+	res, err := j.node.Probe(ctx, "test -d /var/lib/rancher/k3s/server")
 	if err != nil {
 		return err
 	}
@@ -596,7 +596,7 @@ func (j *joiner) decide(ctx context.Context) error {
 		}
 	}
 	j.p.Info("k3s: " + j.version + ", the server's release")
-	if j.token, err = j.server.Output(ctx, sshx.Command("cat", k3s.ServerTokenPath)); err != nil {
+	if j.token, err = j.server.Query(ctx, sshx.Command("cat", k3s.ServerTokenPath)); err != nil {
 		return fmt.Errorf("read the server's join token (%s): %w", k3s.ServerTokenPath, err)
 	}
 	return nil

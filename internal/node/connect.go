@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -13,13 +16,40 @@ import (
 const connectTimeout = "5"
 
 // Connects reports whether a TCP connection from the host c reaches addr:port, within five
-// seconds (bash's /dev/tcp, which every supported OS's bash has).
+// seconds (bash's /dev/tcp, which every supported OS's bash has). It answers false only when
+// the check ran and the connection was refused, found no route, or timed out; any other outcome
+// (bash or timeout missing, a check that could not run) is an error, so that a caller deciding
+// that a host is gone never decides it from a check that did not happen.
 func Connects(ctx context.Context, c *sshx.Client, addr netip.Addr, port int) (bool, error) {
-	res, err := c.Run(ctx, sshx.Command("timeout", connectTimeout, "bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, addr.String(), strconv.Itoa(port)))
+	res, err := c.Probe(ctx, sshx.Command("timeout", connectTimeout, "bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, addr.String(), strconv.Itoa(port)))
 	if err != nil {
 		return false, err
 	}
-	return res.ExitStatus == 0, nil
+	return connected(res, c.String(), netip.AddrPortFrom(addr, uint16(port)))
+}
+
+// timedOut is timeout(1)'s exit status when the command ran out of time.
+const timedOut = 124
+
+// notConnected are bash's words for a connection that was tried and did not happen.
+var notConnected = []string{"Connection refused", "No route to host", "Network is unreachable", "Connection timed out", "Host is unreachable"}
+
+// connected reads the outcome of Connects' check on host to target.
+func connected(res sshx.Result, host string, target netip.AddrPort) (bool, error) {
+	switch {
+	case res.ExitStatus == 0:
+		return true, nil
+	case res.ExitStatus == timedOut:
+		return false, nil
+	case res.ExitStatus == 1 && slices.ContainsFunc(notConnected, func(s string) bool { return strings.Contains(string(res.Stderr), s) }):
+		return false, nil
+	}
+	last := strings.TrimSpace(string(res.Stderr))
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	return false, fmt.Errorf("the check on %s whether %s accepts connections did not run as it should (exit status %d: %s), so kip cannot tell whether it answers",
+		host, target, res.ExitStatus, cli.OrNone(last))
 }
 
 // CheckPath checks a private path both ways, as the nodes will use it: the server connects to

@@ -192,7 +192,7 @@ func (f *fencer) reach(ctx context.Context, t workerTarget, n *corev1.Node) erro
 	c, dialErr := f.o.Dial(ctx, w.Host)
 	if dialErr == nil {
 		f.node = c
-		boot, err := c.Output(ctx, bootIDCommand)
+		boot, err := c.Query(ctx, bootIDCommand)
 		if err != nil {
 			return fmt.Errorf("read the boot ID of %s: %w", name, err)
 		}
@@ -449,7 +449,7 @@ func (f *fencer) stopStep() workflow.Step {
 		Name: "stop", Title: "Stop k3s and every container on " + name + ", and keep k3s-agent from starting",
 		Done: "Stopped k3s and every container on " + name + " (k3s-agent stays stopped, also after a reboot)", Already: "k3s is already stopped on " + name + " by the fence",
 		Check: func(ctx context.Context) (bool, error) {
-			res, err := f.node.Run(ctx, k3s.FencedCommand())
+			res, err := f.node.Probe(ctx, k3s.FencedCommand())
 			if err != nil {
 				return false, err
 			}

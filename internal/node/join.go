@@ -279,7 +279,7 @@ func (j *joiner) restartK3s(ctx context.Context) error {
 	if werr := kube.WaitReady(ctx, j.cl, j.rec.Server, restartRetryTimeout); werr == nil {
 		return nil
 	}
-	journal, jerr := j.server.Output(ctx, sshx.Command("journalctl", "-u", k3s.ServerUnit, "-n", "15", "--no-pager", "-o", "cat"))
+	journal, jerr := j.server.Query(ctx, sshx.Command("journalctl", "-u", k3s.ServerUnit, "-n", "15", "--no-pager", "-o", "cat"))
 	if jerr != nil {
 		return fmt.Errorf("restart k3s on the server: %w", err)
 	}
@@ -433,7 +433,7 @@ func (j *joiner) k3sSteps() []workflow.Step {
 				if !ok || err != nil {
 					return false, err
 				}
-				res, err := j.node.Run(ctx, sshx.Command("systemctl", "is-enabled", "--quiet", unitName))
+				res, err := j.node.Probe(ctx, sshx.Command("systemctl", "is-enabled", "--quiet", unitName))
 				return err == nil && res.ExitStatus == 0, err
 			},
 			Apply: func(ctx context.Context) error {
@@ -478,7 +478,7 @@ func (j *joiner) k3sSteps() []workflow.Step {
 // agentRun is systemd's InvocationID of k3s-agent's current run on the node, "" when it does not
 // run: the host's own ID, so that no clock is compared with another machine's.
 func (j *joiner) agentRun(ctx context.Context) (string, error) {
-	out, err := j.node.Output(ctx, sshx.Command("systemctl", "show", k3s.AgentUnit, "-p", "InvocationID", "--value"))
+	out, err := j.node.Query(ctx, sshx.Command("systemctl", "show", k3s.AgentUnit, "-p", "InvocationID", "--value"))
 	if err != nil {
 		return "", fmt.Errorf("systemctl show %s: %w", k3s.AgentUnit, err)
 	}

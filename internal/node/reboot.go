@@ -159,7 +159,7 @@ func (r *rebooter) examine(ctx context.Context) error {
 	if resumed {
 		return nil // the runner loads the boot and the workloads the progress record holds
 	}
-	boot, err := r.node.Output(ctx, bootIDCommand)
+	boot, err := r.node.Query(ctx, bootIDCommand)
 	if err != nil {
 		return fmt.Errorf("read the boot ID of %s: %w", name, err)
 	}

@@ -164,9 +164,8 @@ func (r *remover) examine(ctx context.Context) error {
 	if r.apiNode != nil {
 		status = cluster.NodeStatus(r.apiNode)
 	}
-	if status == cluster.NodeOutOfService && !r.o.Force {
-		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
-			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
+	if err := r.checkFenced(status); err != nil {
+		return err
 	}
 
 	if r.server, err = r.o.dialServer(ctx, rec, "kip node remove reaches the server over SSH to update its firewall"); err != nil {
@@ -194,6 +193,29 @@ func (r *remover) examine(ctx context.Context) error {
 	}
 	r.peers, err = dialPeers(ctx, r.o.Dial, r.nodes, name, "a remove")
 	return err
+}
+
+// checkFenced refuses what the worker's fence (its record, the truth; the taint is its effect)
+// rules out before anything is reached: a remove without --force of a fenced worker, which
+// cannot be drained; and --force on a worker with a node that no fence holds. Deleting that
+// node makes Kubernetes force-delete its pods and lets other nodes attach its volumes, so it
+// needs the fence's proof that the host no longer writes them. A resumed remove goes on.
+func (r *remover) checkFenced(status string) error {
+	name, w := r.o.Worker, r.worker
+	fenced := w.Fence != nil || status == cluster.NodeOutOfService
+	switch {
+	case !r.o.Force && fenced:
+		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
+			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
+	case !r.o.Force || w.State == WorkerRemoving || r.apiNode == nil || w.Fence != nil:
+		return nil
+	case status == cluster.NodeReady:
+		return fmt.Errorf("worker %s is Ready, so its host runs, and --force deregisters only a worker a fence holds: "+
+			"run kip node remove %s without --force, which moves its copies off and drains it first", name, name)
+	}
+	return fmt.Errorf("worker %s is %s and no fence holds it, and --force deletes its node, after which Kubernetes force-deletes its pods and lets other nodes attach its volumes "+
+		"while its host may still run and write them: fence it first with kip node fence %s (it stops the worker's k3s over SSH, or checks from the server that its kubelet is gone "+
+		"and asks whether its host is powered off), then run kip node remove %s --force", name, status, name, name)
 }
 
 // workerTarget is what a command on one recorded worker reads first.
@@ -273,10 +295,6 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 	resumed := w.State == WorkerRemoving
 	c, err := r.o.Dial(ctx, w.Host)
 	if err != nil {
-		if r.o.Force && status == cluster.NodeReady {
-			return fmt.Errorf("worker %s is Ready, so its host runs, and --force deregisters only a worker whose host is powered off or gone: "+
-				"fix SSH to %s (%v), then run kip node remove %s", name, w.Host, err, name)
-		}
 		if r.o.Force {
 			r.p.Warn(fmt.Sprintf("%s does not answer over SSH at %s: kip deregisters it and leaves the host as it is", name, w.Host))
 			return nil
@@ -299,17 +317,13 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 		}
 		return nil
 	}
-	if status != cluster.NodeOutOfService && !resumed {
-		return fmt.Errorf("%s still answers over SSH at %s, and --force removes a worker that answers only while a fence holds it stopped: "+
-			"run kip node remove %s without --force, which moves its copies off and drains it first", name, w.Host, name)
-	}
-	res, err := c.Run(ctx, k3s.FencedCommand())
+	res, err := c.Probe(ctx, k3s.FencedCommand())
 	if err != nil || res.ExitStatus == 0 {
 		return err
 	}
 	if resumed {
 		// This remove wiped the host already, the fence's drop-in with it.
-		gone, err := c.Run(ctx, k3s.AgentGoneCommand())
+		gone, err := c.Probe(ctx, k3s.AgentGoneCommand())
 		if err != nil || gone.ExitStatus == 0 {
 			return err
 		}
@@ -540,7 +554,7 @@ func (r *remover) wipeStep() workflow.Step {
 		Name: "wipe", Title: "Wipe k3s from " + name + " (" + r.worker.Host + ")",
 		Done: "Wiped k3s from " + name, Already: "k3s already wiped from " + name,
 		Check: func(ctx context.Context) (bool, error) {
-			res, err := r.node.Run(ctx, k3s.AgentGoneCommand())
+			res, err := r.node.Probe(ctx, k3s.AgentGoneCommand())
 			return err == nil && res.ExitStatus == 0, err
 		},
 		Plan: func(context.Context) ([]string, error) {

@@ -18,31 +18,40 @@ import (
 
 // TestRemoveRefusals runs kip node remove against the real API server (kwok's Nodes) for what
 // it refuses before it connects anywhere: the server, a worker kip did not record, a name no
-// node has, and a fenced worker without --force. Each refusal leaves the record as it was.
+// node has, a fenced worker without --force, and --force on a worker no fence holds, NotReady
+// (its host may only be cut off: TestRemoveForceUnfenced…) or Ready. Each refusal leaves the
+// record and the Nodes as they were.
 func TestRemoveRefusals(t *testing.T) {
 	env, cl := apiCluster(t, "rm-srv")
 	ctx := context.Background()
 	env.AddNode(t, "rm-stray", testenv.NodeOptions{})
 	env.AddNode(t, "rm-fenced", fencedNode)
+	env.AddNode(t, "rm-up", testenv.NodeOptions{})
+	deadNode(t, cl, "rm-lost")
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
 		rec.Profile, rec.Storage, rec.Server = "small", cluster.StorageLonghorn, "203.0.113.10"
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	recordWorkers(t, cl, map[string]Worker{"rm-fenced": {Host: "203.0.113.31", State: WorkerReady}})
+	recordWorkers(t, cl, map[string]Worker{"rm-fenced": {Host: "203.0.113.31", State: WorkerReady},
+		"rm-up": {Host: "203.0.113.32", State: WorkerReady}, "rm-lost": {Host: "203.0.113.33", State: WorkerReady}})
 	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	for _, tt := range []struct {
 		worker string
+		force  bool
 		want   string
 	}{
-		{"rm-srv", "rm-srv is the cluster's server: kip node remove removes workers"},
-		{"rm-stray", "node rm-stray is a worker kip did not record"},
-		{"rm-none", "the cluster has no worker rm-none: kip node list shows its nodes"},
-		{"rm-fenced", "worker rm-fenced is fenced (out of service)"},
+		{"rm-srv", false, "rm-srv is the cluster's server: kip node remove removes workers"},
+		{"rm-stray", false, "node rm-stray is a worker kip did not record"},
+		{"rm-none", false, "the cluster has no worker rm-none: kip node list shows its nodes"},
+		{"rm-fenced", false, "worker rm-fenced is fenced (out of service)"},
+		{"rm-lost", true, "worker rm-lost is NotReady and no fence holds it, and --force deletes its node, after which Kubernetes force-deletes its pods and lets other nodes attach its volumes " +
+			"while its host may still run and write them: fence it first with kip node fence rm-lost"},
+		{"rm-up", true, "worker rm-up is Ready, so its host runs, and --force deregisters only a worker a fence holds: run kip node remove rm-up without --force"},
 	} {
 		err := Remove(ctx, &RemoveOptions{
-			Worker: tt.worker, Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
+			Worker: tt.worker, Force: tt.force, Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true),
 				Dial: func(context.Context, string) (*sshx.Client, error) {
 					return nil, errors.New("no host is reached before these refusals")
 				}},
@@ -54,8 +63,13 @@ func TestRemoveRefusals(t *testing.T) {
 			t.Errorf("remove of a fenced worker does not name --force: %v", err)
 		}
 	}
-	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != WorkerReady {
+	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != WorkerReady || n.Workers["rm-lost"].State != WorkerReady {
 		t.Errorf("the refusals changed the record: %+v (%v)", n, err)
+	}
+	for _, name := range []string{"rm-lost", "rm-up"} {
+		if _, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("node %s after the refusal: %v", name, err)
+		}
 	}
 }
 

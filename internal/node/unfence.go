@@ -28,7 +28,7 @@ import (
 func (j *joiner) unfenceRebootStep() workflow.Step {
 	name, fenced := j.intent.Node, j.fenced
 	booted := func(ctx context.Context) (bool, string, error) {
-		boot, err := j.node.Output(ctx, bootIDCommand)
+		boot, err := j.node.Query(ctx, bootIDCommand)
 		if err != nil {
 			return false, "", err
 		}
@@ -66,7 +66,7 @@ func (j *joiner) unfenceAgentStep() workflow.Step {
 		Name: "unfence-agent", Title: "Let k3s-agent start on " + name + " again (remove " + k3s.FenceDropIn + ")",
 		Done: "k3s-agent may start on " + name + " again", Already: "No fence keeps k3s-agent from starting on " + name,
 		Check: func(ctx context.Context) (bool, error) {
-			res, err := j.node.Run(ctx, sshx.Command("test", "!", "-e", k3s.FenceDropIn))
+			res, err := j.node.Probe(ctx, sshx.Command("test", "!", "-e", k3s.FenceDropIn))
 			return err == nil && res.ExitStatus == 0, err
 		},
 		Apply: func(ctx context.Context) error {

@@ -190,7 +190,7 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 // address its k3s configuration registers must be the recorded ones. It returns the host's
 // architecture, for the binary.
 func (u *workerUpgrade) checkMachine(ctx context.Context, c *sshx.Client) (string, error) {
-	out, err := c.Output(ctx, "hostname && uname -m && "+sshx.Command("cat", k3s.ConfigPath))
+	out, err := c.Query(ctx, "hostname && uname -m && "+sshx.Command("cat", k3s.ConfigPath))
 	if err != nil {
 		return "", fmt.Errorf("read worker %s's name and k3s configuration at %s: %w", u.name, u.w.Host, err)
 	}

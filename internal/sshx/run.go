@@ -98,6 +98,12 @@ func (c *Client) Query(ctx context.Context, cmd string) ([]byte, error) {
 	return res.Stdout, nil
 }
 
+// Probe is Run for a command that only reads the host (not counted as a write, as Query): its
+// exit status is in the Result, for a caller to tell its outcomes apart.
+func (c *Client) Probe(ctx context.Context, cmd string) (Result, error) {
+	return c.run(ctx, cmd, nil, reading)
+}
+
 // kind is how run treats a command.
 type kind int
 
