@@ -4,10 +4,13 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/sshd"
@@ -65,5 +68,63 @@ func TestConnectsOverSSH(t *testing.T) {
 	l.Close()
 	if ok, err := Connects(ctx, c, addr.Addr(), int(addr.Port())); err != nil || ok {
 		t.Errorf("a closed port: %v, %v; want it does not answer", ok, err)
+	}
+}
+
+// TestIdentity: a host is the worker only when its name, the machine ID its node's kubelet
+// reported and the node its k3s configuration registers all agree with what kip recorded.
+func TestIdentity(t *testing.T) {
+	w := Worker{Host: "192.0.2.41", Path: Path{Node: netip.MustParseAddr("10.0.0.41")}}
+	n := &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{MachineID: "m-41"}}}
+	good := hostIdentity{Hostname: "w41", MachineID: "m-41", NodeName: "w41", NodeIP: "10.0.0.41", Configured: true}
+	if err := checkIdentity(good, "w41", w, n); err != nil {
+		t.Errorf("the worker itself: %v", err)
+	}
+	wiped := good
+	wiped.Configured, wiped.NodeName, wiped.NodeIP = false, "", ""
+	if err := checkIdentity(wiped, "w41", w, nil); err != nil {
+		t.Errorf("the worker, wiped and its node gone: %v", err)
+	}
+	for _, c := range []struct {
+		change func(*hostIdentity)
+		want   string
+	}{
+		{func(id *hostIdentity) { id.Hostname = "w42" }, `it is named "w42"`},
+		{func(id *hostIdentity) { id.MachineID = "m-42" }, "its machine ID is m-42 where node w41 reported m-41"},
+		{func(id *hostIdentity) { id.NodeIP = "10.0.0.42" }, `its k3s registers node "w41" at "10.0.0.42", not w41 at 10.0.0.41`},
+	} {
+		id := good
+		c.change(&id)
+		err := checkIdentity(id, "w41", w, n)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the host at 192.0.2.41 is not worker w41") {
+			t.Errorf("checkIdentity(%+v) = %v, want %q", id, err, c.want)
+		}
+	}
+}
+
+// TestReadIdentityOverSSH reads a real host's identity (this machine's, through sshd): its name,
+// /etc/machine-id, boot ID and architecture; it has no k3s configuration.
+func TestReadIdentityOverSSH(t *testing.T) {
+	srv := sshd.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := sshx.Dial(ctx, sshx.Config{Host: srv.Host, Port: srv.Port, User: sshd.User, KeyPath: srv.ClientKeyPath,
+		KnownHostsPath: filepath.Join(t.TempDir(), "known_hosts"), Timeout: 5 * time.Second, SSHConfigPath: "/dev/null", Notify: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id, err := readIdentity(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostname, _ := os.Hostname()
+	machineID, _ := os.ReadFile("/etc/machine-id")
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if id.Hostname != hostname || id.MachineID != strings.TrimSpace(string(machineID)) || id.BootID != strings.TrimSpace(string(boot)) || id.Arch == "" {
+		t.Errorf("identity %+v; want name %s, machine ID %s, boot %s", id, hostname, machineID, boot)
+	}
+	if _, err := os.Stat("/etc/rancher/k3s/config.yaml"); os.IsNotExist(err) && id.Configured {
+		t.Errorf("identity %+v has a k3s configuration this machine does not have", id)
 	}
 }

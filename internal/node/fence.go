@@ -185,19 +185,22 @@ func checkNotReady(n *corev1.Node, now time.Time) error {
 	return nil
 }
 
-// reach connects to the worker. A host that does not answer must be confirmed powered off, and
-// its kubelet must not answer the server at the worker's recorded address.
+// reach connects to the worker. A host that does not answer, or answers as another machine
+// (checkIdentity: the fence stops nothing there), must be confirmed powered off, and its kubelet
+// must not answer the server at the worker's recorded address.
 func (f *fencer) reach(ctx context.Context, t workerTarget, n *corev1.Node) error {
 	name, w := f.o.Worker, f.worker
 	c, dialErr := f.o.Dial(ctx, w.Host)
 	if dialErr == nil {
-		f.node = c
-		boot, err := c.Query(ctx, bootIDCommand)
+		id, err := readIdentity(ctx, c)
 		if err != nil {
-			return fmt.Errorf("read the boot ID of %s: %w", name, err)
+			return err
 		}
-		f.intent.BootID, f.intent.PoweredOff = strings.TrimSpace(string(boot)), false
-		return nil
+		if dialErr = checkIdentity(id, name, w, n); dialErr == nil {
+			f.node = c
+			f.intent.BootID, f.intent.PoweredOff = id.BootID, false
+			return nil
+		}
 	}
 	f.p.Warn(fmt.Sprintf("%s does not answer over SSH at %s: %v", name, w.Host, dialErr))
 	if w.Fence != nil && w.Fence.BootID != "" {

@@ -156,14 +156,17 @@ func (r *rebooter) examine(ctx context.Context) error {
 	if r.node, err = r.o.Dial(ctx, w.Host); err != nil {
 		return fmt.Errorf("a reboot runs over SSH, and kip cannot reach %s at %s: %w; fix SSH to it, then run the same command again", name, w.Host, err)
 	}
+	id, err := readIdentity(ctx, r.node)
+	if err != nil {
+		return err
+	}
+	if err := checkIdentity(id, name, w, n); err != nil {
+		return err
+	}
 	if resumed {
 		return nil // the runner loads the boot and the workloads the progress record holds
 	}
-	boot, err := r.node.Query(ctx, bootIDCommand)
-	if err != nil {
-		return fmt.Errorf("read the boot ID of %s: %w", name, err)
-	}
-	r.intent.BootID = strings.TrimSpace(string(boot))
+	r.intent.BootID = id.BootID
 	r.intent.Workloads, err = readyWorkloads(ctx, r.cl, name)
 	return err
 }

@@ -294,6 +294,17 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 	name, w := r.o.Worker, r.worker
 	resumed := w.State == WorkerRemoving
 	c, err := r.o.Dial(ctx, w.Host)
+	if err == nil {
+		// A host at the address that is not the worker is left alone: without --force the
+		// remove stops; with it, the worker counts as not answering.
+		var id hostIdentity
+		if id, err = readIdentity(ctx, c); err != nil {
+			return err
+		}
+		if err = checkIdentity(id, name, w, r.apiNode); err != nil && !r.o.Force {
+			return err
+		}
+	}
 	if err != nil {
 		if r.o.Force {
 			r.p.Warn(fmt.Sprintf("%s does not answer over SSH at %s: kip deregisters it and leaves the host as it is", name, w.Host))

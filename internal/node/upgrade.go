@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
@@ -186,26 +184,22 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 	return nil
 }
 
-// checkMachine refuses a host that is not the worker kip joined there: its name and the node
-// address its k3s configuration registers must be the recorded ones. It returns the host's
-// architecture, for the binary.
+// checkMachine refuses a host that is not the worker kip joined there (checkIdentity), or one
+// without its k3s configuration. It returns the host's architecture, for the binary.
 func (u *workerUpgrade) checkMachine(ctx context.Context, c *sshx.Client) (string, error) {
-	out, err := c.Query(ctx, "hostname && uname -m && "+sshx.Command("cat", k3s.ConfigPath))
+	id, err := readIdentity(ctx, c)
 	if err != nil {
-		return "", fmt.Errorf("read worker %s's name and k3s configuration at %s: %w", u.name, u.w.Host, err)
+		return "", err
 	}
-	hostname, rest, _ := strings.Cut(string(out), "\n")
-	arch, config, _ := strings.Cut(rest, "\n")
-	var cfg struct {
-		NodeName string `json:"node-name"`
-		NodeIP   string `json:"node-ip"`
+	n, err := u.o.Kube.Kube.CoreV1().Nodes().Get(ctx, u.name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("read node %s: %w", u.name, err)
 	}
-	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
-		return "", fmt.Errorf("worker %s: read %s: %w", u.name, k3s.ConfigPath, err)
+	if err := checkIdentity(id, u.name, u.w, n); err != nil {
+		return "", fmt.Errorf("%w, or rejoin it with 'kip node add %s'", err, u.w.Host)
 	}
-	if h := strings.TrimSpace(hostname); h != u.name || cfg.NodeName != u.name || cfg.NodeIP != u.w.Path.Node.String() {
-		return "", fmt.Errorf("the host at %s is not the worker %s kip joined (it is named %q, and its k3s registers node %q at %q; kip recorded %s at %s): kip leaves it alone; check the address, or rejoin it with 'kip node add %s'",
-			u.w.Host, u.name, h, cfg.NodeName, cfg.NodeIP, u.name, u.w.Path.Node, u.w.Host)
+	if !id.Configured {
+		return "", fmt.Errorf("worker %s at %s has no k3s configuration (%s): rejoin it with 'kip node add %s'", u.name, u.w.Host, k3s.ConfigPath, u.w.Host)
 	}
-	return strings.TrimSpace(arch), nil
+	return id.Arch, nil
 }
