@@ -1183,6 +1183,44 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 // anything changes; the remove drains the worker, moving a Deployment's pod to the server, and
 // wipes k3s from it; killed there (its node NotReady now) and run again, it deletes the node and
 // closes the server's peer ports to the worker.
+// addressMoved records the worker at another lab host's address, as when its address went to
+// another machine: kip node reboot and kip node remove refuse that machine by its name and
+// machine ID and leave it running (its boot ID unchanged); the record restored, they act again.
+func addressMoved(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w, other *lab.Host) {
+	t.Helper()
+	setHost := func(host string) {
+		t.Helper()
+		if _, err := node.UpdateNodes(ctx, c.Dynamic, func(n *node.Nodes) error {
+			rec := n.Workers[w.Name]
+			rec.Host = host
+			n.Workers[w.Name] = rec
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2e.Run(t, "the worker's address moved to another machine", func(t *testing.T) {
+		bootBefore, err := other.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		setHost(other.PublicIP.String())
+		defer setHost(w.PublicIP.String())
+		want := "the host at " + other.PublicIP.String() + " is not worker " + w.Name + ` (it is named "` + other.Name + `"`
+		for _, args := range [][]string{{"node", "reboot", w.Name, "--yes"}, {"node", "remove", w.Name, "--yes"}} {
+			if r := s.Kip(t, home, args...); r.ExitCode != 1 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "kip leaves it alone") {
+				t.Errorf("kip %s with the worker recorded at %s: exit %d, want %q\n%s", strings.Join(args, " "), other.Name, r.ExitCode, want, r.Stderr)
+			}
+		}
+		if bootAfter, err := other.Run(ctx, "cat /proc/sys/kernel/random/boot_id"); err != nil || bootAfter != bootBefore {
+			t.Errorf("host %s's boot %q before, %q after (%v)", other.Name, bootBefore, bootAfter, err)
+		}
+		if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != node.WorkerReady {
+			t.Errorf("the refusals changed the worker's record: %+v (%v)", rec.Workers[w.Name], err)
+		}
+	})
+}
+
 func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, outsider *lab.Host) {
 	t.Helper()
 	remove := []string{"node", "remove", w.Name, "--yes"}
@@ -1232,6 +1270,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}
 	}
 	runsOn(w.Name)
+	addressMoved(ctx, t, s, home, c, w, outsider)
 	rebootWorker(ctx, t, s, home, c, srv, w, vol)
 	// The reboot's drain moved the Deployment's pod to the server: deleted, it starts on the
 	// worker again, which it prefers, for the remove's drain to move.
