@@ -422,7 +422,7 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 				return fmt.Errorf("node %s is a worker kip did not record: run kip node add <host> for that worker first to adopt it, then add %s", n.Name, j.o.Host)
 			}
 		}
-		if info.Status == cluster.NodeOutOfService && n.Name != j.intent.Node {
+		if (info.Status == cluster.NodeOutOfService || j.nodes.Workers[n.Name].Fence != nil) && n.Name != j.intent.Node {
 			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add %s first", n.Name, j.nodes.Workers[n.Name].Host)
 		}
 	}

@@ -284,7 +284,7 @@ func TestFence(t *testing.T) {
 	}
 
 	// kip service start: the fence's check.
-	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, WorkerHost: WorkerHost, Printer: env2.Printer, Prompter: env2.Prompter}}
+	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, WorkerHost: WorkerHost, WorkerFenced: WorkerFenced, Printer: env2.Printer, Prompter: env2.Prompter}}
 	so.Ref = service.Ref{Project: "fx", Environment: "prod", Name: "only"}
 	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51)") {
 		t.Errorf("start only: %v", err)
@@ -313,6 +313,46 @@ func TestFence(t *testing.T) {
 	_ = service.Start(sctx, so)
 	if s, err := service.Get(ctx, cl.Dynamic, so.Ref); err != nil || s.FenceStop != "" || s.Stopped {
 		t.Errorf("stale after kip service start --accept-stale-data: %+v (%v)", s, err)
+	}
+
+	// A rejoin stopped after it lifted the taint (or a fence killed before its taint): fx-w
+	// Ready and untainted, but kip's record still holds the fence, which is the truth. fx-w's
+	// own copy of only's dump volume does not count: only stays stopped.
+	so.AcceptStale = false
+	so.Ref.Name = "only"
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "fx-w", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = nil
+		if n, err = cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		_, err = cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins") {
+		t.Errorf("start only with fx-w untainted and Ready but its fence recorded: %v", err)
+	}
+	// Once the rejoin lifted the fence from the record, fx-w counts again: its copy is current.
+	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
+		w := n.Workers["fx-w"]
+		w.Fence = nil
+		n.Workers["fx-w"] = w
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel2()
+	_ = service.Start(sctx2, so)
+	if s, err := service.Get(ctx, cl.Dynamic, so.Ref); err != nil || s.FenceStop != "" || s.Stopped {
+		t.Errorf("only once fx-w rejoined: %+v (%v)", s, err)
 	}
 }
 

@@ -20,6 +20,17 @@ func WorkerHost(ctx context.Context, cl *kube.Clients, name string) (string, err
 	return workers.Workers[name].Host, nil
 }
 
+// WorkerFenced reports whether kip's record holds worker name fenced: from the fence's first
+// step until a rejoin finishes, whatever the node's taint says (the record is the fence's truth,
+// the taint its effect).
+func WorkerFenced(ctx context.Context, cl *kube.Clients, name string) (bool, error) {
+	workers, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		return false, err
+	}
+	return workers.Workers[name].Fence != nil, nil
+}
+
 // CopyHolders are the nodes that can hold a copy of a service's data now, server first: each
 // Ready node that may hold copies (the server always; a worker kip recorded ready whose disk
 // passed the disk check or was accepted with --ignore-slow-disk). A fenced node is never Ready.

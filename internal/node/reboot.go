@@ -132,7 +132,7 @@ func (r *rebooter) examine(ctx context.Context) error {
 	}
 	r.worker = w
 	status := cluster.NodeStatus(n)
-	if status == cluster.NodeOutOfService {
+	if w.Fence != nil || status == cluster.NodeOutOfService {
 		return fmt.Errorf("worker %s is fenced (out of service), and a reboot would start its k3s again while other nodes may run its services: "+
 			"bring it back with kip node add %s", name, w.Host)
 	}

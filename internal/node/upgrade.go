@@ -49,7 +49,7 @@ func PlanWorkerUpgrades(nodes Nodes, list []corev1.Node, from, to string) (Worke
 		case i < 0:
 			plan.Leave[name] = "no node of that name in the cluster"
 			continue
-		case cluster.NodeStatus(&list[i]) == cluster.NodeOutOfService:
+		case w.Fence != nil || cluster.NodeStatus(&list[i]) == cluster.NodeOutOfService:
 			plan.Leave[name] = "fenced"
 			continue
 		case reported == "":

@@ -32,6 +32,8 @@ type Options struct {
 	// WorkerHost is the address kip reaches a worker at, "" for one it keeps no record of
 	// (node.WorkerHost).
 	WorkerHost func(context.Context, *kube.Clients, string) (string, error)
+	// WorkerFenced reports whether kip's record holds a worker fenced (node.WorkerFenced).
+	WorkerFenced func(context.Context, *kube.Clients, string) (bool, error)
 	Printer    *cli.Printer
 	Prompter   *cli.Prompter
 	JSON       bool

@@ -109,13 +109,17 @@ func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service
 }
 
 // startFenced lifts the fence's stop from a service kip node fence stopped, after MayStart's
-// check: with the worker still fenced (or gone), judged without it; once it rejoined, with every
-// node.
+// check: with the worker still fenced (or gone), judged without it; once it rejoined (no fence
+// in kip's record, which a rejoin lifts last, and its node Ready), with every node.
 func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *Service) error {
 	gone := s.FenceStop
+	fenced, err := o.WorkerFenced(ctx, cl, gone)
+	if err != nil {
+		return err
+	}
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{})
 	switch {
-	case err == nil && cluster.NodeStatus(n) != cluster.NodeOutOfService:
+	case err == nil && !fenced && cluster.NodeStatus(n) == cluster.NodeReady:
 		gone = ""
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
