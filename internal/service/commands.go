@@ -34,10 +34,10 @@ type Options struct {
 	WorkerHost func(context.Context, *kube.Clients, string) (string, error)
 	// WorkerFenced reports whether kip's record holds a worker fenced (node.WorkerFenced).
 	WorkerFenced func(context.Context, *kube.Clients, string) (bool, error)
-	Printer    *cli.Printer
-	Prompter   *cli.Prompter
-	JSON       bool
-	Out        io.Writer
+	Printer      *cli.Printer
+	Prompter     *cli.Prompter
+	JSON         bool
+	Out          io.Writer
 }
 
 // MoveWorkflowPrefix starts the name of the progress record of a move of a service's data to
