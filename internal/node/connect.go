@@ -54,8 +54,9 @@ func connected(res sshx.Result, host string, target netip.AddrPort) (bool, error
 
 // CheckPath checks a private path both ways, as the nodes will use it: the server connects to
 // the node's SSH port, and the node to the server's API on 6443. A failed connection stops the
-// join, naming it.
-func CheckPath(ctx context.Context, server, node *sshx.Client, p Path, nodeSSHPort int) error {
+// join, naming it, and --public when the join may still choose public addresses (the first
+// join chooses the mode for every node).
+func CheckPath(ctx context.Context, server, node *sshx.Client, p Path, nodeSSHPort int, mayGoPublic bool) error {
 	for _, c := range []struct {
 		from *sshx.Client
 		to   netip.Addr
@@ -70,8 +71,12 @@ func CheckPath(ctx context.Context, server, node *sshx.Client, p Path, nodeSSHPo
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%s at %s over %s: open %d/tcp between the hosts on that network, or pass --public to join over public addresses",
-				c.who, netip.AddrPortFrom(c.to, uint16(c.port)), p, c.port)
+			or := ""
+			if mayGoPublic {
+				or = ", or pass --public to join over public addresses"
+			}
+			return fmt.Errorf("%s at %s over %s: open %d/tcp between the hosts on that network%s",
+				c.who, netip.AddrPortFrom(c.to, uint16(c.port)), p, c.port, or)
 		}
 	}
 	return nil

@@ -69,6 +69,15 @@ func TestConnectsOverSSH(t *testing.T) {
 	if ok, err := Connects(ctx, c, addr.Addr(), int(addr.Port())); err != nil || ok {
 		t.Errorf("a closed port: %v, %v; want it does not answer", ok, err)
 	}
+	// A private path whose node SSH port is closed: the join names --public only while it may
+	// still choose public addresses (the cluster's first join).
+	p := Path{Mode: ModePrivate, Network: netip.MustParsePrefix("127.0.0.0/8"), Server: addr.Addr(), Node: addr.Addr()}
+	for _, first := range []bool{true, false} {
+		err := CheckPath(ctx, c, c, p, int(addr.Port()), first)
+		if err == nil || !strings.Contains(err.Error(), "the server cannot connect to the node's SSH port") || strings.Contains(err.Error(), "--public") != first {
+			t.Errorf("CheckPath, first join %v: %v", first, err)
+		}
+	}
 }
 
 // TestIdentity: a host is the worker only when its name, the machine ID its node's kubelet

@@ -409,12 +409,15 @@ func (f *fencer) question(context.Context) string {
 	return b.String()
 }
 
-// where says which nodes hold the copies a moving service starts on.
+// where says which copies a moving service starts on.
 func (s fencedService) where() string {
-	if len(s.CurrentOn) > 0 {
+	switch {
+	case len(s.CurrentOn) > 0:
 		return "current copies on " + strings.Join(s.CurrentOn, ", ")
+	case s.Accepted:
+		return "copies that may be older, as you accepted"
 	}
-	return "older copies, as accepted"
+	return "a current copy of each of its volumes on other nodes"
 }
 
 // steps are the fence's steps, in order.
