@@ -424,7 +424,8 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 			}
 		}
 		if (info.Status == cluster.NodeOutOfService || j.nodes.Workers[n.Name].Fence != nil) && n.Name != j.intent.Node {
-			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add %s first", n.Name, j.nodes.Workers[n.Name].Host)
+			return fmt.Errorf("node %s is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add %s first, "+
+				"or, when its host is gone for good, give it up with kip node remove %s --force", n.Name, j.nodes.Workers[n.Name].Host, n.Name)
 		}
 	}
 	if j.serverAtStart == nil {
