@@ -23,7 +23,7 @@ func TestJoinRefusesOtherNodes(t *testing.T) {
 	// o.Dial is nil: both refusals come before the join reaches any worker.
 	j := &joiner{o: &AddOptions{Host: "203.0.113.50"}, cl: cl, nodes: nodes, intent: joinIntent{Node: "ja-new"}}
 	err := j.checkNodes(ctx)
-	if want := "node ja-fenced is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add 203.0.113.41 first"; err == nil || err.Error() != want {
+	if want := "node ja-fenced is fenced (out of service): a join updates every node, and kip cannot reach a fenced node; rejoin it with kip node add 203.0.113.41 first, or, when its host is gone for good, give it up with kip node remove ja-fenced --force"; err == nil || err.Error() != want {
 		t.Errorf("join with ja-fenced fenced: %v\nwant %s", err, want)
 	}
 
