@@ -41,6 +41,13 @@ func TestJoinRefusesOtherNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Untainted, ja-fenced is still fenced by kip's record, the fence's truth.
+	if err := j.checkNodes(ctx); err == nil || !strings.Contains(err.Error(), "node ja-fenced is fenced") {
+		t.Errorf("join with ja-fenced untainted but its fence recorded: %v", err)
+	}
+	w := j.nodes.Workers["ja-fenced"]
+	w.Fence = nil
+	j.nodes.Workers["ja-fenced"] = w
 	err = j.checkNodes(ctx)
 	if want := "node ja-stray is a worker kip did not record: run kip node add <host> for that worker first to adopt it, then add 203.0.113.50"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("join with ja-stray in the cluster: %v\nwant %s", err, want)
