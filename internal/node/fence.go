@@ -36,6 +36,9 @@ const (
 	fencePodsTimeout = 10 * time.Minute
 	// fenceStartTimeout bounds the wait for the services that move to run elsewhere.
 	fenceStartTimeout = 5 * time.Minute
+	// fenceStopTimeout bounds the wait for console-api to scale the StatefulSets of the
+	// services the fence stops to zero, before the taint.
+	fenceStopTimeout = 5 * time.Minute
 )
 
 // OutOfServiceValue is the value of the out-of-service taint, as Kubernetes' documentation of
@@ -479,7 +482,8 @@ func (f *fencer) stopStep() workflow.Step {
 }
 
 // servicesStep stops the services that cannot start elsewhere (FenceAnnotation records why the
-// service is stopped) and suspends the Jobs, recording both in the fence for the rejoin.
+// service is stopped) and suspends the Jobs, recording both in the fence for the rejoin, then
+// waits until console-api has scaled those services' StatefulSets to zero.
 func (f *fencer) servicesStep() workflow.Step {
 	name := f.o.Worker
 	stays := func() []fencedService {
@@ -521,7 +525,11 @@ func (f *fencer) servicesStep() workflow.Step {
 					return false, nil
 				}
 			}
-			return !slices.ContainsFunc(f.intent.Jobs, func(j string) bool { return !slices.Contains(fence.Suspended, j) }), nil
+			if slices.ContainsFunc(f.intent.Jobs, func(j string) bool { return !slices.Contains(fence.Suspended, j) }) {
+				return false, nil
+			}
+			pending, err := f.notScaledDown(ctx, stays())
+			return pending == "", err
 		},
 		Apply: func(ctx context.Context) error {
 			for _, fs := range stays() {
@@ -536,7 +544,7 @@ func (f *fencer) servicesStep() workflow.Step {
 					return fmt.Errorf("suspend Job %s: %w", j, err)
 				}
 			}
-			return updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
+			if err := updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
 				if w.Fence == nil {
 					w.Fence = &FenceRecord{} // lifted meanwhile: the services stopped now still need a record
 				}
@@ -551,9 +559,40 @@ func (f *fencer) servicesStep() workflow.Step {
 						w.Fence.Suspended = append(w.Fence.Suspended, j)
 					}
 				}
+			}); err != nil {
+				return err
+			}
+			// The taint makes Kubernetes delete the services' pods on the worker: a
+			// StatefulSet console-api has not scaled to zero yet would start its pod again on
+			// another node, on copies the fence decided not to use.
+			err := kube.PollPending(ctx, fenceStopTimeout, "console-api to scale the stopped services to zero", func(ctx context.Context) (string, error) {
+				return f.notScaledDown(ctx, stays())
 			})
+			if err != nil {
+				return fmt.Errorf("%w: kip does not taint %s before console-api has scaled them to zero, or Kubernetes would start them again on another node on copies the fence did not choose; "+
+					"check that console-api runs ('kip status'), then run kip node fence %s again", err, name, name)
+			}
+			return nil
 		},
 	}
+}
+
+// notScaledDown names the StatefulSets of services that console-api has not scaled to zero
+// yet ("" when all are): replicas above zero, or a change its controller has not seen.
+func (f *fencer) notScaledDown(ctx context.Context, services []fencedService) (string, error) {
+	var pending []string
+	for _, fs := range services {
+		sts, err := f.cl.Kube.AppsV1().StatefulSets(fs.Namespace()).Get(ctx, fs.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return "", err
+		case ptr.Deref(sts.Spec.Replicas, 1) > 0 || sts.Status.ObservedGeneration < sts.Generation:
+			pending = append(pending, fmt.Sprintf("StatefulSet %s/%s at %d replicas", sts.Namespace, sts.Name, ptr.Deref(sts.Spec.Replicas, 1)))
+		}
+	}
+	return strings.Join(pending, ", "), nil
 }
 
 // taintStep taints the node out of service: Kubernetes then deletes its pods and detaches their

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -213,8 +214,41 @@ func TestFence(t *testing.T) {
 		t.Fatalf("the refusals recorded a fence: %+v (%v)", rec.Workers["fx-w"], err)
 	}
 
-	// The fence.
-	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil {
+	// The fence, with console-api slow to scale only's StatefulSet to zero (the test plays it):
+	// the fence marks only stopped, then waits, and taints fx-w only once the StatefulSet is at
+	// zero; otherwise its controller would start only's pod again on another node when the
+	// taint deletes the one on fx-w.
+	onlySet := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "only", Namespace: "fx-prod"}, Spec: appsv1.StatefulSetSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{service.Label: "only"}}, ServiceName: "only",
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{service.Label: "only"}}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kipper.run/test": "no-such-node"}, Containers: []corev1.Container{{Name: "postgres", Image: "kip.invalid/postgres"}}}}}}
+	if _, err := cl.Kube.AppsV1().StatefulSets("fx-prod").Create(ctx, onlySet, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fenced := make(chan error, 1)
+	go func() { fenced <- fenceWith(FenceOptions{PoweredOff: true}) }()
+	onlyRef := service.Ref{Project: "fx", Environment: "prod", Name: "only"}
+	if err := kube.Poll(ctx, time.Minute, "the fence to mark only stopped", func(ctx context.Context) (bool, string, error) {
+		s, err := service.Get(ctx, cl.Dynamic, onlyRef)
+		return err == nil && s.FenceStop == "fx-w", "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "fx-w", metav1.GetOptions{}); err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
+		t.Errorf("fx-w tainted while only's StatefulSet still has a replica (%v)", err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts, err := cl.Kube.AppsV1().StatefulSets("fx-prod").Get(ctx, "only", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sts.Spec.Replicas = ptr.To[int32](0)
+		_, err = cl.Kube.AppsV1().StatefulSets("fx-prod").Update(ctx, sts, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-fenced; err != nil {
 		t.Fatalf("fence: %v\n%s", err, out)
 	}
 	t.Logf("kip node fence fx-w --powered-off:\n%s", out)
@@ -464,4 +498,67 @@ func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[strin
 	t.Cleanup(func() {
 		_ = cl.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
+}
+
+// TestFenceWaitsForScaleDown runs the fence's services step against the real API server with
+// console-api down (no one scales the StatefulSet): the step marks the service stopped and then
+// waits, failing when its context ends rather than going on to the taint, and its check does not
+// count it done; once the StatefulSet is at zero (its controller has seen it), the step is done.
+func TestFenceWaitsForScaleDown(t *testing.T) {
+	_, cl := apiCluster(t, "")
+	ctx := t.Context()
+	const ns = "sd-prod"
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	project := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": "sd"}, "spec": map[string]any{"environments": []any{map[string]any{"name": "prod"}}}}}
+	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, project, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "sd", metav1.DeleteOptions{}) })
+	kipperService(t, cl, ns, "db", "postgres", false)
+	recordWorkers(t, cl, map[string]Worker{"sd-w": {Host: "192.0.2.61", State: WorkerReady}})
+	labels := map[string]string{service.Label: "db"}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Spec: appsv1.StatefulSetSpec{
+		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: "db",
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kipper.run/test": "no-such-node"}, Containers: []corev1.Container{{Name: "postgres", Image: "kip.invalid/postgres"}}}}}}
+	if _, err := cl.Kube.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ref := service.Ref{Project: "sd", Environment: "prod", Name: "db"}
+	f := &fencer{o: &FenceOptions{Worker: "sd-w"}, cl: cl, intent: fenceIntent{Node: "sd-w",
+		Services: []fencedService{{Ref: ref, Data: longhorn.DataOnlyThere, Why: "its only copy of some volume is on sd-w"}}}}
+	step := f.servicesStep()
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := step.Apply(short); err == nil || !strings.Contains(err.Error(), "StatefulSet sd-prod/db at 1 replicas") ||
+		!strings.Contains(err.Error(), "kip does not taint sd-w before console-api has scaled them to zero") {
+		t.Fatalf("the services step with console-api down: %v", err)
+	}
+	if s, err := service.Get(ctx, cl.Dynamic, ref); err != nil || s.FenceStop != "sd-w" || !s.Stopped {
+		t.Errorf("the service after the step: %+v, %v", s, err)
+	}
+	if done, err := step.Check(ctx); err != nil || done {
+		t.Errorf("the step's check with the StatefulSet at 1 replica: %v, %v; want not done", done, err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := cl.Kube.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Spec.Replicas = ptr.To[int32](0)
+		_, err = cl.Kube.AppsV1().StatefulSets(ns).Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := step.Apply(ctx); err != nil {
+		t.Fatalf("the services step once console-api scaled the service to zero: %v", err)
+	}
+	if done, err := step.Check(ctx); err != nil || !done {
+		t.Errorf("the step's check with the StatefulSet at zero: %v, %v; want done", done, err)
+	}
 }
