@@ -517,7 +517,9 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, project, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "sd", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "sd", metav1.DeleteOptions{})
+	})
 	kipperService(t, cl, ns, "db", "postgres", false)
 	recordWorkers(t, cl, map[string]Worker{"sd-w": {Host: "192.0.2.61", State: WorkerReady}})
 	labels := map[string]string{service.Label: "db"}
