@@ -48,15 +48,9 @@ func TestConnected(t *testing.T) {
 // TestConnectsOverSSH runs the check through a real sshd and bash: a listening port answers, a
 // closed one does not.
 func TestConnectsOverSSH(t *testing.T) {
-	srv := sshd.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := sshx.Dial(ctx, sshx.Config{Host: srv.Host, Port: srv.Port, User: sshd.User, KeyPath: srv.ClientKeyPath,
-		KnownHostsPath: filepath.Join(t.TempDir(), "known_hosts"), Timeout: 5 * time.Second, SSHConfigPath: "/dev/null", Notify: func(string) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialThisMachine(ctx, t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -114,15 +108,9 @@ func TestIdentity(t *testing.T) {
 // TestReadIdentityOverSSH reads a real host's identity (this machine's, through sshd): its name,
 // /etc/machine-id, boot ID and architecture; it has no k3s configuration.
 func TestReadIdentityOverSSH(t *testing.T) {
-	srv := sshd.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := sshx.Dial(ctx, sshx.Config{Host: srv.Host, Port: srv.Port, User: sshd.User, KeyPath: srv.ClientKeyPath,
-		KnownHostsPath: filepath.Join(t.TempDir(), "known_hosts"), Timeout: 5 * time.Second, SSHConfigPath: "/dev/null", Notify: func(string) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialThisMachine(ctx, t)
 	id, err := readIdentity(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -136,4 +124,17 @@ func TestReadIdentityOverSSH(t *testing.T) {
 	if _, err := os.Stat("/etc/rancher/k3s/config.yaml"); os.IsNotExist(err) && id.Configured {
 		t.Errorf("identity %+v has a k3s configuration this machine does not have", id)
 	}
+}
+
+// dialThisMachine logs in to this machine through a real sshd, until t ends.
+func dialThisMachine(ctx context.Context, t *testing.T) *sshx.Client {
+	t.Helper()
+	srv := sshd.Start(t)
+	c, err := sshx.Dial(ctx, sshx.Config{Host: srv.Host, Port: srv.Port, User: sshd.User, KeyPath: srv.ClientKeyPath,
+		KnownHostsPath: filepath.Join(t.TempDir(), "known_hosts"), Timeout: 5 * time.Second, SSHConfigPath: "/dev/null", Notify: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

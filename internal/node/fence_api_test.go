@@ -118,14 +118,7 @@ func TestFence(t *testing.T) {
 			attach(t, cl, pv, "fx-w")
 		}
 	}
-	project := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
-		"metadata": map[string]any{"name": "fx"}, "spec": map[string]any{"environments": []any{map[string]any{"name": "prod"}}}}}
-	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, project, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "fx", metav1.DeleteOptions{})
-	})
+	kipperProject(t, cl, "fx", "prod")
 	kipperService(t, cl, "fx-prod", "cur", "redis", false)
 	kipperService(t, cl, "fx-prod", "stale", "redis", false)
 	kipperService(t, cl, "fx-prod", "only", "postgres", false)
@@ -473,6 +466,19 @@ func attach(t *testing.T, cl *kube.Clients, pv, node string) {
 }
 
 // kipperService writes a Kipper Service object.
+// kipperProject writes a Kipper Project with one environment until t ends.
+func kipperProject(t *testing.T, cl *kube.Clients, name, env string) {
+	t.Helper()
+	project := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"environments": []any{map[string]any{"name": env}}}}}
+	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(t.Context(), project, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
 func kipperService(t *testing.T, cl *kube.Clients, ns, name, typ string, stopped bool) {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Service",
@@ -512,14 +518,7 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	project := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "Project",
-		"metadata": map[string]any{"name": "sd"}, "spec": map[string]any{"environments": []any{map[string]any{"name": "prod"}}}}}
-	if _, err := cl.Dynamic.Resource(service.ProjectsGVR).Create(ctx, project, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "sd", metav1.DeleteOptions{})
-	})
+	kipperProject(t, cl, "sd", "prod")
 	kipperService(t, cl, ns, "db", "postgres", false)
 	recordWorkers(t, cl, map[string]Worker{"sd-w": {Host: "192.0.2.61", State: WorkerReady}})
 	labels := map[string]string{service.Label: "db"}

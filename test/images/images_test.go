@@ -72,7 +72,8 @@ type layerEntry struct {
 	data     []byte
 }
 
-func readLayer(t *testing.T, img v1.Image) map[string]layerEntry {
+// onlyLayer opens the uncompressed contents of img's one layer.
+func onlyLayer(t *testing.T, img v1.Image) io.ReadCloser {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
@@ -85,6 +86,12 @@ func readLayer(t *testing.T, img v1.Image) map[string]layerEntry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rc
+}
+
+func readLayer(t *testing.T, img v1.Image) map[string]layerEntry {
+	t.Helper()
+	rc := onlyLayer(t, img)
 	defer rc.Close()
 	entries := map[string]layerEntry{}
 	var names []string

@@ -341,17 +341,7 @@ func (c *container) waitReady(t *testing.T, db string) {
 // owners, as a container runtime unpacks it.
 func unpack(t *testing.T, img v1.Image, root string) {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(layers) != 1 {
-		t.Fatalf("%d layers, want 1", len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := onlyLayer(t, img)
 	defer rc.Close()
 	type dirMode struct {
 		path string
