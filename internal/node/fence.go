@@ -96,6 +96,7 @@ type fencer struct {
 	p      *cli.Printer
 	cl     *kube.Clients
 	worker Worker
+	rec    cluster.Record
 	node   *sshx.Client // nil when the host does not answer
 	intent fenceIntent
 }
@@ -143,7 +144,7 @@ func (f *fencer) examine(ctx context.Context) error {
 	case n == nil:
 		return fmt.Errorf("worker %s has no node in the cluster, so nothing runs there to fence: run kip node remove %s --force to deregister it", name, name)
 	}
-	f.worker = w
+	f.worker, f.rec = w, t.rec
 	unfinished, err := workflow.ListUnfinished(ctx, f.cl.Dynamic, kube.ClusterRecords())
 	if err != nil {
 		return err
@@ -154,7 +155,7 @@ func (f *fencer) examine(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := f.reach(ctx, t, n); err != nil {
+	if err := f.reach(ctx, n); err != nil {
 		return err
 	}
 	if resumed {
@@ -191,7 +192,7 @@ func checkNotReady(n *corev1.Node, now time.Time) error {
 // reach connects to the worker. A host that does not answer, or answers as another machine
 // (checkIdentity: the fence stops nothing there), must be confirmed powered off, and its kubelet
 // must not answer the server at the worker's recorded address.
-func (f *fencer) reach(ctx context.Context, t workerTarget, n *corev1.Node) error {
+func (f *fencer) reach(ctx context.Context, n *corev1.Node) error {
 	name, w := f.o.Worker, f.worker
 	c, dialErr := f.o.Dial(ctx, w.Host)
 	if dialErr == nil {
@@ -222,16 +223,23 @@ func (f *fencer) reach(ctx context.Context, t workerTarget, n *corev1.Node) erro
 				"once you know it is off and stays off until it rejoins, run kip node fence %s --powered-off", name, name)
 		}
 	}
+	return f.kubeletGone(ctx)
+}
+
+// kubeletGone checks from the server that the worker's kubelet no longer answers at its recorded
+// address, refusing when it does or when the check cannot run.
+func (f *fencer) kubeletGone(ctx context.Context) error {
+	name, w := f.o.Worker, f.worker
 	addr := w.Path.Node
 	if !addr.Is4() {
 		return fmt.Errorf("worker %s's recorded address %q is no IPv4 address, so the server cannot check that its kubelet is gone: fix its record with kip node add %s, or remove it with kip node remove %s --force",
 			name, addr, w.Host, name)
 	}
-	server, err := f.o.dialServer(ctx, t.rec, "kip node fence checks from the server that the worker's kubelet no longer answers")
+	// The factory's connection, closed as kip exits.
+	server, err := f.o.dialServer(ctx, f.rec, "kip node fence checks from the server that the worker's kubelet no longer answers")
 	if err != nil {
 		return fmt.Errorf("%w; the fence cannot go ahead without that check", err)
 	}
-	defer server.Close()
 	answers, err := Connects(ctx, server, addr, host.KubeletPort)
 	if err != nil {
 		return fmt.Errorf("check from the server whether the kubelet of %s answers at %s: %w; the fence cannot go ahead without that check", name, addr, err)
@@ -607,6 +615,9 @@ func (f *fencer) taintStep() workflow.Step {
 			return err == nil && hasTaint(n, cluster.OutOfServiceTaint), err
 		},
 		Apply: func(ctx context.Context) error {
+			if err := f.stillDown(ctx); err != nil {
+				return err
+			}
 			err := updateNode(ctx, f.cl, name, func(n *corev1.Node) bool {
 				if hasTaint(n, cluster.OutOfServiceTaint) {
 					return false
@@ -621,6 +632,35 @@ func (f *fencer) taintStep() workflow.Step {
 			return nil
 		},
 	}
+}
+
+// stillDown repeats, under the cluster lock and just before the taint, the checks kip made of the
+// worker before it asked: its node is still not Ready, and its host is still held stopped (the
+// fence's drop-in in place, nothing running or mounted) or, for a host that did not answer, its
+// kubelet still does not answer the server. The taint releases the worker's volumes to other
+// nodes: a worker that came back since must not lose them to a second writer.
+func (f *fencer) stillDown(ctx context.Context) error {
+	name := f.o.Worker
+	n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", name, err)
+	}
+	if readyCondition(n) == corev1.ConditionTrue {
+		return fmt.Errorf("worker %s reports Ready again, so kip does not taint it: the services the fence stopped stay stopped as recorded; "+
+			"rejoin it with kip node add %s, which starts them again, or run kip node fence %s again once it has stopped reporting for a minute", name, f.worker.Host, name)
+	}
+	if f.node == nil {
+		return f.kubeletGone(ctx)
+	}
+	res, err := f.node.Probe(ctx, k3s.FencedCommand())
+	if err != nil {
+		return err
+	}
+	if res.ExitStatus != 0 {
+		return fmt.Errorf("the fence no longer holds %s stopped (%s), so kip does not taint it: run kip node fence %s again",
+			name, strings.ReplaceAll(strings.TrimSpace(string(res.Stdout)), "\n", "; "), name)
+	}
+	return nil
 }
 
 // podsStep deletes, a minute after the taint, the Kipper pods with Longhorn volumes still on

@@ -563,3 +563,19 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 		t.Errorf("the step's check with the StatefulSet at zero: %v, %v; want done", done, err)
 	}
 }
+
+// TestFenceTaintRechecks runs the fence's taint step against the real API server on a worker
+// whose node reports Ready again (kwok plays it): the step refuses, naming the rejoin, and the
+// node stays untainted.
+func TestFenceTaintRechecks(t *testing.T) {
+	env, cl := apiCluster(t, "")
+	env.AddNode(t, "tr-w", testenv.NodeOptions{})
+	f := &fencer{o: &FenceOptions{Worker: "tr-w"}, cl: cl, worker: Worker{Host: "192.0.2.71", State: WorkerReady}, intent: fenceIntent{Node: "tr-w"}}
+	err := f.taintStep().Apply(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "worker tr-w reports Ready again, so kip does not taint it") || !strings.Contains(err.Error(), "kip node add 192.0.2.71") {
+		t.Errorf("the taint step on a Ready worker: %v", err)
+	}
+	if n, err := cl.Kube.CoreV1().Nodes().Get(t.Context(), "tr-w", metav1.GetOptions{}); err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
+		t.Errorf("tr-w after the refused taint: %v", err)
+	}
+}
