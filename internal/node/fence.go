@@ -637,10 +637,32 @@ func (f *fencer) taintStep() workflow.Step {
 // stillDown repeats, under the cluster lock and just before the taint, the checks kip made of the
 // worker before it asked: its node is still not Ready, and its host is still held stopped (the
 // fence's drop-in in place, nothing running or mounted) or, for a host that did not answer, its
-// kubelet still does not answer the server. The taint releases the worker's volumes to other
-// nodes: a worker that came back since must not lose them to a second writer.
+// kubelet still does not answer the server; and each service the fence lets start elsewhere
+// still has the copies it was judged on. The taint releases the worker's volumes to other
+// nodes: a worker that came back since must not lose them to a second writer, nor may a
+// service start on copies nobody chose.
 func (f *fencer) stillDown(ctx context.Context) error {
 	name := f.o.Worker
+	for _, fs := range f.intent.Services {
+		if fs.stays() {
+			continue
+		}
+		s, err := service.Get(ctx, f.cl.Dynamic, fs.Ref)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		verdict, _, err := service.FencedData(ctx, f.cl, s, name)
+		if err != nil {
+			return err
+		}
+		if verdict == longhorn.DataOnlyThere || verdict == longhorn.DataStale && !fs.Accepted {
+			return fmt.Errorf("the copies of service %s changed since kip examined them (without %s its data is now %s), so kip does not taint %s: "+
+				"run kip node fence %s again, which decides again what happens to each service", fs.Ref, name, verdict, name, name)
+		}
+	}
 	n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read node %s: %w", name, err)

@@ -564,14 +564,40 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 	}
 }
 
-// TestFenceTaintRechecks runs the fence's taint step against the real API server on a worker
-// whose node reports Ready again (kwok plays it): the step refuses, naming the rejoin, and the
-// node stays untainted.
+// TestFenceTaintRechecks runs the fence's taint step against the real API server, as after the
+// operator answered: on a worker whose node reports Ready again (kwok plays it), and for a
+// service judged to start elsewhere whose other copy is no longer current. Each time the step
+// refuses, saying what to do, and the node stays untainted.
 func TestFenceTaintRechecks(t *testing.T) {
 	env, cl := apiCluster(t, "")
+	ctx := t.Context()
+	deadNode(t, cl, "tr-d")
+	kipperProject(t, cl, "tr", "prod")
+	for _, ns := range []string{longhorn.Namespace, "tr-prod"} {
+		if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), "tr-prod", metav1.DeleteOptions{}) })
+	kipperService(t, cl, "tr-prod", "db", "redis", false)
+	pv := longhornClaim(t, cl, "tr-prod", "data-db-0")
+	replica(t, cl, pv+"-tr-d", pv, "tr-d", true)
+	replica(t, cl, pv+"-tr-other", pv, "tr-other", false) // current when kip examined it, no longer
+	ref := service.Ref{Project: "tr", Environment: "prod", Name: "db"}
+	moved := &fencer{o: &FenceOptions{Worker: "tr-d"}, cl: cl, worker: Worker{Host: "192.0.2.72", State: WorkerReady},
+		intent: fenceIntent{Node: "tr-d", Services: []fencedService{{Ref: ref, Data: longhorn.DataCurrent, CurrentOn: []string{"tr-other"}}}}}
+	err := moved.taintStep().Apply(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the copies of service db in tr-prod changed since kip examined them (without tr-d its data is now stale)") ||
+		!strings.Contains(err.Error(), "run kip node fence tr-d again") {
+		t.Errorf("the taint step with a copy no longer current: %v", err)
+	}
+	if n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "tr-d", metav1.GetOptions{}); err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
+		t.Errorf("tr-d after the refused taint: %v", err)
+	}
+
 	env.AddNode(t, "tr-w", testenv.NodeOptions{})
 	f := &fencer{o: &FenceOptions{Worker: "tr-w"}, cl: cl, worker: Worker{Host: "192.0.2.71", State: WorkerReady}, intent: fenceIntent{Node: "tr-w"}}
-	err := f.taintStep().Apply(t.Context())
+	err = f.taintStep().Apply(ctx)
 	if err == nil || !strings.Contains(err.Error(), "worker tr-w reports Ready again, so kip does not taint it") || !strings.Contains(err.Error(), "kip node add 192.0.2.71") {
 		t.Errorf("the taint step on a Ready worker: %v", err)
 	}
