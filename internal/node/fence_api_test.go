@@ -578,7 +578,9 @@ func TestFenceTaintRechecks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), "tr-prod", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), "tr-prod", metav1.DeleteOptions{})
+	})
 	kipperService(t, cl, "tr-prod", "db", "redis", false)
 	pv := longhornClaim(t, cl, "tr-prod", "data-db-0")
 	replica(t, cl, pv+"-tr-d", pv, "tr-d", true)
