@@ -272,6 +272,17 @@ func (h *helmController) sync(ctx context.Context, key cache.ObjectName) error {
 	}
 	if cur == nil || cur.DeletionTimestamp != nil || !metav1.IsControlledBy(cur, chart) ||
 		cur.Spec.Template.Annotations[annotationConfigHash] != want.Spec.Template.Annotations[annotationConfigHash] {
+		// The charts' cache can be behind the Jobs': a chart deleted a moment ago deletes its
+		// Job, whose deletion brings the chart here again from a cache that still holds it. Only
+		// a chart the API still has is installed (helm-controller never installs a deleted chart:
+		// its finalizer holds the chart until it has uninstalled it).
+		live, err := h.dyn.Resource(helmChartResource).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && (live.GetUID() != chart.UID || live.GetDeletionTimestamp() != nil) {
+			return nil // a later event brings the chart as it is
+		}
+		if err != nil {
+			return err
+		}
 		if err := h.install(ctx, chart, cur, want); err != nil {
 			return err
 		}
