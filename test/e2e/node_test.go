@@ -1148,7 +1148,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	r = s.Kip(t, home, forced...)
 	// The worker is cut off from the server but alive: --force without a fence would let
 	// Kubernetes hand its volumes to other nodes while it may still write them.
-	if want := "worker " + w2.Name + " is NotReady and no fence holds it, and --force deletes its node, after which Kubernetes force-deletes its pods"; r.ExitCode != 1 ||
+	if want := " and no fence holds it, and --force deletes its node, after which Kubernetes force-deletes its pods"; r.ExitCode != 1 ||
 		!strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "fence it first with kip node fence "+w2.Name) {
 		t.Errorf("forced remove of the unfenced second worker: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
 	}
@@ -1187,8 +1187,9 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 // wipes k3s from it; killed there (its node NotReady now) and run again, it deletes the node and
 // closes the server's peer ports to the worker.
 // addressMoved records the worker at another lab host's address, as when its address went to
-// another machine: kip node reboot and kip node remove refuse that machine by its name and
-// machine ID and leave it running (its boot ID unchanged); the record restored, they act again.
+// another machine (here the cluster's server, which the same key logs in to): kip node reboot
+// and kip node remove refuse that machine by its name and machine ID and leave it running (its
+// boot ID unchanged); the record restored, they act again.
 func addressMoved(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w, other *lab.Host) {
 	t.Helper()
 	setHost := func(host string) {
@@ -1273,7 +1274,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		}
 	}
 	runsOn(w.Name)
-	addressMoved(ctx, t, s, home, c, w, outsider)
+	addressMoved(ctx, t, s, home, c, w, srv)
 	rebootWorker(ctx, t, s, home, c, srv, w, vol)
 	// The reboot's drain moved the Deployment's pod to the server: deleted, it starts on the
 	// worker again, which it prefers, for the remove's drain to move.
