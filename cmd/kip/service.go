@@ -145,7 +145,7 @@ func serviceFlags(cmd *cobra.Command, ref *service.Ref) {
 }
 
 func serviceOptions(f *cli.Factory) service.Options {
-	return service.Options{Kube: f.Kube, CopyHolders: node.CopyHolders, WorkerHost: node.WorkerHost, WorkerFenced: node.WorkerFenced, Printer: f.Printer(), Prompter: f.Prompter(),
+	return service.Options{Kube: f.Kube, CopyHolders: node.CopyHolders, Worker: node.ServiceWorker, Printer: f.Printer(), Prompter: f.Prompter(),
 		JSON: f.Global.Output == cli.OutputJSON, Out: f.IO.Out}
 }
 

@@ -203,10 +203,8 @@ func (e *env) planDump(ctx context.Context, svc *service.Service, name string) (
 	}
 	own := BackupPVBs(b, s.PVBs)
 	dump := findPVB(own, dumpClaim)
-	p := &dumpPlan{svc: svc, backup: b, pod: dump.Spec.Pod.Name, dump: dump.Spec.Volume, scratch: dumpScratchName(ns, svc.Name)}
-	if pr := dump.Status.Progress; pr.TotalBytes > 0 {
-		p.bytes = pr.TotalBytes
-	}
+	p := &dumpPlan{svc: svc, backup: b, pod: dump.Spec.Pod.Name, dump: dump.Spec.Volume, bytes: dump.Status.Progress.TotalBytes,
+		scratch: dumpScratchName(ns, svc.Name)}
 	for _, pvb := range own {
 		if pvb.Spec.Pod.Namespace == ns && pvb.Spec.Pod.Name == p.pod && pvb.Spec.Volume != p.dump {
 			p.others = append(p.others, pvb.Spec.Volume)

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -25,7 +24,7 @@ func Connects(ctx context.Context, c *sshx.Client, addr netip.Addr, port int) (b
 	if err != nil {
 		return false, err
 	}
-	return connected(res, c.String(), netip.AddrPortFrom(addr, uint16(port)))
+	return connected(res, netip.AddrPortFrom(addr, uint16(port)))
 }
 
 // timedOut is timeout(1)'s exit status when the command ran out of time.
@@ -34,8 +33,8 @@ const timedOut = 124
 // notConnected are bash's words for a connection that was tried and did not happen.
 var notConnected = []string{"Connection refused", "No route to host", "Network is unreachable", "Connection timed out", "Host is unreachable"}
 
-// connected reads the outcome of Connects' check on host to target.
-func connected(res sshx.Result, host string, target netip.AddrPort) (bool, error) {
+// connected reads the outcome of Connects' check to target.
+func connected(res sshx.Result, target netip.AddrPort) (bool, error) {
 	switch {
 	case res.ExitStatus == 0:
 		return true, nil
@@ -44,12 +43,7 @@ func connected(res sshx.Result, host string, target netip.AddrPort) (bool, error
 	case res.ExitStatus == 1 && slices.ContainsFunc(notConnected, func(s string) bool { return strings.Contains(string(res.Stderr), s) }):
 		return false, nil
 	}
-	last := strings.TrimSpace(string(res.Stderr))
-	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
-		last = last[i+1:]
-	}
-	return false, fmt.Errorf("the check on %s whether %s accepts connections did not run as it should (exit status %d: %s), so kip cannot tell whether it answers",
-		host, target, res.ExitStatus, cli.OrNone(last))
+	return false, fmt.Errorf("the check whether %s accepts connections did not run as it should (%w), so kip cannot tell whether it answers", target, res.Err())
 }
 
 // CheckPath checks a private path both ways, as the nodes will use it: the server connects to

@@ -30,12 +30,12 @@ func TestConnected(t *testing.T) {
 		{1, "bash: connect: Connection refused\nbash: line 1: /dev/tcp/192.0.2.31/10250: Connection refused\n", false, ""},
 		{1, "bash: connect: No route to host\n", false, ""},
 		{124, "", false, ""},
-		{127, "timeout: failed to run command 'bash': No such file or directory\n", false, "exit status 127: timeout: failed to run command 'bash'"},
-		{126, "timeout: failed to run command 'bash': Permission denied\n", false, "exit status 126"},
-		{125, "timeout: invalid time interval\n", false, "exit status 125"},
-		{1, "bash: /dev/tcp/192.0.2.31/10250: Invalid argument\n", false, "exit status 1: bash: /dev/tcp/192.0.2.31/10250: Invalid argument"},
+		{127, "timeout: failed to run command 'bash': No such file or directory\n", false, "exited 127: timeout: failed to run command 'bash'"},
+		{126, "timeout: failed to run command 'bash': Permission denied\n", false, "exited 126"},
+		{125, "timeout: invalid time interval\n", false, "exited 125"},
+		{1, "bash: /dev/tcp/192.0.2.31/10250: Invalid argument\n", false, "exited 1: bash: /dev/tcp/192.0.2.31/10250: Invalid argument"},
 	} {
-		got, err := connected(sshx.Result{ExitStatus: c.status, Stderr: []byte(c.stderr)}, "root@server:22", target)
+		got, err := connected(sshx.Result{Command: "timeout 5 bash -c …", ExitStatus: c.status, Stderr: []byte(c.stderr)}, target)
 		switch {
 		case c.err == "" && (err != nil || got != c.want):
 			t.Errorf("exit %d %q: %v, %v; want %v", c.status, c.stderr, got, err, c.want)

@@ -311,7 +311,7 @@ func TestFence(t *testing.T) {
 	}
 
 	// kip service start: the fence's check.
-	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, WorkerHost: WorkerHost, WorkerFenced: WorkerFenced, Printer: env2.Printer, Prompter: env2.Prompter}}
+	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, Worker: ServiceWorker, Printer: env2.Printer, Prompter: env2.Prompter}}
 	so.Ref = service.Ref{Project: "fx", Environment: "prod", Name: "only"}
 	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51)") {
 		t.Errorf("start only: %v", err)

@@ -8,6 +8,7 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
 )
 
 // WorkerHost is the address kip reaches worker name at, as the operator gave it to kip node add;
@@ -20,15 +21,16 @@ func WorkerHost(ctx context.Context, cl *kube.Clients, name string) (string, err
 	return workers.Workers[name].Host, nil
 }
 
-// WorkerFenced reports whether kip's record holds worker name fenced: from the fence's first
-// step until a rejoin finishes, whatever the node's taint says (the record is the fence's truth,
-// the taint its effect).
-func WorkerFenced(ctx context.Context, cl *kube.Clients, name string) (bool, error) {
+// ServiceWorker is kip's record of worker name as service commands need it: its address, and
+// whether a fence holds it, from the fence's first step until a rejoin finishes, whatever the
+// node's taint says.
+func ServiceWorker(ctx context.Context, cl *kube.Clients, name string) (service.WorkerRecord, error) {
 	workers, err := ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
-		return false, err
+		return service.WorkerRecord{}, err
 	}
-	return workers.Workers[name].Fence != nil, nil
+	w := workers.Workers[name]
+	return service.WorkerRecord{Host: w.Host, Fenced: w.Fence != nil}, nil
 }
 
 // CopyHolders are the nodes that can hold a copy of a service's data now, server first: each

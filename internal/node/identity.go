@@ -74,13 +74,6 @@ func checkIdentity(id hostIdentity, name string, w Worker, n *corev1.Node) error
 	if len(wrong) == 0 {
 		return nil
 	}
-	return &notWorkerError{name: name, host: w.Host, why: strings.Join(wrong, "; ")}
-}
-
-// notWorkerError is checkIdentity's refusal.
-type notWorkerError struct{ name, host, why string }
-
-func (e *notWorkerError) Error() string {
-	return fmt.Sprintf("the host at %s is not worker %s (%s): kip leaves it alone; check the address kip recorded for %s (kip node list shows it)",
-		e.host, e.name, e.why, e.name)
+	return fmt.Errorf("the host at %s is not worker %s (%s): kip leaves it alone; check the address kip recorded for %s (kip node list shows it)",
+		w.Host, name, strings.Join(wrong, "; "), name)
 }

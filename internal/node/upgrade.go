@@ -141,13 +141,13 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 		return fmt.Errorf("reach worker %s at %s over SSH: %w", u.name, u.w.Host, err)
 	}
 	defer c.Close()
-	arch, err := u.checkMachine(ctx, c)
-	if err != nil {
-		return err
-	}
 	n, err := u.o.Kube.Kube.CoreV1().Nodes().Get(ctx, u.name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read node %s: %w", u.name, err)
+	}
+	arch, err := u.checkMachine(ctx, c, n)
+	if err != nil {
+		return err
 	}
 	reported := n.Status.NodeInfo.KubeletVersion
 	installed, err := k3s.RemoteVersion(ctx, c, k3s.BinaryPath)
@@ -186,14 +186,10 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 
 // checkMachine refuses a host that is not the worker kip joined there (checkIdentity), or one
 // without its k3s configuration. It returns the host's architecture, for the binary.
-func (u *workerUpgrade) checkMachine(ctx context.Context, c *sshx.Client) (string, error) {
+func (u *workerUpgrade) checkMachine(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
 	id, err := readIdentity(ctx, c)
 	if err != nil {
 		return "", err
-	}
-	n, err := u.o.Kube.Kube.CoreV1().Nodes().Get(ctx, u.name, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("read node %s: %w", u.name, err)
 	}
 	if err := checkIdentity(id, u.name, u.w, n); err != nil {
 		return "", fmt.Errorf("%w, or rejoin it with 'kip node add %s'", err, u.w.Host)

@@ -24,20 +24,26 @@ import (
 	"kipper.run/kip/internal/workflow"
 )
 
+// WorkerRecord is what a service command needs of kip's record of a worker: the address kip
+// reaches it at, and whether a fence holds it (the record is the fence's truth, the taint its
+// effect).
+type WorkerRecord struct {
+	Host   string
+	Fenced bool
+}
+
 // Options is what every kip service and kip project command needs; cmd/kip fills it.
 type Options struct {
 	Kube func() (*kube.Clients, error)
 	// CopyHolders are the nodes that can hold a copy of a service's data now (node.CopyHolders).
 	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
-	// WorkerHost is the address kip reaches a worker at, "" for one it keeps no record of
-	// (node.WorkerHost).
-	WorkerHost func(context.Context, *kube.Clients, string) (string, error)
-	// WorkerFenced reports whether kip's record holds a worker fenced (node.WorkerFenced).
-	WorkerFenced func(context.Context, *kube.Clients, string) (bool, error)
-	Printer      *cli.Printer
-	Prompter     *cli.Prompter
-	JSON         bool
-	Out          io.Writer
+	// Worker is what kip recorded about a worker (node.ServiceWorker): the zero WorkerRecord
+	// for one it keeps no record of.
+	Worker   func(context.Context, *kube.Clients, string) (WorkerRecord, error)
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	JSON     bool
+	Out      io.Writer
 }
 
 // MoveWorkflowPrefix starts the name of the progress record of a move of a service's data to

@@ -32,7 +32,7 @@ func TestTwoCopies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f := setup(ctx, t, "copies-worker")
-	f.opts.CopyHolders, f.opts.WorkerHost = node.CopyHolders, node.WorkerHost
+	f.opts.CopyHolders, f.opts.Worker = node.CopyHolders, node.ServiceWorker
 	f.e.AddNode(t, "copies-server", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	f.project(ctx, t, "twin", "prod")
 	record := func(storage string) {

@@ -113,22 +113,18 @@ func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service
 // in kip's record, which a rejoin lifts last, and its node Ready), with every node.
 func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *Service) error {
 	gone := s.FenceStop
-	fenced, err := o.WorkerFenced(ctx, cl, gone)
+	w, err := o.Worker(ctx, cl, gone)
 	if err != nil {
 		return err
 	}
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{})
 	switch {
-	case err == nil && !fenced && cluster.NodeStatus(n) == cluster.NodeReady:
+	case err == nil && !w.Fenced && cluster.NodeStatus(n) == cluster.NodeReady:
 		gone = ""
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
 	}
-	host, err := o.WorkerHost(ctx, cl, s.FenceStop)
-	if err != nil {
-		return err
-	}
-	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, host, o.AcceptStale)
+	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, w.Host, o.AcceptStale)
 	if err != nil {
 		return err
 	}
