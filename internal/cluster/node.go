@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Node roles: the server runs the control plane, a worker only workloads.
@@ -106,4 +111,18 @@ func NodeAddress(n *corev1.Node, typ corev1.NodeAddressType) string {
 		}
 	}
 	return ""
+}
+
+// ServerNode is the cluster's server node (NodeRole).
+func ServerNode(ctx context.Context, kc kubernetes.Interface) (*corev1.Node, error) {
+	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if NodeRole(&nodes.Items[i]) == RoleServer {
+			return &nodes.Items[i], nil
+		}
+	}
+	return nil, errors.New("the cluster has no server node (no node is labelled node-role.kubernetes.io/control-plane)")
 }

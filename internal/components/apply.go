@@ -3,15 +3,20 @@ package components
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
@@ -118,6 +123,44 @@ func notYet(err error) bool {
 	return meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind")
 }
 
+// replaceClasses deletes each StorageClass kip defines among objs that exists with other parameters,
+// provisioner, reclaim policy or binding mode than objs give it: Kubernetes forbids changing
+// them, so the apply that follows creates it anew. The volumes of the class keep working (a
+// volume's class is only a name once it is provisioned), and a claim made while the class is
+// missing waits for it.
+func replaceClasses(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		if o.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: "storage.k8s.io", Kind: "StorageClass"}) {
+			continue
+		}
+		var want storagev1.StorageClass
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &want); err != nil {
+			return fmt.Errorf("StorageClass %s: %w", o.GetName(), err)
+		}
+		if want.Provisioner == "" {
+			continue // only metadata: another's class that kip annotates
+		}
+		live, err := cl.Kube.StorageV1().StorageClasses().Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read StorageClass %s: %w", want.Name, err)
+		}
+		same := live.Provisioner == want.Provisioner && maps.Equal(live.Parameters, want.Parameters) &&
+			(want.ReclaimPolicy == nil || ptr.Equal(live.ReclaimPolicy, want.ReclaimPolicy)) &&
+			(want.VolumeBindingMode == nil || ptr.Equal(live.VolumeBindingMode, want.VolumeBindingMode))
+		if same {
+			continue
+		}
+		err = cl.Kube.StorageV1().StorageClasses().Delete(ctx, want.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &live.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replace StorageClass %s, whose parameters Kubernetes does not let kip change: %w", want.Name, err)
+		}
+	}
+	return nil
+}
+
 // missingObjects names the objects that do not exist.
 func missingObjects(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]string, error) {
 	var out []string
@@ -213,6 +256,9 @@ func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
 		}
 		if ready, pending, err := c.Status(ctx, cl); err != nil || ready {
 			return pending, err
+		}
+		if err := replaceClasses(ctx, cl, c.After); err != nil {
+			return "", err
 		}
 		if err := kube.Apply(ctx, cl, c.After, kube.ApplyOptions{Force: true}); err != nil {
 			if !notYet(err) {

@@ -3,6 +3,7 @@ package components
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/test/testenv"
 )
 
@@ -339,5 +342,60 @@ func TestApplyAfterOnceReady(t *testing.T) {
 	}
 	if cm, err := configMaps.Get(ctx, "after-once", metav1.GetOptions{}); err != nil || cm.Data["setting"] != "pinned" {
 		t.Fatalf("the After object once the chart is ready: %v, %v", cm, err)
+	}
+}
+
+// TestApplyReplacesClass: a StorageClass kip defines whose parameters changed since it was made
+// (the one-copy class before it selected the server's tag) is made anew, as Kubernetes forbids
+// changing them; Longhorn's stock class, of which kip applies only an annotation, stays.
+func TestApplyReplacesClass(t *testing.T) {
+	_, cl := apiTestClients(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	scs := cl.Kube.StorageV1().StorageClasses()
+	old := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cluster.LonghornOneCopyClass}, Provisioner: "driver.longhorn.io",
+		Parameters: map[string]string{"numberOfReplicas": "1", "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"}}
+	stock := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: longhornClass}, Provisioner: "driver.longhorn.io",
+		Parameters: map[string]string{"numberOfReplicas": "3"}}
+	var uids []types.UID
+	for _, sc := range []*storagev1.StorageClass{old, stock} {
+		// Other tests of this package apply the classes as rendered.
+		if err := scs.Delete(ctx, sc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		made, err := scs.Create(ctx, sc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, made.UID)
+		t.Cleanup(func() { _ = scs.Delete(context.Background(), sc.Name, metav1.DeleteOptions{}) })
+	}
+	comps, err := Render(testOptions(t, "small", cluster.StorageLonghorn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lh Component
+	for _, c := range comps {
+		if c.Name == "longhorn" {
+			lh = c
+		}
+	}
+	c := Component{Name: "classes", After: slices.DeleteFunc(slices.Clone(lh.After), func(o *unstructured.Unstructured) bool { return o.GetKind() != "StorageClass" })}
+	if len(c.After) != 2 {
+		t.Fatalf("the longhorn component's classes: %d, want 2", len(c.After))
+	}
+	if err := Apply(ctx, cl, c); err != nil {
+		t.Fatal(err)
+	}
+	one, err := scs.Get(ctx, cluster.LonghornOneCopyClass, metav1.GetOptions{})
+	if err != nil || one.Parameters["nodeSelector"] != longhorn.ServerTag || one.UID == uids[0] {
+		t.Errorf("the one-copy class after Apply: %v %v", one.Parameters, err)
+	}
+	got, err := scs.Get(ctx, longhornClass, metav1.GetOptions{})
+	if err != nil || got.UID != uids[1] || got.Parameters["numberOfReplicas"] != "3" || got.Annotations["storageclass.kubernetes.io/is-default-class"] != "false" {
+		t.Errorf("Longhorn's class after Apply: %+v %v", got, err)
+	}
+	if ready, pending, err := c.Status(ctx, cl); err != nil || !ready {
+		t.Errorf("the classes after Apply: ready %v, pending %q, %v", ready, pending, err)
 	}
 }

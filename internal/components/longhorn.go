@@ -158,16 +158,21 @@ func (r *renderer) longhorn() (Component, error) {
 
 // LonghornClass is the StorageClass of a service's data volume on Longhorn with copies copies
 // (cluster.LonghornOneCopyClass, cluster.LonghornTwoCopiesClass): data locality and
-// auto-balance off, growable. Longhorn puts each copy on a different node.
+// auto-balance off, growable. Longhorn puts each copy on a different node; the one copy of a
+// one-copy volume on the server, whose Longhorn node kip tags longhorn.ServerTag (spec 001:
+// single-copy volumes are stored on the server).
 func LonghornClass(copies int) (*unstructured.Unstructured, error) {
 	name := cluster.LonghornOneCopyClass
+	params := map[string]string{"numberOfReplicas": fmt.Sprint(copies), "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"}
 	if copies == 2 {
 		name = cluster.LonghornTwoCopiesClass
+	} else {
+		params["nodeSelector"] = longhorn.ServerTag
 	}
 	u, err := typed("storage.k8s.io/v1", "StorageClass", &storagev1.StorageClass{
 		ObjectMeta:           metav1.ObjectMeta{Name: name},
 		Provisioner:          "driver.longhorn.io",
-		Parameters:           map[string]string{"numberOfReplicas": fmt.Sprint(copies), "dataLocality": "disabled", "replicaAutoBalance": "disabled", "staleReplicaTimeout": "30"},
+		Parameters:           params,
 		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
 		AllowVolumeExpansion: ptr.To(true),
 		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),

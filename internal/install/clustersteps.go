@@ -16,6 +16,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/verify"
@@ -191,6 +192,9 @@ func (in *installer) clusterSteps(ctx context.Context) ([]workflow.Step, *cluste
 	}}
 	for _, c := range comps {
 		steps = append(steps, components.Step(in.clients, c))
+	}
+	if in.sizing.Storage == cluster.StorageLonghorn {
+		steps = append(steps, longhorn.PlacementStep(in.clients))
 	}
 	rec := in.intendedRecord(o, comps)
 	steps = append(steps, workflow.Step{

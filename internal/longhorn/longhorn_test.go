@@ -2,6 +2,7 @@ package longhorn
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
@@ -62,5 +63,32 @@ func TestV1Value(t *testing.T) {
 		if got := v1Value(stored); got != want {
 			t.Errorf("v1Value(%q) = %q, want %q", stored, got, want)
 		}
+	}
+}
+
+// TestUnpinnedVolumes lists the volumes of one copy with no node selector, with where their copy
+// is: not a pinned one, not one the operator gave a selector, not one of two copies.
+func TestUnpinnedVolumes(t *testing.T) {
+	vol := func(name string, copies int, selector ...string) longhornv1beta2.Volume {
+		v := longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		v.Spec.NumberOfReplicas, v.Spec.NodeSelector = copies, selector
+		v.Status.KubernetesStatus.Namespace, v.Status.KubernetesStatus.PVCName = "shop", "data-"+name
+		return v
+	}
+	vols := []longhornv1beta2.Volume{vol("b-loose", 1), vol("a-pinned", 1, ServerTag), vol("c-own", 1, "ssd"), vol("d-two", 2), vol("a-new", 1)}
+	reps := []longhornv1beta2.Replica{
+		{Spec: longhornv1beta2.ReplicaSpec{InstanceSpec: longhornv1beta2.InstanceSpec{VolumeName: "b-loose", NodeID: "w1"}}},
+		{Spec: longhornv1beta2.ReplicaSpec{InstanceSpec: longhornv1beta2.InstanceSpec{VolumeName: "a-pinned", NodeID: "srv"}}},
+	}
+	got := UnpinnedVolumes(vols, reps)
+	want := []Unpinned{{Volume: "a-new", Namespace: "shop", Claim: "data-a-new", Nodes: []string{}}, {Volume: "b-loose", Namespace: "shop", Claim: "data-b-loose", Nodes: []string{"w1"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("UnpinnedVolumes = %+v, want %+v", got, want)
+	}
+	if s := got[1].Sentence(); s != "Longhorn volume b-loose (claim shop/data-b-loose) keeps one copy, on w1, and is not pinned to the server: a rebuild can place it on a worker" {
+		t.Errorf("sentence %q", s)
+	}
+	if s := got[0].Sentence(); !strings.Contains(s, "keeps one copy, on no node yet,") {
+		t.Errorf("sentence %q", s)
 	}
 }

@@ -48,7 +48,7 @@ func CopyHolders(ctx context.Context, cl *kube.Clients) ([]string, error) {
 	var holders []string
 	for _, l := range listed(cluster.Record{}, workers, nodes.Items) {
 		if l.Status == cluster.NodeReady && (l.Role == cluster.RoleServer || l.State == WorkerReady) &&
-			(l.Copies == CopiesEligible || l.Copies == CopiesOverridden) {
+			mayHoldCopies(l.Copies) {
 			holders = append(holders, l.Name)
 		}
 	}

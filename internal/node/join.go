@@ -128,7 +128,7 @@ func (j *joiner) recordStep() workflow.Step {
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := ReadNodes(ctx, j.cl.Dynamic)
 			w, ok := n.Workers[j.intent.Node]
-			return ok && w.State == WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode, err
+			return ok && w.State == WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == CopiesUnchecked), err
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
@@ -138,7 +138,7 @@ func (j *joiner) recordStep() workflow.Step {
 				w := n.Workers[j.intent.Node]
 				w.Host, w.SSHPort, w.SSHUser = j.o.Host, sshPort(j.node), j.node.User()
 				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, WorkerJoining
-				if w.Copies == "" {
+				if w.Copies == "" || j.o.NoCopies {
 					w.Copies = CopiesUnchecked
 				}
 				n.Workers[j.intent.Node] = w
@@ -530,16 +530,34 @@ func (j *joiner) longhornStep() workflow.Step {
 		Done: "Longhorn's storage is ready on " + j.intent.Node, Already: "Longhorn's storage already ready on " + j.intent.Node,
 		Check: func(ctx context.Context) (bool, error) {
 			ok, _, err := j.longhornReady(ctx)
-			return ok, err
+			if err != nil || !ok {
+				return false, err
+			}
+			copies, err := j.recordedCopies(ctx)
+			if err != nil {
+				return false, err
+			}
+			return copiesPlaced(ctx, j.cl, j.intent.Node, copies)
 		},
 		Apply: func(ctx context.Context) error {
 			err := kube.Poll(ctx, checkTimeout, "Longhorn's node "+j.intent.Node+" ready", j.longhornReady)
 			if err != nil {
 				return fmt.Errorf("%w: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", err, longhorn.Namespace, j.intent.Node)
 			}
-			return nil
+			copies, err := j.recordedCopies(ctx)
+			if err != nil {
+				return err
+			}
+			return placeCopies(ctx, j.cl, j.intent.Node, mayHoldCopies(copies))
 		},
 	}
+}
+
+// recordedCopies is whether the worker may hold copies as its record says: until its disk check
+// passes (a first join, or one with --no-copies), Longhorn places no new copy there.
+func (j *joiner) recordedCopies(ctx context.Context) (string, error) {
+	n, err := ReadNodes(ctx, j.cl.Dynamic)
+	return n.Workers[j.intent.Node].Copies, err
 }
 
 func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
@@ -619,9 +637,19 @@ func (j *joiner) copiesStep() workflow.Step {
 		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked by this join",
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := ReadNodes(ctx, j.cl.Dynamic)
-			return n.Workers[name].CopiesJoin == j.intent.VerifyID, err
+			if err != nil || n.Workers[name].CopiesJoin != j.intent.VerifyID {
+				return false, err
+			}
+			return copiesPlaced(ctx, j.cl, name, n.Workers[name].Copies)
 		},
 		Apply: func(ctx context.Context) error {
+			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			if err != nil {
+				return err
+			}
+			if w := n.Workers[name]; w.CopiesJoin == j.intent.VerifyID { // checked, and killed before Longhorn heard
+				return placeCopies(ctx, j.cl, name, mayHoldCopies(w.Copies))
+			}
 			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false, j.intent.VerifyID)
 			if err != nil {
 				return err

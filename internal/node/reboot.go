@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -208,7 +207,7 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 			"'kubectl -n %s get replicas.longhorn.io -l longhornvolume=<volume>' shows its copies; once Longhorn reports one healthy, run the same command again",
 			strings.Join(stale, ", "), r.o.Worker, longhorn.Namespace)
 	}
-	server, err := serverName(ctx, r.cl)
+	server, err := cluster.ServerNode(ctx, r.cl.Kube)
 	if err != nil {
 		return err
 	}
@@ -226,7 +225,7 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 		size += vol.Spec.Size
 	}
 	if size > 0 {
-		if err := longhorn.Room(ctx, r.cl, server, size); err != nil {
+		if err := longhorn.Room(ctx, r.cl, server.Name, size); err != nil {
 			return fmt.Errorf("no node but %s holds a current copy of Longhorn volume %s, so a reboot would leave its data unavailable until %s is back, "+
 				"and the server has no room to take the copies (%.1f GiB): %w; then run the same command again", r.o.Worker, strings.Join(only, ", "), r.o.Worker, float64(size)/(1<<30), err)
 		}
@@ -235,32 +234,9 @@ func (r *rebooter) checkCopies(ctx context.Context) error {
 	return nil
 }
 
-// serverName is the name of the server's node.
-func serverName(ctx context.Context, cl *kube.Clients) (string, error) {
-	list, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "", fmt.Errorf("list nodes: %w", err)
-	}
-	for i := range list.Items {
-		if cluster.NodeRole(&list.Items[i]) == cluster.RoleServer {
-			return list.Items[i].Name, nil
-		}
-	}
-	return "", errors.New("the cluster has no server node")
-}
-
-// What a reboot's copies step puts on Longhorn's objects so that the copies it moves go to the
-// server: the tag on the server's Longhorn node, and the annotation (the worker's name as its
-// value) on each volume it restricts to that tag until its copy is there.
-const (
-	serverTag              = "kipper-server"
-	rebootPinnedAnnotation = "kipper.run/reboot-pinned"
-)
-
-// allowEmptySelector is Longhorn's setting that lets volumes without a node selector schedule
-// onto nodes with tags (its default, true); without it, tagging the server would keep every such
-// volume's new copies off the server.
-const allowEmptySelector = "allow-empty-node-selector-volume"
+// rebootPinnedAnnotation is what a reboot's copies step puts on each volume it restricts to the
+// server's tag (longhorn.ServerTag) until its copy is there, with the worker's name as its value.
+const rebootPinnedAnnotation = "kipper.run/reboot-pinned"
 
 // copiesStep moves the only current copy of each volume in r.moves off the worker, to the server.
 // kip tags the server's Longhorn node and sets each volume's node selector to that tag (a volume
@@ -293,7 +269,7 @@ func (r *rebooter) copiesStep() workflow.Step {
 			return err == nil && len(l) == 0, err
 		},
 		Plan: func(context.Context) ([]string, error) {
-			return []string{"tag the server's Longhorn node " + serverTag + " and restrict the volumes' new copies to it",
+			return []string{"tag the server's Longhorn node " + longhorn.ServerTag + " and restrict the volumes' new copies to it",
 				"cordon " + name + ": Longhorn then rebuilds on the server each copy that is its volume's last healthy one there"}, nil
 		},
 		Apply: func(ctx context.Context) error {
@@ -322,27 +298,20 @@ func (r *rebooter) copiesStep() workflow.Step {
 // (allow-empty-node-selector-volume false), kip tags nothing and Longhorn picks the node.
 func (r *rebooter) pinToServer(ctx context.Context) error {
 	lh := r.cl.Longhorn.LonghornV1beta2()
-	st, err := lh.Settings(longhorn.Namespace).Get(ctx, allowEmptySelector, metav1.GetOptions{})
+	st, err := lh.Settings(longhorn.Namespace).Get(ctx, longhorn.AllowEmptySelector, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("read Longhorn's setting %s: %w", allowEmptySelector, err)
+		return fmt.Errorf("read Longhorn's setting %s: %w", longhorn.AllowEmptySelector, err)
 	}
 	if err == nil && st.Value == "false" {
-		r.p.Warn("Longhorn's setting " + allowEmptySelector + " is false, so tagging the server would keep other volumes' new copies off it: Longhorn picks the node that takes each copy")
+		r.p.Warn("Longhorn's setting " + longhorn.AllowEmptySelector + " is false, so tagging the server would keep other volumes' new copies off it: Longhorn picks the node that takes each copy")
 		return nil
 	}
-	server, err := serverName(ctx, r.cl)
+	server, err := cluster.ServerNode(ctx, r.cl.Kube)
 	if err != nil {
 		return err
 	}
-	n, err := lh.Nodes(longhorn.Namespace).Get(ctx, server, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read Longhorn node %s: %w", server, err)
-	}
-	if !slices.Contains(n.Spec.Tags, serverTag) {
-		n.Spec.Tags = append(n.Spec.Tags, serverTag)
-		if _, err := lh.Nodes(longhorn.Namespace).Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
-			return fmt.Errorf("tag Longhorn node %s %s: %w", server, serverTag, err)
-		}
+	if err := longhorn.TagServer(ctx, r.cl, server.Name); err != nil {
+		return err
 	}
 	for _, v := range r.moves {
 		vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
@@ -352,7 +321,7 @@ func (r *rebooter) pinToServer(ctx context.Context) error {
 		if len(vol.Spec.NodeSelector) > 0 {
 			continue // the operator's selector, or this reboot's already
 		}
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"nodeSelector":[%q]}}`, rebootPinnedAnnotation, r.o.Worker, serverTag)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"nodeSelector":[%q]}}`, rebootPinnedAnnotation, r.o.Worker, longhorn.ServerTag)
 		if _, err := lh.Volumes(longhorn.Namespace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager}); err != nil {
 			return fmt.Errorf("restrict the new copies of Longhorn volume %s to the server: %w", v, err)
 		}
@@ -361,21 +330,16 @@ func (r *rebooter) pinToServer(ctx context.Context) error {
 }
 
 // unpinStep gives each volume the copies step restricted to the server its empty node selector
-// back, once its copy is there (the server's tag stays).
+// back, once its copy is there (the server's tag stays). A volume of one copy stays pinned: its
+// copy belongs on the server (longhorn.PlacementStep).
 func (r *rebooter) unpinStep() workflow.Step {
 	name := r.o.Worker
-	pinned := func(ctx context.Context) ([]string, error) {
+	pinned := func(ctx context.Context) ([]longhornv1beta2.Volume, error) {
 		list, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
 		}
-		var out []string
-		for _, v := range list.Items {
-			if v.Annotations[rebootPinnedAnnotation] == name {
-				out = append(out, v.Name)
-			}
-		}
-		return out, nil
+		return slices.DeleteFunc(list.Items, func(v longhornv1beta2.Volume) bool { return v.Annotations[rebootPinnedAnnotation] != name }), nil
 	}
 	return workflow.Step{
 		Name: "unpin", Title: "Let Longhorn place the moved copies' volumes on any node again",
@@ -389,11 +353,14 @@ func (r *rebooter) unpinStep() workflow.Step {
 			if err != nil {
 				return err
 			}
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"nodeSelector":[]}}`, rebootPinnedAnnotation)
 			for _, v := range p {
-				_, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Patch(ctx, v, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"nodeSelector":[]}}`, rebootPinnedAnnotation)
+				if v.Spec.NumberOfReplicas == 1 {
+					patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, rebootPinnedAnnotation)
+				}
+				_, err := r.cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Patch(ctx, v.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: kube.FieldManager})
 				if err != nil && !apierrors.IsNotFound(err) {
-					return fmt.Errorf("lift the server-only restriction of Longhorn volume %s: %w", v, err)
+					return fmt.Errorf("lift the server-only restriction of Longhorn volume %s: %w", v.Name, err)
 				}
 			}
 			return nil

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
@@ -166,6 +167,10 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	for _, v := range []string{"mv-vol1", "mv-vol2", "mv-other"} {
 		longhornVolume(t, cl, v, 1<<30)
 	}
+	// mv-vol2 keeps two copies: its other one's node is gone.
+	if _, err := cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).Patch(ctx, "mv-vol2", types.MergePatchType, []byte(`{"spec":{"numberOfReplicas":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	replica(t, cl, "mv-vol1-r1", "mv-vol1", "mv-worker", true)
 	replica(t, cl, "mv-vol2-r1", "mv-vol2", "mv-worker", true)
 	replica(t, cl, "mv-other-r1", "mv-other", "mv-worker", true)
@@ -238,8 +243,8 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	if n, err := nodes.Get(ctx, "mv-worker", metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
 		t.Errorf("the worker after the copies step is not cordoned: %v", err)
 	}
-	if n, err := lh.Nodes(longhorn.Namespace).Get(ctx, "mv-srv", metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, serverTag) {
-		t.Errorf("the server's Longhorn node is not tagged %s: %v", serverTag, err)
+	if n, err := lh.Nodes(longhorn.Namespace).Get(ctx, "mv-srv", metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, longhorn.ServerTag) {
+		t.Errorf("the server's Longhorn node is not tagged %s: %v", longhorn.ServerTag, err)
 	}
 	if done, err := unpin.Check(ctx); err != nil || done {
 		t.Fatalf("unpin step after the copies step: done %v, %v", done, err)
@@ -250,10 +255,11 @@ func TestRebootMovesOnlyCopies(t *testing.T) {
 	if done, err := unpin.Check(ctx); err != nil || !done {
 		t.Fatalf("unpin step after it ran: done %v, %v", done, err)
 	}
-	for _, v := range []string{"mv-vol1", "mv-vol2", "mv-other"} {
+	// A volume of one copy stays pinned to the server, where single-copy volumes live.
+	for v, want := range map[string][]string{"mv-vol1": {longhorn.ServerTag}, "mv-vol2": nil, "mv-other": nil} {
 		vol, err := lh.Volumes(longhorn.Namespace).Get(ctx, v, metav1.GetOptions{})
-		if err != nil || len(vol.Spec.NodeSelector) != 0 || vol.Annotations[rebootPinnedAnnotation] != "" {
-			t.Errorf("volume %s after the unpin step: %v %v %v", v, vol.Spec.NodeSelector, vol.Annotations, err)
+		if err != nil || !slices.Equal(vol.Spec.NodeSelector, want) || vol.Annotations[rebootPinnedAnnotation] != "" {
+			t.Errorf("volume %s after the unpin step: %v %v %v, want selector %v", v, vol.Spec.NodeSelector, vol.Annotations, err, want)
 		}
 	}
 	cancel()

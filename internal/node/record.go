@@ -49,6 +49,12 @@ const (
 	CopiesUnchecked  = "not checked" // joined with --no-copies, or the check has not run
 )
 
+// mayHoldCopies reports whether a worker whose disk check recorded copies may hold copies of
+// volumes: Longhorn places new copies only on such workers (and the server).
+func mayHoldCopies(copies string) bool {
+	return copies == CopiesEligible || copies == CopiesOverridden
+}
+
 // Worker states in the record.
 const (
 	WorkerJoining  = "joining"

@@ -118,8 +118,30 @@ func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker s
 		return "", "", err
 	}
 	copies, why := judgeSync(d, timeout, ignoreSlow, worker)
-	err = updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy, w.CopiesJoin = copies, why, join })
-	return copies, why, err
+	if err := updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy, w.CopiesJoin = copies, why, join }); err != nil {
+		return "", "", err
+	}
+	return copies, why, placeCopies(ctx, cl, worker, mayHoldCopies(copies))
+}
+
+// placeCopies lets Longhorn place new copies of volumes on worker, or keeps them off it (its
+// Longhorn node's allowScheduling), when that is not so already. Copies already there stay.
+func placeCopies(ctx context.Context, cl *kube.Clients, worker string, allow bool) error {
+	allowed, found, err := longhorn.SchedulingAllowed(ctx, cl, worker)
+	if err != nil || (found && allowed == allow) {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("Longhorn has no node %s yet: see Longhorn's pods there ('kubectl -n %s get pods -o wide --field-selector spec.nodeName=%s')", worker, longhorn.Namespace, worker)
+	}
+	return longhorn.AllowScheduling(ctx, cl, worker, allow)
+}
+
+// copiesPlaced reports whether Longhorn places new copies on worker exactly when its record lets
+// it hold copies.
+func copiesPlaced(ctx context.Context, cl *kube.Clients, worker, copies string) (bool, error) {
+	allowed, found, err := longhorn.SchedulingAllowed(ctx, cl, worker)
+	return err == nil && found && allowed == mayHoldCopies(copies), err
 }
 
 // StorageOptions is what kip node storage was asked to do.

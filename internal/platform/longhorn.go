@@ -133,6 +133,7 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 					return components.PinnedSettingsPending(ctx, pl.cl)
 				})
 			}},
+		longhorn.PlacementStep(pl.cl),
 	}
 	if err := pl.run(ctx, longhornWorkflow, steps, func(r *cluster.Record) {
 		r.Storage = cluster.StorageLonghorn

@@ -302,18 +302,9 @@ func (pl *platform) checkRoom(ctx context.Context, component string) error {
 
 func mib(q resource.Quantity) string { return fmt.Sprintf("%dMi", q.Value()/(1<<20)) }
 
-// serverNode is the cluster's server node (cluster.NodeRole).
+// serverNode is the cluster's server node.
 func (pl *platform) serverNode(ctx context.Context) (*corev1.Node, error) {
-	nodes, err := pl.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	for i := range nodes.Items {
-		if cluster.NodeRole(&nodes.Items[i]) == cluster.RoleServer {
-			return &nodes.Items[i], nil
-		}
-	}
-	return nil, errors.New("the cluster has no server node (no node is labelled node-role.kubernetes.io/control-plane)")
+	return cluster.ServerNode(ctx, pl.cl.Kube)
 }
 
 // ProfileView is the documented shape of 'kip platform profile show -o json'.

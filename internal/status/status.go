@@ -99,6 +99,9 @@ type Report struct {
 	// WorkerReplicas are the Longhorn volumes with no current replica on the server, only on
 	// workers; each is also a warning.
 	WorkerReplicas []longhorn.WorkerReplica `json:"workerCopies"`
+	// NotPinned are the Longhorn volumes of one copy that are not pinned to the server: a
+	// rebuild can place their copy on a worker.
+	NotPinned []longhorn.Unpinned `json:"notPinned"`
 	// HostChecks are kip doctor's host checks, run over SSH on the server and every recorded
 	// worker; each that is not right is also a warning.
 	HostChecks []Check `json:"hostChecks"`
@@ -312,7 +315,7 @@ func Collect(ctx context.Context, o *Options) (*Report, error) {
 	}
 	v := &view{c: c}
 	r := &Report{Nodes: []Node{}, Components: []ComponentHealth{}, Operations: []Operation{}, KeptCopies: []prune.Kept{},
-		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerReplicas: []longhorn.WorkerReplica{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
+		Stranded: []Stranded{}, CopiesUnset: []CopiesUnset{}, WorkerReplicas: []longhorn.WorkerReplica{}, NotPinned: []longhorn.Unpinned{}, HostChecks: []Check{}, Warnings: []string{}, Skipped: []string{}}
 	if err := v.readNodes(ctx); err != nil {
 		if apiDown(err) {
 			return nil, apiDownError(ctx, o, c, err)
@@ -821,6 +824,10 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	for _, c := range longhorn.WorkerReplicas(vols.Items, replicas.Items, func(n string) bool { return servers[n] }) {
 		r.WorkerReplicas = append(r.WorkerReplicas, c)
 		r.Warnings = append(r.Warnings, c.Sentence())
+	}
+	for _, u := range longhorn.UnpinnedVolumes(vols.Items, replicas.Items) {
+		r.NotPinned = append(r.NotPinned, u)
+		r.Warnings = append(r.Warnings, u.Sentence()+": running '"+rerunInstall(v.rec.Server)+"' again pins it")
 	}
 	seen := map[[2]string]bool{}
 	for _, rep := range replicas.Items {

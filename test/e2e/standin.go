@@ -184,10 +184,25 @@ spec:
   ports: [{name: zot, port: 5000, targetPort: 5000, nodePort: 30500}]
 `
 
+// longhornNode is the Longhorn Node of server h, which Longhorn's manager (its chart's DaemonSet)
+// makes as it starts there, without disks: the Longhorn stand-in, once a test installs it on h,
+// gives it its default disk, as the manager does.
+func longhornNode(h *lab.Host) string {
+	return fmt.Sprintf(`---
+apiVersion: longhorn.io/v1beta2
+kind: Node
+metadata:
+  name: %s
+spec:
+  name: %s
+  allowScheduling: true
+`, h.Name, h.Name)
+}
+
 // UploadChartFixtures puts on h what the charts kip installs would create that kip relies on,
 // for the stand-in's helm-controller to apply when kip installs each HelmChart: cert-manager's
-// ClusterIssuer CRD, Longhorn's CRDs (from the longhorn-manager module) and its class, and
-// Zot's registry.
+// ClusterIssuer CRD, Longhorn's CRDs (from the longhorn-manager module), its class and the
+// server's Longhorn Node, and Zot's registry.
 func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 	crds, err := testenv.LonghornCRDs()
 	if err != nil {
@@ -195,7 +210,7 @@ func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 	}
 	return Upload(ctx, h, map[string]File{
 		ChartFixturesDir + "/cert-manager/crds.yaml": {Data: []byte(certManagerFixture), Mode: 0o644},
-		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(crds, longhornClass...), Mode: 0o644},
+		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(append(crds, longhornClass...), longhornNode(h)...), Mode: 0o644},
 		ChartFixturesDir + "/zot/zot.yaml":           {Data: []byte(zotFixture), Mode: 0o644},
 	})
 }

@@ -39,27 +39,32 @@ const (
 const serveTimeout = time.Minute
 
 // schedule picks nodes for copies of a volume of size (at most copies, one per node), as
-// Longhorn's replica scheduler does: nodes whose Longhorn Node and disk allow scheduling, not
-// being evicted, Ready in Kubernetes, holding every tag of the volume's node selector, with room
-// for size, and none in exclude (those holding a copy of it already). The stand-in takes this
-// node (the controller's, the server) first, then the others by name, where Longhorn takes the
-// disk with the most usable storage; tests place copies elsewhere by disallowing scheduling on a
-// node, as an operator does. It refuses when no node qualifies.
-func (s *store) schedule(ctx context.Context, size int64, copies int, selector, exclude []string) ([]string, error) {
+// Longhorn's replica scheduler does (longhorn-manager scheduler/replica_scheduler.go): nodes
+// whose Longhorn Node and disk allow scheduling, not being evicted, Ready in Kubernetes, holding
+// every tag of the volume's node selector on the node and of its disk selector on the disk,
+// with room for size, and none in exclude (those holding a copy of it already); then the disk
+// with the most usable storage first, as Longhorn's getDiskWithMostUsableStorage picks (ties by
+// node name: Longhorn's pick among equal disks is a map's order). It refuses when no node
+// qualifies.
+func (s *store) schedule(ctx context.Context, size int64, copies int, nodeSelector, diskSelector, exclude []string) ([]string, error) {
 	nodes, err := s.lh.LonghornV1beta2().Nodes(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(nodes.Items, func(a, b lh.Node) int {
-		return cmp.Or(-cmp.Compare(boolInt(a.Name == s.node), boolInt(b.Name == s.node)), cmp.Compare(a.Name, b.Name))
-	})
-	var picked, full []string
+	holds := func(have, want []string) bool {
+		return !slices.ContainsFunc(want, func(tag string) bool { return !slices.Contains(have, tag) })
+	}
+	type candidate struct {
+		name string
+		room int64
+	}
+	var fit []candidate
+	var full []string
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		disk := n.Spec.Disks[defaultDisk]
-		tagged := !slices.ContainsFunc(selector, func(tag string) bool { return !slices.Contains(n.Spec.Tags, tag) })
-		if len(picked) == copies || slices.Contains(exclude, n.Name) || !tagged || !n.Spec.AllowScheduling || n.Spec.EvictionRequested ||
-			!disk.AllowScheduling || disk.EvictionRequested || !s.ready(ctx, n.Name) {
+		if slices.Contains(exclude, n.Name) || !holds(n.Spec.Tags, nodeSelector) || !holds(disk.Tags, diskSelector) || !n.Spec.AllowScheduling ||
+			n.Spec.EvictionRequested || !disk.AllowScheduling || disk.EvictionRequested || !s.ready(ctx, n.Name) {
 			continue
 		}
 		room, err := s.room(ctx, n)
@@ -70,10 +75,15 @@ func (s *store) schedule(ctx context.Context, size int64, copies int, selector, 
 			full = append(full, fmt.Sprintf("%s has %d bytes schedulable", n.Name, room))
 			continue
 		}
-		picked = append(picked, n.Name)
+		fit = append(fit, candidate{n.Name, room})
 	}
-	if len(picked) == 0 {
+	if len(fit) == 0 {
 		return nil, fmt.Errorf("%w: cannot schedule %d bytes to disk %s of any node: %v", errNoRoom, size, defaultDisk, full)
+	}
+	slices.SortFunc(fit, func(a, b candidate) int { return cmp.Or(-cmp.Compare(a.room, b.room), cmp.Compare(a.name, b.name)) })
+	var picked []string
+	for _, c := range fit[:min(copies, len(fit))] {
+		picked = append(picked, c.name)
 	}
 	return picked, nil
 }

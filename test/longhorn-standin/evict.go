@@ -89,7 +89,7 @@ func (s *store) rebuild(ctx context.Context, name string, old *lh.Replica, reps 
 		for _, r := range reps {
 			exclude = append(exclude, r.Spec.NodeID)
 		}
-		nodes, err := s.schedule(ctx, vol.Spec.Size, 1, vol.Spec.NodeSelector, exclude)
+		nodes, err := s.schedule(ctx, vol.Spec.Size, 1, vol.Spec.NodeSelector, vol.Spec.DiskSelector, exclude)
 		if err != nil {
 			return nil //nolint:nilerr // no node can take the copy yet: Longhorn waits, and so does the next pass
 		}

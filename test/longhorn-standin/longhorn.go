@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
 )
@@ -238,7 +239,21 @@ func (s *store) setUp(ctx context.Context) error {
 		Disks: map[string]lh.DiskSpec{defaultDisk: {Type: lh.DiskTypeFilesystem, Path: s.root + "/", AllowScheduling: true,
 			StorageReserved: disk.StorageMaximum * reservedPercent / 100}},
 	}}
-	if _, err := api.Nodes(namespace).Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = api.Nodes(namespace).Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// Made before the plugin ran (a chart fixture stands in for the manager that makes it):
+		// Longhorn's manager gives a node without disks its default disk.
+		err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := api.Nodes(namespace).Get(ctx, s.node, metav1.GetOptions{})
+			if err != nil || len(n.Spec.Disks) > 0 {
+				return err
+			}
+			n.Spec.Name, n.Spec.Disks = s.node, node.Spec.Disks
+			_, err = api.Nodes(namespace).Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("node %s: %w", s.node, err)
 	}
 	return s.updateNode(ctx)

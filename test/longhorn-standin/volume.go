@@ -73,7 +73,19 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if locality == "" {
 		locality = lh.DataLocalityDisabled
 	}
-	nodes, err := s.schedule(ctx, size, replicas, nil, nil)
+	// The class's tags, comma-separated, as Longhorn's CSI driver reads them (csi/util.go
+	// getVolumeOptions).
+	tags := func(param string) []string {
+		var out []string
+		for _, t := range strings.Split(params[param], ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	nodeSelector, diskSelector := tags("nodeSelector"), tags("diskSelector")
+	nodes, err := s.schedule(ctx, size, replicas, nodeSelector, diskSelector, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +93,7 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	// The per-volume overrides Longhorn's volume mutator fills in ("ignored": the global setting
 	// applies), and its backup defaults (the settings' lz4 and 2 MiB).
 	vol := &lh.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}, Spec: lh.VolumeSpec{
-		Size: size, NumberOfReplicas: replicas, DataLocality: locality, Frontend: lh.VolumeFrontendBlockDev,
+		Size: size, NumberOfReplicas: replicas, DataLocality: locality, Frontend: lh.VolumeFrontendBlockDev, NodeSelector: nodeSelector, DiskSelector: diskSelector,
 		Image: engineImage, DataEngine: lh.DataEngineTypeV1, AccessMode: lh.AccessModeReadWriteOnce, StaleReplicaTimeout: 30,
 		ReplicaAutoBalance: lh.ReplicaAutoBalanceIgnored, SnapshotDataIntegrity: lh.SnapshotDataIntegrityIgnored,
 		UnmapMarkSnapChainRemoved: lh.UnmapMarkSnapChainRemovedIgnored, RestoreVolumeRecurringJob: lh.RestoreVolumeRecurringJobDefault,
