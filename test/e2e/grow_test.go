@@ -22,6 +22,7 @@ import (
 	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/e2e"
@@ -132,8 +133,11 @@ func checkGrown(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h 
 	if pending, err := components.PinnedSettingsPending(ctx, c); pending != "" || err != nil {
 		t.Errorf("Longhorn's pinned settings after the switch: %s, %v", pending, err)
 	}
-	if _, err := c.Kube.StorageV1().StorageClasses().Get(ctx, cluster.LonghornOneCopyClass, metav1.GetOptions{}); err != nil {
-		t.Errorf("the one-copy class after the switch: %v", err)
+	if sc, err := c.Kube.StorageV1().StorageClasses().Get(ctx, cluster.LonghornOneCopyClass, metav1.GetOptions{}); err != nil || sc.Parameters["nodeSelector"] != longhorn.ServerTag {
+		t.Errorf("the one-copy class after the switch: %v %v", sc, err)
+	}
+	if n, err := c.Longhorn.LonghornV1beta2().Nodes(longhornNamespace).Get(ctx, h.Name, metav1.GetOptions{}); err != nil || !slices.Contains(n.Spec.Tags, longhorn.ServerTag) {
+		t.Errorf("the server's Longhorn node after the switch is not tagged %s: %v", longhorn.ServerTag, err)
 	}
 	if r := s.Kip(t, home, growArgs...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "The cluster's storage is already Longhorn") {
 		t.Errorf("the switch run again: exit %d\n%s", r.ExitCode, r.Stderr)
@@ -161,7 +165,8 @@ func hostFiles(ctx context.Context, t *testing.T, h *lab.Host) map[string]string
 
 // growState describes what kip cluster storage longhorn changes, to compare two runs' end
 // states: the cluster record, the host files it writes (byte for byte, with their modes and
-// owners), Longhorn's host packages, Longhorn's settings and classes, the unfinished workflows
+// owners), Longhorn's host packages, Longhorn's settings, the server's Longhorn tags and the
+// classes, the unfinished workflows
 // and whether a running kip holds the cluster lock.
 func growState(ctx context.Context, t *testing.T, h *lab.Host, c *kube.Clients) string {
 	t.Helper()
@@ -191,6 +196,13 @@ func growState(ctx context.Context, t *testing.T, h *lab.Host, c *kube.Clients) 
 		for _, st := range settings.Items {
 			fmt.Fprintf(&b, "setting %s: %s\n", st.Name, st.Value)
 		}
+	case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+		t.Fatal(err)
+	}
+	n, err := c.Longhorn.LonghornV1beta2().Nodes(longhornNamespace).Get(ctx, h.Name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		fmt.Fprintf(&b, "Longhorn node %s: tags %v\n", h.Name, n.Spec.Tags)
 	case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
 		t.Fatal(err)
 	}
@@ -268,6 +280,10 @@ func ungrow(ctx context.Context, t *testing.T, h *lab.Host, c *kube.Clients, bef
 		t.Fatal(err)
 	}
 	if err := c.Longhorn.LonghornV1beta2().Settings(longhornNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The server's Longhorn node (the chart's fixture makes it again, untagged).
+	if err := c.Longhorn.LonghornV1beta2().Nodes(longhornNamespace).Delete(ctx, h.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"longhorn", cluster.LonghornOneCopyClass} {

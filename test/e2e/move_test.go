@@ -28,6 +28,7 @@ import (
 	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/move"
 	"kipper.run/kip/internal/moveguard"
 	"kipper.run/kip/internal/mover/movertest"
@@ -113,6 +114,10 @@ func setUpMoveLab(ctx context.Context, t testing.TB, host int, configure ...func
 		}
 	}
 	if err := kube.Apply(ctx, c, objs, kube.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// As install does: the class of one-copy volumes selects the server's Longhorn tag.
+	if err := longhorn.PlacementStep(c).Apply(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cluster.UpdateRecord(ctx, c.Dynamic, func(rec *cluster.Record, found bool) error {

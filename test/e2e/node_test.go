@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -226,15 +227,16 @@ func TestNodeAdd(t *testing.T) {
 	}
 	diskCheck(ctx, t, s, home, c, w)
 	rerunInstall(ctx, t, s, home, c, srv, w, scheduled)
-	phase := time.Now()
-	secondWorker(ctx, t, s, home, c, srv, w, own[2], outsider)
-	e2e.Timing(t.Name()+": the second worker", phase, "")
-	// The Longhorn stand-in's manager runs on the server, which the reboot's copies step needs.
+	// The Longhorn stand-in's manager runs on the server, which placement and the reboot's
+	// copies step need.
 	if err := standin.Install(ctx, srv, c); err != nil {
 		t.Fatal(err)
 	}
 	standin.LogOnFailure(t, srv)
 	standin.LogOnFailure(t, w)
+	phase := time.Now()
+	secondWorker(ctx, t, s, home, c, srv, w, own[2], outsider)
+	e2e.Timing(t.Name()+": the second worker", phase, "")
 	removeWorker(ctx, t, s, home, c, srv, w, outsider)
 }
 
@@ -556,8 +558,12 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	defer keepPodsOff(ctx, t, c, srv)()
 	add(on.current)
 	add(on.stale, "--copies", "2")
+	// only's volume as an earlier kip made one-copy volumes (not pinned to the server), while
+	// the server takes no new copies.
 	longhornScheduling(ctx, t, c, srv, false)
+	pinned := unpinnedOneCopyClass(ctx, t, c)
 	add(on.only)
+	pinned()
 	longhornScheduling(ctx, t, c, srv, true)
 
 	// Where the copies are: current's on the server only, only's on the worker only, stale's on
@@ -663,6 +669,31 @@ func keepPodsOff(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host
 
 // longhornScheduling allows or disallows new copies on h's Longhorn node, as an operator does in
 // Longhorn's node settings.
+// unpinnedOneCopyClass makes the class of one-copy volumes as kip made it before it kept them on
+// the server (no node selector), and returns what makes it as kip makes it now.
+func unpinnedOneCopyClass(ctx context.Context, t *testing.T, c *kube.Clients) func() {
+	t.Helper()
+	scs := c.Kube.StorageV1().StorageClasses()
+	now, err := scs.Get(ctx, cluster.LonghornOneCopyClass, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now.ObjectMeta = metav1.ObjectMeta{Name: now.Name, Labels: now.Labels, Annotations: now.Annotations}
+	replace := func(sc *storagev1.StorageClass) {
+		t.Helper()
+		if err := scs.Delete(ctx, sc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := scs.Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	older := now.DeepCopy()
+	delete(older.Parameters, "nodeSelector")
+	replace(older)
+	return func() { replace(now) }
+}
+
 func longhornScheduling(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host, allow bool) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"spec":{"allowScheduling":%t}}`, allow)
@@ -723,32 +754,43 @@ func serviceData(ctx context.Context, t *testing.T, c *kube.Clients, ref service
 // rates keep each verdict far from its threshold on a loaded machine: a synced write there is
 // two writes (data and journal), so 25 a second makes a sync about 80 ms (16 of them about 1.3 s,
 // against the 5 ms and 4 s limits); at 10 a second, 16 syncs took 3.5 to 4.3 s, across the 4 s
-// limit as the machine's load went.
+// limit as the machine's load went. After each verdict the worker's Longhorn node allows new
+// copies exactly when the worker may hold them; the check on the tmpfs ends it, eligible.
 func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, w *lab.Host) {
 	t.Helper()
 	check := []string{"node", "storage", w.Name, "--copies"}
+	// The verdict recorded, and Longhorn told: new copies go to the worker only while it may
+	// hold them.
 	recorded := func(want string) {
 		t.Helper()
 		if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Copies != want {
 			t.Errorf("the worker's copies after the disk check: %+v (%v), want %s", rec.Workers[w.Name], err, want)
 		}
+		allow := want == node.CopiesEligible || want == node.CopiesOverridden
+		if n, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.AllowScheduling != allow {
+			t.Errorf("the worker's Longhorn node after the disk check (%s): %v, want allowScheduling %v", want, err, allow)
+		}
 	}
-	if _, err := w.Run(ctx, "mount -t tmpfs -o size=8m kip-fast-disk /var/lib/longhorn"); err != nil {
-		t.Fatal(err)
+	onTmpfs := func() {
+		t.Helper()
+		if _, err := w.Run(ctx, "mount -t tmpfs -o size=8m kip-fast-disk /var/lib/longhorn"); err != nil {
+			t.Fatal(err)
+		}
+		r := s.Kip(t, home, check...)
+		if _, err := w.Run(ctx, "umount /var/lib/longhorn"); err != nil {
+			t.Fatal(err)
+		}
+		if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" may hold copies of volumes: 128 synced 4 KiB writes on kip-fast-disk (tmpfs)") {
+			t.Errorf("disk check on a tmpfs: exit %d\n%s", r.ExitCode, r.Stderr)
+		}
+		recorded(node.CopiesEligible)
 	}
-	r := s.Kip(t, home, check...)
-	if _, err := w.Run(ctx, "umount /var/lib/longhorn"); err != nil {
-		t.Fatal(err)
-	}
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" may hold copies of volumes: 128 synced 4 KiB writes on kip-fast-disk (tmpfs)") {
-		t.Errorf("disk check on a tmpfs: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	recorded(node.CopiesEligible)
+	onTmpfs()
 	t.Cleanup(func() { _ = w.ThrottleLonghornDisk(0) })
 	if err := w.ThrottleLonghornDisk(25); err != nil {
 		t.Fatal(err)
 	}
-	r = s.Kip(t, home, check...)
+	r := s.Kip(t, home, check...)
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "to accept it anyway, run kip node storage "+w.Name+" --copies --ignore-slow-disk") {
 		t.Errorf("disk check on a slow disk: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
@@ -770,6 +812,8 @@ func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 	if err := w.ThrottleLonghornDisk(0); err != nil {
 		t.Fatal(err)
 	}
+	// The worker may hold copies again, for what follows.
+	onTmpfs()
 }
 
 // notReadyForAMinute waits until w's node has been NotReady (or Unknown) for over a minute, as a
@@ -1126,10 +1170,12 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	// it as --private-network asks.
 	defaultRouteVia(ctx, t, w2, lab.PrivateGateway)
 	defer defaultRouteVia(ctx, t, w2, lab.Gateway)
-	r = joinWithLonghorn(ctx, t, s, home, c, srv, w2, nil, append(add, "--private-network", lab.PrivatePrefix)...)
+	r = joinWithLonghorn(ctx, t, s, home, c, srv, w2, nil, append(add, "--private-network", lab.PrivatePrefix, "--no-copies")...)
 	if want := "Network: private network " + lab.PrivatePrefix + " (server " + srv.PrivateIP.String() + ", node " + w2.PrivateIP.String() + ") (--private-network)"; r.ExitCode != 0 || !strings.Contains(r.Stderr, want) {
 		t.Fatalf("join of the second worker, whose default route the private network carries, with --private-network: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
 	}
+	standin.LogOnFailure(t, w2)
+	placement(ctx, t, s, home, c, srv, w, w2)
 	for _, tc := range []struct {
 		from, to *lab.Host
 		port     int
@@ -1180,6 +1226,110 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		t.Error(err)
 	}
 	unblock()
+}
+
+// placement proves where Longhorn puts copies with two workers, w eligible and w2 joined with
+// --no-copies, and the server's disk the least roomy of the three (its reserve raised, so that
+// Longhorn, which takes the disk with the most usable storage, would pick a worker first): a
+// one-copy volume's copy goes to the server, a two-copy volume's to the server and w, none to
+// w2, whose Longhorn node takes no new copies. A one-copy volume of a class without the server's
+// tag (as an earlier kip made them) is listed by kip status as not pinned, with the command that
+// pins it.
+func placement(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, w2 *lab.Host) {
+	t.Helper()
+	lhNodes := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system")
+	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w2.Name].Copies != node.CopiesUnchecked || rec.Workers[w2.Name].CopiesWhy != "joined with --no-copies" {
+		t.Errorf("the second worker's copies after a join with --no-copies: %+v (%v)", rec.Workers[w2.Name], err)
+	}
+	if n, err := lhNodes.Get(ctx, w2.Name, metav1.GetOptions{}); err != nil || n.Spec.AllowScheduling {
+		t.Errorf("the Longhorn node of the worker joined with --no-copies takes new copies: %v", err)
+	}
+	reserve := func(fraction int64) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := lhNodes.Get(ctx, srv.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for name, d := range n.Spec.Disks {
+				st := n.Status.DiskStatus[name]
+				if st == nil || st.StorageMaximum == 0 {
+					return fmt.Errorf("the server's Longhorn disk %s reports no size yet", name)
+				}
+				d.StorageReserved = st.StorageMaximum * fraction / 100
+				n.Spec.Disks[name] = d
+			}
+			_, err = lhNodes.Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	reserve(50)
+	defer reserve(30) // Longhorn's default reserve, the stand-in's
+	if r := s.Kip(t, home, "cluster", "storage", "--max-copies", "2"); r.ExitCode != 0 {
+		t.Fatalf("kip cluster storage --max-copies 2: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	var vols []string
+	claim := func(name, class string) []string {
+		t.Helper()
+		pvc := standin.Claim(name, "default", "64Mi")
+		pvc.Spec.StorageClassName = &class
+		vol, err := standin.CreateClaimOf(ctx, c, pvc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vols = append(vols, vol)
+		reps, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodes []string
+		for _, r := range reps.Items {
+			nodes = append(nodes, r.Spec.NodeID)
+		}
+		slices.Sort(nodes)
+		return nodes
+	}
+	if got := claim("placed-one", cluster.LonghornOneCopyClass); !slices.Equal(got, []string{srv.Name}) {
+		t.Errorf("the one-copy volume's copy is on %v, want the server %s", got, srv.Name)
+	}
+	want := []string{srv.Name, w.Name}
+	slices.Sort(want)
+	if got := claim("placed-two", cluster.LonghornTwoCopiesClass); !slices.Equal(got, want) {
+		t.Errorf("the two-copy volume's copies are on %v, want %v", got, want)
+	}
+	pinned := unpinnedOneCopyClass(ctx, t, c)
+	claim("placed-loose", cluster.LonghornOneCopyClass)
+	pinned()
+	r := s.Kip(t, home, "status", "-o", "json")
+	var st status.Report
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatalf("kip status -o json: exit %d, %v\n%s", r.ExitCode, err, r.Stderr)
+	}
+	var loose []string
+	for _, u := range st.NotPinned {
+		loose = append(loose, u.Claim)
+	}
+	if !slices.Equal(loose, []string{"placed-loose"}) {
+		t.Errorf("kip status lists as not pinned %v, want the claim placed-loose", loose)
+	}
+	if want := "is not pinned to the server: a rebuild can place it on a worker: running 'kip install --host " + srv.PublicIP.String() + "' again pins it"; !slices.ContainsFunc(st.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+		t.Errorf("kip status warns %q, want %q", st.Warnings, want)
+	}
+	// Gone again, so that the worker's remove has no copy to move.
+	for _, name := range []string{"placed-one", "placed-two", "placed-loose"} {
+		if err := c.Kube.CoreV1().PersistentVolumeClaims("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := poll(ctx, 2*time.Minute, "the placed volumes deleted", func(ctx context.Context) (bool, error) {
+		list, err := c.Longhorn.LonghornV1beta2().Volumes("longhorn-system").List(ctx, metav1.ListOptions{})
+		return err == nil && !slices.ContainsFunc(list.Items, func(v lh.Volume) bool { return slices.Contains(vols, v.Name) }), err
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // removeWorker takes the worker out again: a pod no controller manages cancels the remove before

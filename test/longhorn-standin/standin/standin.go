@@ -264,7 +264,13 @@ func Claim(name, namespace, size string) *corev1.PersistentVolumeClaim {
 // CreateClaim creates a claim of class longhorn and waits until it is bound, returning its
 // volume's name (the PV's, the Longhorn Volume's).
 func CreateClaim(ctx context.Context, c *kube.Clients, name, namespace, size string) (string, error) {
-	if _, err := c.Kube.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, Claim(name, namespace, size), metav1.CreateOptions{}); err != nil {
+	return CreateClaimOf(ctx, c, Claim(name, namespace, size))
+}
+
+// CreateClaimOf creates pvc and waits until it is bound, returning its volume's name.
+func CreateClaimOf(ctx context.Context, c *kube.Clients, pvc *corev1.PersistentVolumeClaim) (string, error) {
+	namespace, name := pvc.Namespace, pvc.Name
+	if _, err := c.Kube.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
 	var volume string
