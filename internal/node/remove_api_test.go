@@ -7,20 +7,24 @@ import (
 	"strings"
 	"testing"
 
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/testenv"
 )
 
 // TestRemoveRefusals runs kip node remove against the real API server (kwok's Nodes) for what
 // it refuses before it connects anywhere: the server, a worker kip did not record, a name no
 // node has, a fenced worker without --force, and --force on a worker no fence holds, NotReady
-// (its host may only be cut off: TestRemoveForceUnfenced…) or Ready. Each refusal leaves the
-// record and the Nodes as they were.
+// (its host may only be cut off: TestRemoveForceUnfencedNotReady) or Ready. Each refusal leaves
+// the record and the Nodes as they were.
 func TestRemoveRefusals(t *testing.T) {
 	env, cl := apiCluster(t, "rm-srv")
 	ctx := context.Background()
@@ -70,6 +74,55 @@ func TestRemoveRefusals(t *testing.T) {
 		if _, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Errorf("node %s after the refusal: %v", name, err)
 		}
+	}
+}
+
+// TestRemoveForceUnfencedNotReady: kip node remove --force, answered yes, on a worker that
+// stopped reporting and that no fence holds (its host may only be cut off from the server and
+// still write its volumes) is refused, naming kip node fence, before anything changes: its Node,
+// the pod that runs there and the volume attached there stay, as do its record and the progress
+// records. Deleting the Node would have had Kubernetes force-delete the pod and attach its volume
+// elsewhere. The lab proves it with a worker cut off from the server's API (TestNodeAdd's second
+// worker).
+func TestRemoveForceUnfencedNotReady(t *testing.T) {
+	_, cl := apiCluster(t, "ru-srv")
+	ctx := context.Background()
+	deadNode(t, cl, "ru-lost")
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(rec *cluster.Record, _ bool) error {
+		rec.Profile, rec.Storage, rec.Server = "small", cluster.StorageLonghorn, "203.0.113.10"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	recordWorkers(t, cl, map[string]Worker{"ru-lost": {Host: "203.0.113.41", State: WorkerReady}})
+	pod(t, cl, "default", "ru-app", "ru-lost", nil, "")
+	att := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "ru-att"}, Spec: storagev1.VolumeAttachmentSpec{
+		Attacher: longhorn.Driver, NodeName: "ru-lost", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pvc-ru")}}}
+	if _, err := cl.Kube.StorageV1().VolumeAttachments().Create(ctx, att, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Kube.StorageV1().VolumeAttachments().Delete(context.Background(), att.Name, metav1.DeleteOptions{}) })
+	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
+	err := Remove(ctx, &RemoveOptions{Worker: "ru-lost", Force: true, Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil },
+		Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true), // --yes
+		Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("dial tcp 203.0.113.41:22: connect: no route to host") }}})
+	if want := "worker ru-lost is NotReady and no fence holds it"; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "fence it first with kip node fence ru-lost") {
+		t.Fatalf("remove --force of an unfenced NotReady worker = %v, want %q and the fence named", err, want)
+	}
+	if _, err := cl.Kube.CoreV1().Nodes().Get(ctx, "ru-lost", metav1.GetOptions{}); err != nil {
+		t.Errorf("the worker's Node after the refusal: %v", err)
+	}
+	if p, err := cl.Kube.CoreV1().Pods("default").Get(ctx, "ru-app", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the worker's pod after the refusal: %v", err)
+	}
+	if a, err := cl.Kube.StorageV1().VolumeAttachments().Get(ctx, att.Name, metav1.GetOptions{}); err != nil || a.DeletionTimestamp != nil {
+		t.Errorf("the volume attached on the worker after the refusal: %v", err)
+	}
+	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["ru-lost"].State != WorkerReady || n.Workers["ru-lost"].Fence != nil {
+		t.Errorf("the refusal changed the record: %+v (%v)", n, err)
+	}
+	if p, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords()); err != nil || len(p) != 0 {
+		t.Errorf("the refusal left progress records: %+v (%v)", p, err)
 	}
 }
 
