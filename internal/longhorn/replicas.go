@@ -27,11 +27,16 @@ type Replica struct {
 	LastHealthyAt string `json:"lastHealthyAt,omitempty"`
 	FailedAt      string `json:"failedAt,omitempty"`
 	LastFailedAt  string `json:"lastFailedAt,omitempty"`
+	// Unsure says why a replica Longhorn calls current is not known to be (Distrust).
+	Unsure string `json:"unsure,omitempty"`
 }
 
 func (c Replica) String() string {
 	state := "not current"
-	if c.Current {
+	switch {
+	case c.Unsure != "":
+		state = "not known to be current: " + c.Unsure
+	case c.Current:
 		state = "current"
 	}
 	return fmt.Sprintf("on %s: %s (healthy at %s, last healthy at %s, failed at %s, last failed at %s)",
@@ -108,6 +113,27 @@ func CurrentOn(vols []VolumeReplicas, gone string) []string {
 	}
 	slices.Sort(nodes)
 	return slices.Compact(nodes)
+}
+
+// Distrust takes back "current" from the replicas, on nodes other than gone, of each volume in
+// cutOff (Longhorn volume names): volumes whose engine ran on gone while gone could not reach the
+// server. Longhorn's managers record a replica's failure through the API server, and the one that
+// owns a volume's engine is the manager of the engine's node: cut off from the server, an engine
+// that lost a replica elsewhere keeps writing the replicas it reaches, and nothing records it. So
+// Longhorn's "healthy since it last failed" is only what gone reported before it lost the server,
+// and writes after that may be missing from every copy but gone's.
+func Distrust(vols []VolumeReplicas, cutOff []string, gone string) {
+	for i := range vols {
+		if !slices.Contains(cutOff, vols[i].Volume) {
+			continue
+		}
+		for j := range vols[i].Replicas {
+			if r := &vols[i].Replicas[j]; r.Node != gone && r.Current {
+				r.Current = false
+				r.Unsure = "its engine ran on " + gone + ", which could not reach the server, so Longhorn could not record the writes this copy missed"
+			}
+		}
+	}
 }
 
 // Describe lists every replica of vols with its timestamps, a line each, for an operator deciding

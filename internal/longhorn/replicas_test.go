@@ -2,6 +2,7 @@ package longhorn
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +45,29 @@ func TestJudge(t *testing.T) {
 	want := "claim data (Longhorn volume pvc-1) on srv: not current (healthy at 2026-12-01T10:00:00Z, last healthy at never, failed at 2026-12-01T11:00:00Z, last failed at never)"
 	if len(lines) != 1 || lines[0] != want {
 		t.Errorf("Describe = %q, want %q", lines, want)
+	}
+}
+
+// TestDistrust takes "current" back only from the copies elsewhere of the volumes whose engine
+// ran on the cut-off worker: the worker's own copy and other volumes keep Longhorn's verdict, and
+// the judgement turns stale.
+func TestDistrust(t *testing.T) {
+	vols := []VolumeReplicas{
+		{Claim: "data", Volume: "v1", Replicas: []Replica{{Node: "w1", Current: true}, {Node: "srv", Current: true}}},
+		{Claim: "dump", Volume: "v2", Replicas: []Replica{{Node: "w1", Current: true}, {Node: "srv", Current: true}}},
+	}
+	if got := Judge(vols, "w1"); got != DataCurrent {
+		t.Fatalf("before: %s", got)
+	}
+	Distrust(vols, []string{"v1"}, "w1")
+	if vols[0].Replicas[1].Current || vols[0].Replicas[1].Unsure == "" || !vols[0].Replicas[0].Current || vols[0].Replicas[0].Unsure != "" ||
+		!vols[1].Replicas[1].Current {
+		t.Errorf("after: %+v", vols)
+	}
+	if got := Judge(vols, "w1"); got != DataStale {
+		t.Errorf("judged %s, want %s", got, DataStale)
+	}
+	if s := vols[0].Replicas[1].String(); !strings.HasPrefix(s, "on srv: not known to be current: its engine ran on w1, which could not reach the server") {
+		t.Errorf("String() = %q", s)
 	}
 }

@@ -14,6 +14,9 @@ import (
 // connectTimeout bounds one connection check.
 const connectTimeout = "5"
 
+// apiPort is the server's Kubernetes API port, which the nodes reach it on.
+const apiPort = 6443
+
 // Connects reports whether a TCP connection from the host c reaches addr:port, within five
 // seconds (bash's /dev/tcp, which every supported OS's bash has). It answers false only when
 // the check ran and the connection was refused, found no route, or timed out; any other outcome
@@ -58,7 +61,7 @@ func CheckPath(ctx context.Context, server, node *sshx.Client, p Path, nodeSSHPo
 		who  string
 	}{
 		{server, p.Node, nodeSSHPort, "the server cannot connect to the node's SSH port"},
-		{node, p.Server, 6443, "the node cannot connect to the server's API"},
+		{node, p.Server, apiPort, "the node cannot connect to the server's API"},
 	} {
 		ok, err := Connects(ctx, c.from, c.to, c.port)
 		if err != nil {

@@ -72,6 +72,11 @@ type fenceIntent struct {
 	Services []fencedService `json:"services,omitempty"`
 	Jobs     []string        `json:"jobs,omitempty"`
 	Others   []string        `json:"others,omitempty"`
+	// ServerCut: the worker answered kip over SSH but could not reach the server's API (or kip
+	// could not tell), and CutOff are the Longhorn volumes whose engine ran there then: their
+	// copies elsewhere are not known to be current (longhorn.Distrust).
+	ServerCut bool     `json:"serverCut,omitempty"`
+	CutOff    []string `json:"cutOff,omitempty"`
 }
 
 // fencedService is a Kipper service with a single-node volume on the fenced worker.
@@ -203,7 +208,7 @@ func (f *fencer) reach(ctx context.Context, n *corev1.Node) error {
 		if dialErr = checkIdentity(id, name, w, n); dialErr == nil {
 			f.node = c
 			f.intent.BootID, f.intent.PoweredOff = id.BootID, false
-			return nil
+			return f.serverReach(ctx)
 		}
 	}
 	f.p.Warn(fmt.Sprintf("%s does not answer over SSH at %s: %v", name, w.Host, dialErr))
@@ -224,6 +229,29 @@ func (f *fencer) reach(ctx context.Context, n *corev1.Node) error {
 		}
 	}
 	return f.kubeletGone(ctx)
+}
+
+// serverReach checks, from a worker that answers kip over SSH, whether it reaches the server's
+// API, which its Longhorn manager records the state of its volumes' copies through. A worker that
+// stopped reporting but answers kip is most often cut off from the server: then what Longhorn
+// says of the copies of the volumes whose engine ran there is only what it reported before, and
+// decide does not call them current. A check that cannot run counts as cut off.
+func (f *fencer) serverReach(ctx context.Context) error {
+	name, server := f.o.Worker, f.worker.Path.Server
+	if !server.Is4() {
+		f.intent.ServerCut = true
+		f.p.Warn(fmt.Sprintf("kip has no server address recorded for %s to check that it reaches the server's API: Longhorn's view of the copies of its volumes counts as out of date", name))
+		return nil
+	}
+	reaches, err := Connects(ctx, f.node, server, apiPort)
+	if err != nil {
+		f.p.Warn(fmt.Sprintf("kip could not check whether %s reaches the server's API at %s:%d (%v): Longhorn's view of the copies of its volumes counts as out of date", name, server, apiPort, err))
+	}
+	f.intent.ServerCut = err != nil || !reaches
+	if err == nil && !reaches {
+		f.p.Warn(fmt.Sprintf("%s answers kip but does not reach the server's API at %s:%d: Longhorn could not record what happened to the copies of the volumes it ran since it lost the server", name, server, apiPort))
+	}
+	return nil
 }
 
 // kubeletGone checks from the server that the worker's kubelet no longer answers at its recorded
@@ -262,8 +290,13 @@ func (f *fencer) decide(ctx context.Context) error {
 		return err
 	}
 	f.intent.Jobs, f.intent.Others = found.jobs, found.others
+	if f.intent.ServerCut {
+		if f.intent.CutOff, err = enginesOn(ctx, f.cl, name); err != nil {
+			return err
+		}
+	}
 	for _, s := range found.services {
-		verdict, copies, err := service.FencedData(ctx, f.cl, s, name)
+		verdict, copies, err := service.FencedData(ctx, f.cl, s, name, f.intent.CutOff)
 		if err != nil {
 			return err
 		}
@@ -285,6 +318,23 @@ func (f *fencer) decide(ctx context.Context) error {
 		f.intent.Services = append(f.intent.Services, fs)
 	}
 	return nil
+}
+
+// enginesOn names the Longhorn volumes whose engine runs on node, as Longhorn last recorded it
+// (attached there, or to be), sorted.
+func enginesOn(ctx context.Context, cl *kube.Clients, node string) ([]string, error) {
+	vols, err := cl.Longhorn.LonghornV1beta2().Volumes(longhorn.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Longhorn's volumes: %w", err)
+	}
+	var out []string
+	for _, v := range vols.Items {
+		if v.Status.CurrentNodeID == node || v.Spec.NodeID == node {
+			out = append(out, v.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // found is what runs on a worker with a single-node volume.
@@ -452,7 +502,7 @@ func (f *fencer) recordStep() workflow.Step {
 		},
 		Apply: func(ctx context.Context) error {
 			return updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
-				w.Fence = &FenceRecord{At: time.Now().UTC(), BootID: f.intent.BootID, PoweredOff: f.intent.PoweredOff}
+				w.Fence = &FenceRecord{At: time.Now().UTC(), BootID: f.intent.BootID, PoweredOff: f.intent.PoweredOff, CutOff: f.intent.CutOff}
 			})
 		},
 	}
@@ -654,7 +704,7 @@ func (f *fencer) stillDown(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		verdict, _, err := service.FencedData(ctx, f.cl, s, name)
+		verdict, _, err := service.FencedData(ctx, f.cl, s, name, f.intent.CutOff)
 		if err != nil {
 			return err
 		}

@@ -30,7 +30,11 @@ func ServiceWorker(ctx context.Context, cl *kube.Clients, name string) (service.
 		return service.WorkerRecord{}, err
 	}
 	w := workers.Workers[name]
-	return service.WorkerRecord{Host: w.Host, Fenced: w.Fence != nil}, nil
+	r := service.WorkerRecord{Host: w.Host, Fenced: w.Fence != nil}
+	if w.Fence != nil {
+		r.CutOff = w.Fence.CutOff
+	}
+	return r, nil
 }
 
 // CopyHolders are the nodes that can hold a copy of a service's data now, server first: each

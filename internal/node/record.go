@@ -95,6 +95,10 @@ type FenceRecord struct {
 	BootID string `json:"bootID,omitempty"`
 	// PoweredOff: the host did not answer, and the operator confirmed it is off.
 	PoweredOff bool `json:"poweredOff,omitempty"`
+	// CutOff are the Longhorn volumes whose engine ran on the host when it answered kip but could
+	// not reach the server's API: their copies elsewhere are not known to be current
+	// (longhorn.Distrust) until the worker rejoins.
+	CutOff []string `json:"cutOff,omitempty"`
 	// Stopped are the services the fence stopped, Suspended the Jobs it suspended.
 	Stopped   []StoppedService `json:"stopped,omitempty"`
 	Suspended []string         `json:"suspended,omitempty"` // namespace/name

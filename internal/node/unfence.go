@@ -127,7 +127,7 @@ func (j *joiner) unfenceStep() workflow.Step {
 				if s.FenceStop != name {
 					continue // started meanwhile with kip service start
 				}
-				ok, why, err := service.MayStart(ctx, j.cl, j.o.Prompter, s, "", j.o.Host, false)
+				ok, why, err := service.MayStart(ctx, j.cl, j.o.Prompter, s, "", j.o.Host, nil, false)
 				if err != nil {
 					return err
 				}

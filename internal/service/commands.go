@@ -30,6 +30,9 @@ import (
 type WorkerRecord struct {
 	Host   string
 	Fenced bool
+	// CutOff are the Longhorn volumes whose engine ran on the worker when its fence found it
+	// cut off from the server (longhorn.Distrust).
+	CutOff []string
 }
 
 // Options is what every kip service and kip project command needs; cmd/kip fills it.

@@ -43,12 +43,15 @@ func LiftFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref) error {
 }
 
 // FencedData is how the data of the service stands with worker fenced: longhorn.Judge of the
-// copies of its volumes, which it returns too.
-func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string) (string, []longhorn.VolumeReplicas, error) {
+// copies of its volumes, which it returns too; the copies elsewhere of the volumes in cutOff
+// (whose engine ran on the worker while it could not reach the server: longhorn.Distrust) are
+// not known to be current.
+func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string, cutOff []string) (string, []longhorn.VolumeReplicas, error) {
 	copies, err := longhorn.ReadReplicas(ctx, cl, s.Namespace(), s.Claims())
 	if err != nil {
 		return "", nil, err
 	}
+	longhorn.Distrust(copies, cutOff, worker)
 	return longhorn.Judge(copies, worker), copies, nil
 }
 
@@ -82,12 +85,13 @@ func OnlyThereRecipe(s *Service, worker, host string) string {
 }
 
 // MayStart decides whether a service the fence stopped may start again, by the fence's own check
-// of the copies of its volumes with gone (the fenced worker, or "" once it is back): yes when
+// of the copies of its volumes with gone (the fenced worker, or "" once it is back; cutOff as
+// for FencedData): yes when
 // other nodes hold a current copy of every volume; with accept (--accept-stale-data) or a yes
 // on a terminal when some hold only copies that may be older; never when a volume's only copy
 // is on gone, whose host is goneHost. why says what keeps it stopped.
-func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone, goneHost string, accept bool) (ok bool, why string, err error) {
-	verdict, copies, err := FencedData(ctx, cl, s, gone)
+func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone, goneHost string, cutOff []string, accept bool) (ok bool, why string, err error) {
+	verdict, copies, err := FencedData(ctx, cl, s, gone, cutOff)
 	if err != nil {
 		return false, "", err
 	}
@@ -124,7 +128,11 @@ func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *S
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
 	}
-	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, w.Host, o.AcceptStale)
+	var cutOff []string
+	if gone != "" {
+		cutOff = w.CutOff
+	}
+	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, w.Host, cutOff, o.AcceptStale)
 	if err != nil {
 		return err
 	}

@@ -425,6 +425,9 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 		}
 		for _, s := range kipnode.ServicesOn(svcs, claims[n.Name], n.Name) {
 			copies := longhorn.ReplicasIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
+			if f := v.workers.Workers[n.Name].Fence; f != nil {
+				longhorn.Distrust(copies, f.CutOff, n.Name)
+			}
 			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, longhorn.Judge(copies, n.Name), longhorn.CurrentOn(copies, n.Name))
 			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: longhorn.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))

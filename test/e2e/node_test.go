@@ -294,11 +294,12 @@ func joinWithLonghorn(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 }
 
 // fenceWorker fences the worker once it stopped reporting, and rejoins it. Three Kipper services
-// run there first (servicesOnWorker): current, with its copies on the server; stale, whose copy
+// run there first (servicesOnWorker): current, with its copy on the server; stale, whose copy
 // on the server failed before its last write; only, with its copies on the worker. Cut off from
 // the server's API (its 6443 rejected on the worker), the worker turns NotReady; once it has been
 // for a minute, and with kip's SSH to it cut too (its public link down), a fence --powered-off
-// is refused because its kubelet still answers the server. With SSH back, the fence stops
+// is refused because its kubelet still answers the server. With SSH back, its k3s-agent stopped
+// (its containers run on) and the server's API reachable from it again, the fence stops
 // k3s-agent and every container behind the drop-in, killed after each step it applies and run
 // again; current starts on the server with every line the worker's pod wrote; stale stays
 // stopped, and only stays stopped with the recipe for a lost worker; kip status names both
@@ -332,6 +333,13 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil {
 		t.Fatalf("the refused fence recorded %+v (%v)", rec.Workers[w.Name], err)
 	}
+	// Its k3s-agent stops (the containers run on, writing), and it reaches the server's API
+	// again: a fence finds it not cut off from the server, so Longhorn's record of the copies
+	// stands (a worker cut off makes no copy elsewhere current: TestFenceCutOff).
+	if out, err := w.Run(ctx, "systemctl stop k3s-agent"); err != nil {
+		t.Fatalf("stop k3s-agent on %s: %v\n%s", w.Name, err, out)
+	}
+	unblock()
 
 	// It answers: the fence stops it, killed after each step it applies and run again. current
 	// starts on the server once Kubernetes, told by the taint, has deleted its pod and detached
@@ -372,7 +380,6 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		}
 	}
 	startFenced(ctx, t, s, home, c, srv, w, on)
-	unblock()
 	stopped := "test -f " + k3s.FenceDropIn + " && ! systemctl is-active --quiet k3s-agent && ! systemctl is-active --quiet " + standin.Unit +
 		" && ! pgrep -f '[c]ontainerd-shim' && ! grep -q -e ' /var/lib/kubelet/pods/' -e ' /var/lib/kubelet/plugins/' /proc/self/mounts"
 	if out, err := w.Run(ctx, stopped); err != nil {
