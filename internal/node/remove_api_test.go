@@ -101,11 +101,15 @@ func TestRemoveForceUnfencedNotReady(t *testing.T) {
 	if _, err := cl.Kube.StorageV1().VolumeAttachments().Create(ctx, att, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Kube.StorageV1().VolumeAttachments().Delete(context.Background(), att.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cl.Kube.StorageV1().VolumeAttachments().Delete(context.Background(), att.Name, metav1.DeleteOptions{})
+	})
 	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	err := Remove(ctx, &RemoveOptions{Worker: "ru-lost", Force: true, Env: Env{Kube: func() (*kube.Clients, error) { return cl, nil },
 		Printer: cli.NewPrinter(io), Prompter: cli.NewPrompter(io, true), // --yes
-		Dial: func(context.Context, string) (*sshx.Client, error) { return nil, errors.New("dial tcp 203.0.113.41:22: connect: no route to host") }}})
+		Dial: func(context.Context, string) (*sshx.Client, error) {
+			return nil, errors.New("dial tcp 203.0.113.41:22: connect: no route to host")
+		}}})
 	if want := "worker ru-lost is NotReady and no fence holds it"; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "fence it first with kip node fence ru-lost") {
 		t.Fatalf("remove --force of an unfenced NotReady worker = %v, want %q and the fence named", err, want)
 	}
