@@ -8,7 +8,7 @@
 // when spec.stopped, or while a move is unfinished), claims data and (postgres, mysql) dump,
 // spec.resources on its container, status.phase and status.observedGeneration. The data claim of
 // a service with spec.copies 2 is in the two-copy class, and its StatefulSet is created only once
-// two Ready nodes can hold copies (node.CopyHolders).
+// two Ready nodes can hold copies (CopyHolders).
 //
 // A test can make it play a console-api that is slow (Delay: it acts on a Service only that long
 // after the Service last changed) or down (Down, until Up: it changes nothing).
@@ -39,7 +39,6 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/test/wake"
 )
@@ -65,6 +64,10 @@ type Standin struct {
 	// environment and pod annotations (such as Velero's backup hooks, which console-api puts on
 	// a database's pod for its consistent dumps).
 	Workloads map[string]Workload
+	// CopyHolders are the nodes that can hold a copy of a service's data now: kip's
+	// node.CopyHolders, given by the test (internal/node's own tests run the stand-in, so it
+	// cannot import that package). Only services with two copies need it.
+	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
 	// Interval is how often it reconciles everything when nothing it watches changed (a second
 	// when zero): it reconciles on every change to Projects, Services, namespaces, StatefulSets
 	// and Nodes, as console-api's controllers react to their watches.
@@ -308,7 +311,10 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	case apierrors.IsNotFound(err) && svc.Copies == 2:
 		// The data volume of a service with two copies is created once two Ready nodes can hold
 		// copies.
-		holders, err := node.CopyHolders(ctx, &kube.Clients{Kube: s.Kube, Dynamic: s.Dynamic})
+		if s.CopyHolders == nil {
+			return fmt.Errorf("service %s has two copies, and the stand-in was given no CopyHolders to tell which nodes can hold them", svc.Ref)
+		}
+		holders, err := s.CopyHolders(ctx, &kube.Clients{Kube: s.Kube, Dynamic: s.Dynamic})
 		if err != nil {
 			return err
 		}
