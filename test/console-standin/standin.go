@@ -292,6 +292,9 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	if err != nil {
 		return fmt.Errorf("read namespace %s: %w", ns, err)
 	}
+	if nsObj.DeletionTimestamp != nil {
+		return nil // its namespace goes, and the Service with it
+	}
 	project := nsObj.Labels[service.ProjectLabel]
 	if project == "" {
 		return fmt.Errorf("service %s/%s: namespace %s belongs to no project", ns, u.GetName(), ns)
