@@ -513,12 +513,16 @@ func kipperService(t *testing.T, cl *kube.Clients, ns, name, typ string, stopped
 }
 
 // pod runs a bare pod on node (kwok's, or none when kwok no longer manages the node), mounting
-// claims, each as the volume named as its claim's first word (a StatefulSet's data-db-0 as data).
+// claims ("" none), each as the volume named as its claim's first word (a StatefulSet's data-db-0
+// as data).
 func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[string]string, claims ...string) {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: corev1.PodSpec{
 		NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "kip.invalid/app"}}}}
 	for _, c := range claims {
+		if c == "" {
+			continue
+		}
 		volume, _, _ := strings.Cut(c, "-")
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: volume,
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
