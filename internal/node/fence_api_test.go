@@ -13,7 +13,6 @@ import (
 	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -21,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cli"
@@ -30,6 +31,7 @@ import (
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
+	consolestandin "kipper.run/kip/test/console-standin"
 	"kipper.run/kip/test/sshd"
 	"kipper.run/kip/test/testenv"
 )
@@ -38,27 +40,35 @@ import (
 // kubelet port to play a kubelet that still answers.
 const fenceKubelet = "127.0.0.37"
 
-// TestFence fences a worker that does not answer over SSH against the real API server and
-// controller-manager, with a real sshd on this machine as the server the kubelet check runs on.
-// The worker is a Node the test writes NotReady for two minutes (kwok no longer manages it);
-// its Longhorn replicas, volume attachments and the pod of a service that moved are objects the
-// test writes, as no Longhorn or console runs here.
+// TestFence fences a worker that does not answer over SSH against the real API server,
+// controller-manager and scheduler, with a real sshd on this machine as the server the kubelet
+// check runs on and the console stand-in as console-api, slow (a second's delay). The worker is a
+// Node the test writes NotReady for two minutes (kwok no longer manages it), with the pods the
+// services ran there when it stopped reporting (the StatefulSets console-api makes adopt them);
+// its Longhorn replicas and volume attachments are objects the test writes, as no Longhorn runs
+// here. The service that may start elsewhere runs again only because the fence's taint had
+// Kubernetes delete its pod on the worker: its StatefulSet's controller makes a new one, the
+// scheduler binds it to a kwok node, and kwok runs it.
 //
 // Refused first: without --powered-off off a terminal; with the "kubelet" (a listener) still
 // answering the server at the worker's recorded address; with the server unreachable, so that
-// the check cannot run. Then the fence: recorded with the node's boot, the service with a current
-// copy elsewhere left to start there and reported running there, the one whose other copy may be
-// older and the one whose dump volume's only copy is on the worker stopped and marked, a service
-// the operator had stopped left alone, the Job with a single-node volume there suspended, a
-// non-Kipper pod warned about, the node tainted out of service, and no Kipper pod left on it.
-// Run again, it finds everything done. Then kip service start refuses the service whose only copy
-// is on the worker and starts the stale one with --accept-stale-data.
+// the check cannot run. Then the fence, with console-api down while the fence marks the services
+// it stops (it waits, the worker untainted, until console-api is back and has scaled them to
+// zero): recorded with the node's boot, the service with a current copy elsewhere left to start
+// there and reported running where its new pod runs, the one whose other copy may be older and
+// the one whose dump volume's only copy is on the worker stopped and marked (no pod of theirs
+// left anywhere), a service the operator had stopped left alone, the Job with a single-node
+// volume there suspended, a non-Kipper pod warned about, the node tainted out of service, and no
+// Kipper pod left on it. Run again, it finds everything done. Then kip service start refuses the
+// service whose only copy is on the worker and starts the stale one with --accept-stale-data,
+// which console-api runs on another node.
 func TestFence(t *testing.T) {
 	env, cl := apiCluster(t, "fx-srv")
 	srv := sshd.Start(t)
 	ctx := t.Context()
 	env.AddNode(t, "fx-two", testenv.NodeOptions{})
 	w := deadNode(t, cl, "fx-w")
+	console := consoleAPI(t, cl, time.Second)
 
 	// The records (the cluster's, the workers', the fence's progress) go with the test: the
 	// other tests of the package start without them.
@@ -118,13 +128,18 @@ func TestFence(t *testing.T) {
 			attach(t, cl, pv, "fx-w")
 		}
 	}
+	// The services' pods as they ran on fx-w when it stopped reporting, made before their
+	// Services: the StatefulSets console-api makes for the Services adopt them, and while they
+	// are there none starts elsewhere.
+	pod(t, cl, "fx-prod", "cur-0", "fx-w", map[string]string{service.Label: "cur"}, "data-cur-0")
+	pod(t, cl, "fx-prod", "stale-0", "fx-w", map[string]string{service.Label: "stale"}, "data-stale-0")
+	pod(t, cl, "fx-prod", "only-0", "fx-w", map[string]string{service.Label: "only"}, "data-only-0", "dump-only-0")
 	kipperProject(t, cl, "fx", "prod")
 	kipperService(t, cl, "fx-prod", "cur", "redis", false)
 	kipperService(t, cl, "fx-prod", "stale", "redis", false)
 	kipperService(t, cl, "fx-prod", "only", "postgres", false)
 	kipperService(t, cl, "fx-prod", "off", "redis", true)
-	// cur's pod as console-api runs it again on fx-two once the fence lets it go.
-	pod(t, cl, "fx-prod", "cur-0", "fx-two", map[string]string{service.Label: "cur"}, "")
+	oldCur := adopted(t, cl, "fx-prod", "cur", "stale", "only")["cur"]
 	// A pod on fx-w that no Kipper service owns, and a Job's pod there.
 	pod(t, cl, "fx-other", "app", "fx-w", nil, "app-data")
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "fx-prod"},
@@ -207,50 +222,56 @@ func TestFence(t *testing.T) {
 		t.Fatalf("the refusals recorded a fence: %+v (%v)", rec.Workers["fx-w"], err)
 	}
 
-	// The fence, with console-api slow to scale only's StatefulSet to zero (the test plays it):
-	// the fence marks only stopped, then waits, and taints fx-w only once the StatefulSet is at
-	// zero; otherwise its controller would start only's pod again on another node when the
-	// taint deletes the one on fx-w.
-	onlySet := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "only", Namespace: "fx-prod"}, Spec: appsv1.StatefulSetSpec{
-		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{service.Label: "only"}}, ServiceName: "only",
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{service.Label: "only"}}, Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kipper.run/test": "no-such-node"}, Containers: []corev1.Container{{Name: "postgres", Image: "kip.invalid/postgres"}}}}}}
-	if _, err := cl.Kube.AppsV1().StatefulSets("fx-prod").Create(ctx, onlySet, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The fence, with console-api down while it marks stale and only stopped: it waits, and
+	// taints fx-w only once console-api is back and has scaled their StatefulSets to zero;
+	// otherwise their controller would start their pods again on another node when the taint
+	// deletes those on fx-w.
+	console.Down()
 	fenced := make(chan error, 1)
 	go func() { fenced <- fenceWith(FenceOptions{PoweredOff: true}) }()
-	onlyRef := service.Ref{Project: "fx", Environment: "prod", Name: "only"}
-	if err := kube.Poll(ctx, time.Minute, "the fence to mark only stopped", func(ctx context.Context) (bool, string, error) {
-		s, err := service.Get(ctx, cl.Dynamic, onlyRef)
-		return err == nil && s.FenceStop == "fx-w", "", err
-	}); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"stale", "only"} {
+		ref := service.Ref{Project: "fx", Environment: "prod", Name: name}
+		if err := kube.Poll(ctx, time.Minute, "the fence to mark "+name+" stopped", func(ctx context.Context) (bool, string, error) {
+			s, err := service.Get(ctx, cl.Dynamic, ref)
+			return err == nil && s.FenceStop == "fx-w", "", err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n, err := cl.Kube.CoreV1().Nodes().Get(ctx, "fx-w", metav1.GetOptions{}); err != nil || hasTaint(n, cluster.OutOfServiceTaint) {
-		t.Errorf("fx-w tainted while only's StatefulSet still has a replica (%v)", err)
+		t.Errorf("fx-w tainted while console-api is down (%v)", err)
 	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sts, err := cl.Kube.AppsV1().StatefulSets("fx-prod").Get(ctx, "only", metav1.GetOptions{})
-		if err != nil {
-			return err
+	for _, name := range []string{"stale", "only"} {
+		if sts, err := cl.Kube.AppsV1().StatefulSets("fx-prod").Get(ctx, name, metav1.GetOptions{}); err != nil || ptr.Deref(sts.Spec.Replicas, 1) != 1 {
+			t.Errorf("StatefulSet %s scaled while console-api is down (%v)", name, err)
 		}
-		sts.Spec.Replicas = ptr.To[int32](0)
-		_, err = cl.Kube.AppsV1().StatefulSets("fx-prod").Update(ctx, sts, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
 	}
+	console.Up()
 	if err := <-fenced; err != nil {
 		t.Fatalf("fence: %v\n%s", err, out)
 	}
 	t.Logf("kip node fence fx-w --powered-off:\n%s", out)
+	// cur runs again: a new pod of its StatefulSet, Ready on a node that is not fx-w, where the
+	// fence says it runs.
+	cur, err := cl.Kube.CoreV1().Pods("fx-prod").Get(ctx, "cur-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := metav1.GetControllerOf(cur); owner == nil || owner.Kind != "StatefulSet" || owner.Name != "cur" || cur.UID == oldCur ||
+		cur.Spec.NodeName == "fx-w" || cur.Spec.NodeName == "" || !podutils.IsPodReady(cur) {
+		t.Errorf("cur's pod after the fence: owner %v, on %q, the pod it ran on fx-w %v, ready %v", owner, cur.Spec.NodeName, cur.UID == oldCur, podutils.IsPodReady(cur))
+	}
+	for _, name := range []string{"stale", "only"} {
+		if pods, err := service.Pods(ctx, cl.Kube, &service.Service{Ref: service.Ref{Project: "fx", Environment: "prod", Name: name}}); err != nil || len(pods) > 0 {
+			t.Errorf("service %s, stopped by the fence, has %d pods (%v)", name, len(pods), err)
+		}
+	}
 	for _, want := range []string{
 		"service cur in fx-prod starts on another node (current copies on fx-two)",
 		"service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted",
 		"service only in fx-prod stays stopped: its only copy of some volume is on fx-w",
 		"Job fx-prod/nightly is suspended",
-		"Service cur in fx-prod runs again on fx-two (current copies on fx-two)",
+		"Service cur in fx-prod runs again on " + cur.Spec.NodeName + " (current copies on fx-two)",
 		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
 		"Service only in fx-prod stays stopped: its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51); if fx-w is lost, " +
 			"delete the service with 'kip service delete only --project fx --environment prod --delete-data' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
@@ -334,12 +355,14 @@ func TestFence(t *testing.T) {
 		}
 	}
 	so.AcceptStale = true
-	// No console-api runs here, so the start itself times out waiting; the fence's mark is gone.
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	_ = service.Start(sctx, so)
+	if err := service.Start(ctx, so); err != nil {
+		t.Errorf("kip service start stale --accept-stale-data: %v", err)
+	}
 	if s, err := service.Get(ctx, cl.Dynamic, so.Ref); err != nil || s.FenceStop != "" || s.Stopped {
 		t.Errorf("stale after kip service start --accept-stale-data: %+v (%v)", s, err)
+	}
+	if p, err := cl.Kube.CoreV1().Pods("fx-prod").Get(ctx, "stale-0", metav1.GetOptions{}); err != nil || p.Spec.NodeName == "fx-w" || !podutils.IsPodReady(p) {
+		t.Errorf("stale's pod after kip service start --accept-stale-data: %v", err)
 	}
 
 	// A rejoin stopped after it lifted the taint (or a fence killed before its taint): fx-w
@@ -375,9 +398,9 @@ func TestFence(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	sctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel2()
-	_ = service.Start(sctx2, so)
+	if err := service.Start(ctx, so); err != nil {
+		t.Errorf("kip service start only once fx-w rejoined: %v", err)
+	}
 	if s, err := service.Get(ctx, cl.Dynamic, so.Ref); err != nil || s.FenceStop != "" || s.Stopped {
 		t.Errorf("only once fx-w rejoined: %+v (%v)", s, err)
 	}
@@ -490,13 +513,19 @@ func kipperService(t *testing.T, cl *kube.Clients, ns, name, typ string, stopped
 }
 
 // pod runs a bare pod on node (kwok's, or none when kwok no longer manages the node), mounting
-// claim when it is not "".
-func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[string]string, claim string) {
+// claims ("" none), each as the volume named as its claim's first word (a StatefulSet's data-db-0
+// as data).
+func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[string]string, claims ...string) {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: corev1.PodSpec{
 		NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "kip.invalid/app"}}}}
-	if claim != "" {
-		p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	for _, c := range claims {
+		if c == "" {
+			continue
+		}
+		volume, _, _ := strings.Cut(c, "-")
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: volume,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
 	}
 	if _, err := cl.Kube.CoreV1().Pods(ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -506,29 +535,85 @@ func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[strin
 	})
 }
 
+// consoleAPI runs the console stand-in as console-api until t ends, acting on each Service delay
+// after it changed. Call it before the test makes its Projects: its cleanup, which runs after
+// theirs, stops the stand-in and lets go of the Projects deleted meanwhile (its finalizer).
+func consoleAPI(t *testing.T, cl *kube.Clients, delay time.Duration) *consolestandin.Standin {
+	t.Helper()
+	s := &consolestandin.Standin{Kube: cl.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", CopyHolders: CopyHolders,
+		Interval: time.Second, Delay: delay, Logf: t.Logf}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		projects := cl.Dynamic.Resource(service.ProjectsGVR)
+		list, err := projects.List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, p := range list.Items {
+			if p.GetDeletionTimestamp() != nil {
+				p.SetFinalizers(slices.DeleteFunc(p.GetFinalizers(), func(f string) bool { return f == consolestandin.Finalizer }))
+				_, _ = projects.Update(context.Background(), &p, metav1.UpdateOptions{})
+			}
+		}
+	})
+	return s
+}
+
+// adopted waits until the StatefulSet console-api makes for each service of ns has adopted the
+// pod the test ran for it (the service's pod 0), and returns those pods' UIDs by service.
+func adopted(t *testing.T, cl *kube.Clients, ns string, services ...string) map[string]types.UID {
+	t.Helper()
+	uids := map[string]types.UID{}
+	for _, name := range services {
+		if err := kube.Poll(t.Context(), time.Minute, "StatefulSet "+name+" to adopt its pod", func(ctx context.Context) (bool, string, error) {
+			p, err := cl.Kube.CoreV1().Pods(ns).Get(ctx, name+"-0", metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			uids[name] = p.UID
+			owner := metav1.GetControllerOf(p)
+			return owner != nil && owner.Kind == "StatefulSet" && owner.Name == name, "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return uids
+}
+
 // TestFenceWaitsForScaleDown runs the fence's services step against the real API server with
-// console-api down (no one scales the StatefulSet): the step marks the service stopped and then
-// waits, failing when its context ends rather than going on to the taint, and its check does not
-// count it done; once the StatefulSet is at zero (its controller has seen it), the step is done.
+// console-api (the console stand-in) down once it has made the service's StatefulSet: the step
+// marks the service stopped and then waits, failing when its context ends rather than going on
+// to the taint, and its check does not count it done; once console-api is up again and has
+// scaled the StatefulSet to zero (its controller has seen it), the step is done.
 func TestFenceWaitsForScaleDown(t *testing.T) {
 	_, cl := apiCluster(t, "")
 	ctx := t.Context()
+	console := consoleAPI(t, cl, 0)
 	const ns = "sd-prod"
-	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{service.ProjectLabel: "sd"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	kipperProject(t, cl, "sd", "prod")
 	kipperService(t, cl, ns, "db", "postgres", false)
 	recordWorkers(t, cl, map[string]Worker{"sd-w": {Host: "192.0.2.61", State: WorkerReady}})
-	labels := map[string]string{service.Label: "db"}
-	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Spec: appsv1.StatefulSetSpec{
-		Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: "db",
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kipper.run/test": "no-such-node"}, Containers: []corev1.Container{{Name: "postgres", Image: "kip.invalid/postgres"}}}}}}
-	if _, err := cl.Kube.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	replicas := func(want int32) {
+		t.Helper()
+		if err := kube.Poll(ctx, time.Minute, fmt.Sprintf("StatefulSet db at %d replicas", want), func(ctx context.Context) (bool, string, error) {
+			sts, err := cl.Kube.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+			return err == nil && ptr.Deref(sts.Spec.Replicas, 1) == want, "", ignoreFound(err)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	replicas(1)
+	console.Down()
 	ref := service.Ref{Project: "sd", Environment: "prod", Name: "db"}
 	f := &fencer{o: &FenceOptions{Worker: "sd-w"}, cl: cl, intent: fenceIntent{Node: "sd-w",
 		Services: []fencedService{{Ref: ref, Data: longhorn.DataOnlyThere, Why: "its only copy of some volume is on sd-w"}}}}
@@ -545,20 +630,11 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 	if done, err := step.Check(ctx); err != nil || done {
 		t.Errorf("the step's check with the StatefulSet at 1 replica: %v, %v; want not done", done, err)
 	}
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		got, err := cl.Kube.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		got.Spec.Replicas = ptr.To[int32](0)
-		_, err = cl.Kube.AppsV1().StatefulSets(ns).Update(ctx, got, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	console.Up()
 	if err := step.Apply(ctx); err != nil {
-		t.Fatalf("the services step once console-api scaled the service to zero: %v", err)
+		t.Fatalf("the services step once console-api is up again: %v", err)
 	}
+	replicas(0)
 	if done, err := step.Check(ctx); err != nil || !done {
 		t.Errorf("the step's check with the StatefulSet at zero: %v, %v; want done", done, err)
 	}

@@ -20,7 +20,17 @@ import (
 	"kipper.run/kip/test/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// asHelper, set by fence_everywrite_api_test.go (built with -tags kipfault), runs the binary as
+// the helper process that fences a worker when its environment asks for that, and never returns
+// then.
+var asHelper = func() {}
+
+// TestMain shares one API test environment among this package's tests; run as the helper, the
+// binary runs one fence.
+func TestMain(m *testing.M) {
+	asHelper()
+	os.Exit(testenv.Main(m))
+}
 
 // TestList lists a cluster's nodes from the real API server (kwok's Nodes): the server, a
 // recorded worker on the private network (cordoned), a fenced worker, a worker kip did not join,

@@ -142,7 +142,7 @@ func TestTwoCopies(t *testing.T) {
 	worker(node.CopiesRefused)
 	late := service.Ref{Project: "twin", Environment: "prod", Name: "late"}
 	f.serviceObject(ctx, t, late, map[string]any{"type": "redis", "copies": int64(2), "storageClass": cluster.LonghornOneCopyClass})
-	s := &consolestandin.Standin{Kube: f.e.Kube, Dynamic: f.cl.Dynamic, Image: "kip.invalid/service", Logf: t.Logf}
+	s := &consolestandin.Standin{Kube: f.e.Kube, Dynamic: f.cl.Dynamic, Image: "kip.invalid/service", CopyHolders: node.CopyHolders, Logf: t.Logf}
 	if err := s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/moveguard"
+	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	consolestandin "kipper.run/kip/test/console-standin"
 	"kipper.run/kip/test/testenv"
@@ -37,14 +38,14 @@ type fixture struct {
 
 // setup starts the console stand-in against the test environment, with one kwok node for the
 // services' pods, and applies kip's move policies.
-func setup(ctx context.Context, t *testing.T, node string) *fixture {
+func setup(ctx context.Context, t *testing.T, nodeName string) *fixture {
 	t.Helper()
 	e := testenv.Get(t)
 	cl, err := kube.NewClients(e.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.AddNode(t, node, testenv.NodeOptions{Labels: map[string]string{"kip-test": node}})
+	e.AddNode(t, nodeName, testenv.NodeOptions{Labels: map[string]string{"kip-test": nodeName}})
 	var objs []*unstructured.Unstructured
 	for _, p := range moveguard.Policies() {
 		m, err := runtimeconv.DefaultUnstructuredConverter.ToUnstructured(p)
@@ -58,10 +59,11 @@ func setup(ctx context.Context, t *testing.T, node string) *fixture {
 	}
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	s := &consolestandin.Standin{Kube: e.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", Interval: time.Second, Logf: t.Logf}
+	s := &consolestandin.Standin{Kube: e.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", Interval: time.Second,
+		CopyHolders: node.CopyHolders, Logf: t.Logf}
 	go func() { defer close(done); s.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	f := &fixture{e: e, cl: cl, out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, node: node}
+	f := &fixture{e: e, cl: cl, out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, node: nodeName}
 	ios := &cli.IOStreams{Out: f.out, ErrOut: f.errOut, Getenv: func(string) string { return "" }}
 	f.opts = service.Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios),
 		Prompter: cli.NewPrompter(ios, true), Out: f.out}

@@ -8,7 +8,10 @@
 // when spec.stopped, or while a move is unfinished), claims data and (postgres, mysql) dump,
 // spec.resources on its container, status.phase and status.observedGeneration. The data claim of
 // a service with spec.copies 2 is in the two-copy class, and its StatefulSet is created only once
-// two Ready nodes can hold copies (node.CopyHolders).
+// two Ready nodes can hold copies (CopyHolders).
+//
+// A test can make it play a console-api that is slow (Delay: it acts on a Service only that long
+// after the Service last changed) or down (Down, until Up: it changes nothing).
 package consolestandin
 
 import (
@@ -18,6 +21,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -27,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -34,7 +39,6 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/test/wake"
 )
@@ -60,12 +64,55 @@ type Standin struct {
 	// environment and pod annotations (such as Velero's backup hooks, which console-api puts on
 	// a database's pod for its consistent dumps).
 	Workloads map[string]Workload
-	// Interval is how often it reconciles everything when nothing it watches changed: it
-	// reconciles on every change to Projects, Services, namespaces, StatefulSets and Nodes, as
-	// console-api's controllers react to their watches.
+	// CopyHolders are the nodes that can hold a copy of a service's data now: kip's
+	// node.CopyHolders, given by the test (internal/node's own tests run the stand-in, so it
+	// cannot import that package). Only services with two copies need it.
+	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
+	// Interval is how often it reconciles everything when nothing it watches changed (a second
+	// when zero): it reconciles on every change to Projects, Services, namespaces, StatefulSets
+	// and Nodes, as console-api's controllers react to their watches.
 	Interval time.Duration
+	// Delay is how long after a Service changed (created, its spec or its move annotation) the
+	// stand-in acts on it, playing a console-api slow to react: until then it leaves the
+	// Service's StatefulSet and status as they are. A change within the delay starts it again.
+	// Zero acts at once.
+	Delay time.Duration
 	// Logf receives what it does and what fails.
 	Logf func(format string, args ...any)
+
+	// mu is held for each pass, so that Down returns only once no pass runs.
+	mu   sync.Mutex
+	down bool
+	// changed is when each Service (by UID) was first seen as it is now.
+	changed map[types.UID]change
+	loop    *wake.Loop
+	due     *time.Timer // pokes loop when the next delayed Service is due
+}
+
+// change is a Service as the stand-in acts on it, and when it first saw it so.
+type change struct {
+	version string
+	at      time.Time
+}
+
+// Down stops the stand-in, as console-api stopped or crashed: once Down returns, no pass runs
+// and nothing is changed until Up. Run keeps waiting meanwhile.
+func (s *Standin) Down() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = true
+}
+
+// Up starts the stand-in again after Down: a pass follows at once, as console-api started again
+// lists what its watches missed.
+func (s *Standin) Up() {
+	s.mu.Lock()
+	s.down = false
+	loop := s.loop
+	s.mu.Unlock()
+	if loop != nil {
+		loop.Poke()
+	}
 }
 
 // Workload is how the services of one type run.
@@ -79,21 +126,34 @@ type Workload struct {
 // Run reconciles until ctx ends.
 func (s *Standin) Run(ctx context.Context) {
 	l := wake.New()
+	s.mu.Lock()
+	s.loop = l
+	s.mu.Unlock()
+	interval := s.Interval
+	if interval == 0 {
+		interval = time.Second
+	}
 	l.WatchResource(ctx, s.Dynamic, service.ProjectsGVR, "")
 	l.WatchResource(ctx, s.Dynamic, service.ServicesGVR, "")
 	core := s.Kube.CoreV1().RESTClient()
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "namespaces", "", fields.Everything()), &corev1.Namespace{})
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{})
 	l.Watch(ctx, cache.NewListWatchFromClient(s.Kube.AppsV1().RESTClient(), "statefulsets", "", fields.Everything()), &appsv1.StatefulSet{})
-	l.Run(ctx, s.Interval, func() {
+	l.Run(ctx, interval, func() {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.Logf("console stand-in: %v", err)
 		}
 	})
 }
 
-// Reconcile makes one pass over every Project and Service.
+// Reconcile makes one pass over every Project and Service; it changes nothing while the stand-in
+// is down.
 func (s *Standin) Reconcile(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return nil
+	}
 	projects, err := s.Dynamic.Resource(service.ProjectsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list projects: %w", err)
@@ -106,10 +166,49 @@ func (s *Standin) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list services: %w", err))...)
 	}
+	now := time.Now()
+	seen := map[types.UID]change{}
+	var next time.Duration // until the first delayed Service is due
 	for i := range services.Items {
-		errs = append(errs, s.service(ctx, &services.Items[i]))
+		u := &services.Items[i]
+		if wait := s.delayed(u, now, seen); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		errs = append(errs, s.service(ctx, u))
 	}
+	s.changed = seen
+	s.wakeIn(next)
 	return errors.Join(errs...)
+}
+
+// delayed records in seen when u was first seen as it is, and returns how long the stand-in
+// still waits before it acts on it (Delay after that), 0 once it acts.
+func (s *Standin) delayed(u *unstructured.Unstructured, now time.Time, seen map[types.UID]change) time.Duration {
+	if s.Delay <= 0 {
+		return 0
+	}
+	version := fmt.Sprintf("%d/%s", u.GetGeneration(), u.GetAnnotations()[service.MoveAnnotation])
+	c, ok := s.changed[u.GetUID()]
+	if !ok || c.version != version {
+		c = change{version: version, at: now}
+	}
+	seen[u.GetUID()] = c
+	return c.at.Add(s.Delay).Sub(now)
+}
+
+// wakeIn asks Run for a pass after d, when the first delayed Service is due (none when d is 0).
+// Reconcile called on its own leaves the next pass to its caller.
+func (s *Standin) wakeIn(d time.Duration) {
+	switch {
+	case d <= 0 || s.loop == nil:
+	case s.due == nil:
+		s.due = time.AfterFunc(d, s.loop.Poke)
+	default:
+		s.due.Reset(d)
+	}
 }
 
 func (s *Standin) project(ctx context.Context, p *unstructured.Unstructured) error {
@@ -193,6 +292,9 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	if err != nil {
 		return fmt.Errorf("read namespace %s: %w", ns, err)
 	}
+	if nsObj.DeletionTimestamp != nil {
+		return nil // its namespace goes, and the Service with it
+	}
 	project := nsObj.Labels[service.ProjectLabel]
 	if project == "" {
 		return fmt.Errorf("service %s/%s: namespace %s belongs to no project", ns, u.GetName(), ns)
@@ -212,7 +314,10 @@ func (s *Standin) service(ctx context.Context, u *unstructured.Unstructured) err
 	case apierrors.IsNotFound(err) && svc.Copies == 2:
 		// The data volume of a service with two copies is created once two Ready nodes can hold
 		// copies.
-		holders, err := node.CopyHolders(ctx, &kube.Clients{Kube: s.Kube, Dynamic: s.Dynamic})
+		if s.CopyHolders == nil {
+			return fmt.Errorf("service %s has two copies, and the stand-in was given no CopyHolders to tell which nodes can hold them", svc.Ref)
+		}
+		holders, err := s.CopyHolders(ctx, &kube.Clients{Kube: s.Kube, Dynamic: s.Dynamic})
 		if err != nil {
 			return err
 		}

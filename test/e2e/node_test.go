@@ -537,8 +537,8 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
-		Command:  []string{"sh", "-c", appendLine},
-		Interval: 5 * time.Second, Logf: t.Logf}
+		Command:     []string{"sh", "-c", appendLine},
+		CopyHolders: node.CopyHolders, Interval: 5 * time.Second, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	on := onWorker{current: service.Ref{Project: "fence", Environment: "prod", Name: "db"},
