@@ -301,8 +301,11 @@ func joinWithLonghorn(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 // is refused because its kubelet still answers the server. With SSH back, its k3s-agent stopped
 // (its containers run on) and the server's API reachable from it again, the fence stops
 // k3s-agent and every container behind the drop-in, killed after each step it applies and run
-// again; current starts on the server with every line the worker's pod wrote; stale stays
-// stopped, and only stays stopped with the recipe for a lost worker; kip status names both
+// again (killed after its services step, before the taint, kip service start still counts the
+// worker as fenced and does not start stale); current starts on the server with every line the
+// worker's pod wrote; stale stays stopped, and only stays stopped with the recipe for a lost
+// worker, neither with a pod on another node (the fence waited for the slow console to scale
+// them down before the taint); kip status names both
 // stranded, and why. kip service start refuses only, and starts stale on the older copy with
 // --accept-stale-data: it holds the first line, not the second. The fenced node lists as
 // OutOfService, and kip node reboot and remove refuse it. kip node add then rejoins it: it
@@ -345,10 +348,18 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	// starts on the server once Kubernetes, told by the taint, has deleted its pod and detached
 	// its volumes (kip deletes the pod itself if it is left a minute after the taint); the
 	// others stay stopped. Off a terminal, --yes accepts no older data.
-	for _, step := range []string{"record", "stop", "taint"} {
+	for _, step := range []string{"record", "stop", "services", "taint"} {
 		r := s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:" + step}, fence...)
 		if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "kipfault: SIGKILL at after:"+step+" ") {
 			t.Fatalf("fence killed after %s: exit %d (signal %v)\n%s", step, r.ExitCode, r.Signal, r.Stderr)
+		}
+		if step == "services" {
+			// Killed before its taint: the worker is untainted, but the fence's record is the
+			// truth, so its own copy does not count and stale does not start without consent.
+			r := s.Kip(t, home, "service", "start", on.stale.Name, "--project", on.stale.Project, "--environment", on.stale.Environment)
+			if r.ExitCode != 1 || !strings.Contains(r.Stderr, "run kip service start "+on.stale.Name) {
+				t.Errorf("kip service start %s with the fence killed before its taint: exit %d\n%s", on.stale, r.ExitCode, r.Stderr)
+			}
 		}
 	}
 	r = s.Kip(t, home, fence...)
@@ -367,6 +378,19 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}
 	if pod, got := serviceData(ctx, t, c, on.current); pod.Spec.NodeName != srv.Name || !strings.HasPrefix(got, on.printed[on.current]+" written by ") {
 		t.Errorf("service %s after the fence: on %s, its volume holds %q; want on %s, after %q", on.current, pod.Spec.NodeName, got, srv.Name, on.printed[on.current])
+	}
+	// The console stand-in is slow (console.Delay): the fence waited for it to scale the stopped
+	// services to zero before the taint, so no pod of theirs started on another node.
+	for _, ref := range []service.Ref{on.stale, on.only} {
+		pods, err := c.Kube.CoreV1().Pods(ref.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: service.Label + "=" + ref.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != w.Name {
+				t.Errorf("service %s, which the fence stopped, has pod %s on %s", ref, p.Name, p.Spec.NodeName)
+			}
+		}
 	}
 	// kip status names the services the fence left stopped, and why.
 	r = s.Kip(t, home, "status")
@@ -519,7 +543,8 @@ type onWorker struct {
 
 // servicesOnWorker runs onWorker's three services on w. The Longhorn stand-in runs on the server
 // too (as Longhorn's manager there: the sidecars, and copies on the server's disk), and the
-// console stand-in turns each service kip service add writes into a StatefulSet whose container
+// console stand-in (slow: it acts on a service 10 s after it changed, as a busy console-api may)
+// turns each service kip service add writes into a StatefulSet whose container
 // appends a line to its data volume at every start and prints them all. The server is tainted
 // meanwhile (keepPodsOff), so their pods run on w. current's copies are on the server, served to w on a loop
 // device as Longhorn's engine on w would reach them; only's are on w, made while the server's
@@ -538,7 +563,7 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
 		Command:     []string{"sh", "-c", appendLine},
-		CopyHolders: node.CopyHolders, Interval: 5 * time.Second, Logf: t.Logf}
+		CopyHolders: node.CopyHolders, Interval: 5 * time.Second, Delay: 10 * time.Second, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	on := onWorker{current: service.Ref{Project: "fence", Environment: "prod", Name: "db"},
