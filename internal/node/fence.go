@@ -303,7 +303,7 @@ func (f *fencer) decide(ctx context.Context) error {
 		fs := fencedService{Ref: s.Ref, Data: verdict, CurrentOn: longhorn.CurrentOn(copies, name)}
 		switch verdict {
 		case longhorn.DataOnlyThere:
-			fs.Why = "its only copy of some volume is on " + name
+			fs.Why = service.DataWhy(verdict, name, nil)
 		case longhorn.DataStale:
 			fs.Accepted = f.o.AcceptStale
 			if !fs.Accepted && !f.o.DryRun {
@@ -312,7 +312,7 @@ func (f *fencer) decide(ctx context.Context) error {
 				}
 			}
 			if !fs.Accepted {
-				fs.Why = "no node but " + name + " holds a copy known to be current, and older data was not accepted"
+				fs.Why = service.DataWhy(verdict, name, nil) + ", and older data was not accepted"
 			}
 		}
 		f.intent.Services = append(f.intent.Services, fs)

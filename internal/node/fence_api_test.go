@@ -268,11 +268,11 @@ func TestFence(t *testing.T) {
 	}
 	for _, want := range []string{
 		"service cur in fx-prod starts on another node (current copies on fx-two)",
-		"service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted",
+		"service stale in fx-prod stays stopped: no node but fx-w holds a copy of its data known to be current, and older data was not accepted",
 		"service only in fx-prod stays stopped: its only copy of some volume is on fx-w",
 		"Job fx-prod/nightly is suspended",
 		"Service cur in fx-prod runs again on " + cur.Spec.NodeName + " (current copies on fx-two)",
-		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
+		"Service stale in fx-prod stays stopped: no node but fx-w holds a copy of its data known to be current, and older data was not accepted; rejoin fx-w with kip node add 192.0.2.51, or start it on the older copies with kip service start stale --project fx --environment prod --accept-stale-data",
 		"Service only in fx-prod stays stopped: its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51); if fx-w is lost, " +
 			"delete the service with 'kip service delete only --project fx --environment prod --delete-data' and restore it with 'kip backup restore <backup> --namespace fx-prod'",
 		"Pod fx-other/app is no Kipper workload and holds a single-node volume on fx-w",

@@ -66,6 +66,19 @@ func StaleQuestion(s *Service, gone string, copies []longhorn.VolumeReplicas) st
 		"Start the service on copies that may be older%s?", but, s.Ref, strings.Join(longhorn.Describe(copies), "\n  "), lost)
 }
 
+// DataWhy says how the data of a service stands without worker, by longhorn.Judge's verdict and
+// the nodes holding a current copy of every volume: the words kip node fence, kip service start
+// and kip status share.
+func DataWhy(verdict, worker string, currentOn []string) string {
+	switch {
+	case verdict == longhorn.DataOnlyThere:
+		return "its only copy of some volume is on " + worker
+	case verdict == longhorn.DataCurrent && len(currentOn) > 0:
+		return "current copies of its data are on " + strings.Join(currentOn, ", ")
+	}
+	return "no node but " + worker + " holds a copy of its data known to be current"
+}
+
 // RejoinCommand is the command that rejoins a worker at host, "" when kip keeps no record of it.
 func RejoinCommand(host string) string {
 	if host == "" {
@@ -78,10 +91,10 @@ func RejoinCommand(host string) string {
 // host (see RejoinCommand): rejoin it, or when it is lost, delete the service and restore it from
 // a backup taken before the fence, while it ran.
 func OnlyThereRecipe(s *Service, worker, host string) string {
-	return fmt.Sprintf("its only copy of some volume is on %s, so it stays stopped until %s rejoins (%s); if %s is lost, "+
+	return fmt.Sprintf("%s, so it stays stopped until %s rejoins (%s); if %s is lost, "+
 		"delete the service with 'kip service delete %s --delete-data' and restore it with 'kip backup restore <backup> --namespace %s', "+
 		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
-		"and a later backup holds none of its files", worker, worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
+		"and a later backup holds none of its files", DataWhy(longhorn.DataOnlyThere, worker, nil), worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
 }
 
 // MayStart decides whether a service the fence stopped may start again, by the fence's own check

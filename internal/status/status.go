@@ -440,13 +440,7 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 // in state st, how its data stands there (longhorn.Judge) and on which nodes it is current, and
 // what brings it back.
 func strandedWhy(worker, host, st string, s *service.Service, data string, currentOn []string) string {
-	copies := "no node but " + worker + " holds a copy of its data known to be current"
-	switch {
-	case data == longhorn.DataOnlyThere:
-		copies = "its only copy of some volume is on " + worker
-	case data == longhorn.DataCurrent && len(currentOn) > 0:
-		copies = "current copies of its data are on " + strings.Join(currentOn, ", ")
-	}
+	copies := service.DataWhy(data, worker, currentOn)
 	switch {
 	case s.FenceStop == worker:
 		return fmt.Sprintf("the fence of %s stopped it (%s): rejoin %s with %s, or see kip service start %s", worker, copies, worker, service.RejoinCommand(host), s.Flags())

@@ -369,7 +369,7 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}
 	for _, want := range []string{
 		"Service " + on.current.String() + " runs again on " + srv.Name,
-		"Service " + on.stale.String() + " stays stopped: no node but " + w.Name + " holds a copy known to be current, and older data was not accepted",
+		"Service " + on.stale.String() + " stays stopped: no node but " + w.Name + " holds a copy of its data known to be current, and older data was not accepted",
 		"Service " + on.only.String() + " stays stopped: its only copy of some volume is on " + w.Name + ", so it stays stopped until " + w.Name + " rejoins",
 	} {
 		if !strings.Contains(r.Stderr, want) {
