@@ -58,19 +58,7 @@ const (
 // movedAt is every helper's clock, so that the commit's moved-at is the same in every run.
 var movedAt = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 
-func init() {
-	asHelper = func() {
-		kubeconfig := os.Getenv(helperKubeconfig)
-		if kubeconfig == "" {
-			return
-		}
-		if err := helperMove(kubeconfig); err != nil {
-			fmt.Fprintln(os.Stderr, "error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
+func init() { asHelper = faulttest.AsHelper(helperKubeconfig, helperMove) }
 
 func helperMove(kubeconfig string) error {
 	cl, err := faulttest.Clients(kubeconfig)

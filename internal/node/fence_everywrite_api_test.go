@@ -49,19 +49,7 @@ const (
 	fenceHelperKnownHosts = "KIP_FENCE_HELPER_KNOWN_HOSTS"
 )
 
-func init() {
-	asHelper = func() {
-		kubeconfig := os.Getenv(fenceHelperKubeconfig)
-		if kubeconfig == "" {
-			return
-		}
-		if err := helperFence(kubeconfig); err != nil {
-			fmt.Fprintln(os.Stderr, "error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-}
+func init() { asHelper = faulttest.AsHelper(fenceHelperKubeconfig, helperFence) }
 
 func helperFence(kubeconfig string) error {
 	cl, err := faulttest.Clients(kubeconfig)

@@ -37,17 +37,9 @@ const (
 )
 
 func init() {
-	asHelper = func() {
-		kubeconfig := os.Getenv(helperKubeconfig)
-		if kubeconfig == "" {
-			return
-		}
-		if err := helperPrune(kubeconfig, os.Getenv(helperRoot), os.Getenv(helperProject)); err != nil {
-			fmt.Fprintln(os.Stderr, "error:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	asHelper = faulttest.AsHelper(helperKubeconfig, func(kubeconfig string) error {
+		return helperPrune(kubeconfig, os.Getenv(helperRoot), os.Getenv(helperProject))
+	})
 }
 
 func helperPrune(kubeconfig, root, project string) error {

@@ -78,6 +78,23 @@ func Run(t testing.TB, timeout time.Duration, env ...string) Result {
 	return Start(t, timeout, env...).Wait(t)
 }
 
+// AsHelper is what a test binary of the kill-after-every-write tests runs before its tests: when
+// env names a kubeconfig, the binary is the helper process a test started, and it runs fn with
+// that kubeconfig and exits (1 after printing fn's error).
+func AsHelper(env string, fn func(kubeconfig string) error) func() {
+	return func() {
+		kubeconfig := os.Getenv(env)
+		if kubeconfig == "" {
+			return
+		}
+		if err := fn(kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
 // Clients are a helper process's clients for the parent's API server, from its kubeconfig:
 // built as kip builds them, so that each mutating request counts as a write.
 func Clients(kubeconfig string) (*kube.Clients, error) {
