@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,11 +23,23 @@ const FirewallMarker = "kip-managed"
 // the default zone when it manages firewalld.
 const FirewalldZone = "kipper"
 
+// FirewalldPodZone is the firewalld zone kip writes, as /etc/firewalld/zones/kipper-pods.xml,
+// for the rules bound to the pod network's interfaces (PodInterfaces): the zone holds those
+// interfaces, and firewalld judges what arrives on them by it rather than by the default zone.
+const FirewalldPodZone = "kipper-pods"
+
 // The k3s pod and service networks (k3s's defaults, which kip keeps).
 var (
 	PodNetwork     = netip.MustParsePrefix("10.42.0.0/16")
 	ServiceNetwork = netip.MustParsePrefix("10.43.0.0/16")
 )
+
+// PodInterfaces are the interfaces the pod network's traffic arrives on at a node: cni0, the
+// bridge of the node's own pods; flannel-wg, flannel's WireGuard backend (kip's clusters); and
+// flannel.1, its VXLAN backend (older single-server clusters). Traffic from the pod and service
+// networks is trusted on these only: a host on a shared network that sends from a pod address
+// arrives on another interface and is denied.
+var PodInterfaces = []string{"cni0", "flannel-wg", "flannel.1"}
 
 // FirewallState is what a host's firewall is: Tool "ufw", "firewalld" or "" (neither
 // installed), Active (enabled/running), Managed (kip's marker present).
@@ -39,31 +52,45 @@ type FirewallState struct {
 }
 
 // Rule is one allowed inbound port. Sources empty = every source. Port 0 is every port, for
-// trusted networks: it needs Sources and takes no Proto.
+// trusted networks: it needs Sources and takes no Proto. Interfaces empty = packets arriving on
+// any interface; otherwise only those arriving on one of them (ufw: allow in on IFACE; firewalld:
+// the zone FirewalldPodZone, which holds them); a rule bound to interfaces needs Sources, and
+// every rule bound to interfaces names the same ones: firewalld puts an interface in one zone.
 type Rule struct {
-	Port    int
-	Proto   string // tcp or udp
-	Sources []netip.Prefix
-	Why     string
+	Port       int
+	Proto      string // tcp or udp
+	Sources    []netip.Prefix
+	Interfaces []string
+	Why        string
 }
 
 // ServerRules returns the rules of a server: sshPort/tcp, 80/tcp and 443/tcp (Traefik) and
-// 6443/tcp (the Kubernetes API) from everywhere, and every port from the pod and service
-// networks, which k3s needs trusted under ufw and firewalld (their rules come before
-// kube-proxy's, so pods could not reach services or the host otherwise). Everything else inbound
-// is denied: 8888/tcp and the kubelet's 10250/tcp stay closed to outside traffic.
+// 6443/tcp (the Kubernetes API) from everywhere, and the pod network's rules (PodNetworkRules).
+// Everything else inbound is denied: 8888/tcp and the kubelet's 10250/tcp stay closed to outside
+// traffic.
 //
 // The WireGuard pod network opens nothing more on a single server: 51820/udp carries traffic
 // between nodes only, and kip node add opens it, with 10250/tcp and 9100/tcp, to the other
 // nodes' addresses when it joins one.
 func ServerRules(sshPort int) []Rule {
-	return []Rule{
+	return append([]Rule{
 		{Port: sshPort, Proto: "tcp", Why: "SSH"},
 		{Port: 80, Proto: "tcp", Why: "HTTP (Traefik)"},
 		{Port: 443, Proto: "tcp", Why: "HTTPS (Traefik)"},
 		{Port: 6443, Proto: "tcp", Why: "the Kubernetes API"},
-		{Sources: []netip.Prefix{PodNetwork}, Why: "the pod network"},
-		{Sources: []netip.Prefix{ServiceNetwork}, Why: "the service network"},
+	}, PodNetworkRules()...)
+}
+
+// PodNetworkRules are every port from the pod and service networks on the pod network's
+// interfaces (PodInterfaces), which k3s needs trusted under ufw and firewalld (their rules come
+// before kube-proxy's, so pods could not reach services or the host otherwise). Bound to those
+// interfaces: a host on a network the node shares that sends from a pod address arrives on
+// another interface, and reaches none of the host's closed ports (8888/tcp, the kubelet's
+// 10250/tcp).
+func PodNetworkRules() []Rule {
+	return []Rule{
+		{Sources: []netip.Prefix{PodNetwork}, Interfaces: slices.Clone(PodInterfaces), Why: "the pod network"},
+		{Sources: []netip.Prefix{ServiceNetwork}, Interfaces: slices.Clone(PodInterfaces), Why: "the service network"},
 	}
 }
 
@@ -96,42 +123,64 @@ func PeerRules(others []netip.Addr, server netip.Addr) []Rule {
 }
 
 // WorkerRules are a worker's own rules, before its peers': SSH is the only port open to every
-// source, and every port from the pod and service networks, which k3s needs trusted (see
-// ServerRules). Everything else inbound is denied, 8888/tcp and NodePorts included.
+// source, and the pod network's rules (PodNetworkRules). Everything else inbound is denied,
+// 8888/tcp and NodePorts included.
 func WorkerRules(sshPort int) []Rule {
-	return []Rule{
-		{Port: sshPort, Proto: "tcp", Why: "SSH"},
-		{Sources: []netip.Prefix{PodNetwork}, Why: "the pod network"},
-		{Sources: []netip.Prefix{ServiceNetwork}, Why: "the service network"},
-	}
+	return append([]Rule{{Port: sshPort, Proto: "tcp", Why: "SSH"}}, PodNetworkRules()...)
 }
 
 // String says what the rule opens, as messages and plans show it: "22/tcp", "every port from
-// 10.42.0.0/16", "51820/udp from 10.0.0.2/32 and 10.0.0.3/32".
+// 10.42.0.0/16 on cni0, flannel-wg and flannel.1", "51820/udp from 10.0.0.2/32 and 10.0.0.3/32".
 func (r Rule) String() string {
 	s := "every port"
 	if r.Port != 0 {
 		s = fmt.Sprintf("%d/%s", r.Port, r.Proto)
 	}
-	if len(r.Sources) > 0 {
-		var from []string
-		for _, p := range r.Sources {
-			from = append(from, p.String())
-		}
-		last := len(from) - 1
-		s += " from " + strings.Join(from[:last], ", ")
-		if last > 0 {
-			s += " and "
-		}
-		s += from[last]
+	var from []string
+	for _, p := range r.Sources {
+		from = append(from, p.String())
+	}
+	if len(from) > 0 {
+		s += " from " + list(from)
+	}
+	if len(r.Interfaces) > 0 {
+		s += " on " + list(r.Interfaces)
 	}
 	return s
 }
 
-// validate refuses rules that no firewall should get: bad ports or protocols, invalid sources,
-// and a rule for every port from everywhere, which would open the whole host.
+// list joins items as a sentence does: "a", "a and b", "a, b and c".
+func list(items []string) string {
+	last := len(items) - 1
+	if last <= 0 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:last], ", ") + " and " + items[last]
+}
+
+// interfaceName is what kip accepts as an interface name: Linux's (at most 15 bytes), without
+// the characters ufw and firewalld read as wildcards or separators.
+var interfaceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`)
+
+// validate refuses rules that no firewall should get: bad ports or protocols, invalid sources or
+// interfaces, rules bound to different interfaces, and a rule for every port from everywhere,
+// which would open the whole host.
 func validate(rules []Rule) error {
+	var bound []string // the interfaces of the first rule bound to some
 	for _, r := range rules {
+		for _, name := range r.Interfaces {
+			if !interfaceName.MatchString(name) {
+				return fmt.Errorf("rule %q: %q is not an interface name", r.Why, name)
+			}
+		}
+		switch {
+		case len(r.Interfaces) == 0:
+		case bound == nil:
+			bound = r.Interfaces
+		case !slices.Equal(r.Interfaces, bound):
+			return fmt.Errorf("rule %q: bound to %s, where another rule is bound to %s: firewalld puts an interface in one zone",
+				r.Why, list(r.Interfaces), list(bound))
+		}
 		switch {
 		case r.Port < 0 || r.Port > 65535:
 			return fmt.Errorf("rule %q: port %d is out of range", r.Why, r.Port)
@@ -139,6 +188,8 @@ func validate(rules []Rule) error {
 			return fmt.Errorf("rule %q: a rule for every port takes no protocol", r.Why)
 		case r.Port == 0 && len(r.Sources) == 0:
 			return fmt.Errorf("rule %q: every port from every source would open the whole host", r.Why)
+		case len(r.Interfaces) > 0 && len(r.Sources) == 0:
+			return fmt.Errorf("rule %q: a rule bound to interfaces needs sources", r.Why)
 		case r.Port != 0 && r.Proto != "tcp" && r.Proto != "udp":
 			return fmt.Errorf("rule %q: protocol %q is not tcp or udp", r.Why, r.Proto)
 		}
@@ -188,7 +239,7 @@ func (p *fwProbe) state() FirewallState {
 
 // readProbe runs firewall.sh on the host: one round trip.
 func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
-	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone))
+	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone))
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +250,7 @@ func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
 	return p, nil
 }
 
-var probeSections = []string{"ufw", "ufw-added", "firewalld", "firewalld-default", "firewalld-zone", "sshd-ports"}
+var probeSections = []string{"ufw", "ufw-added", "firewalld", "firewalld-default", "firewalld-zone", "firewalld-pod-zone", "sshd-ports"}
 
 func parseProbe(out string) (*fwProbe, error) {
 	s, err := sshx.Sections(out, "@@kip-firewall", probeSections)
@@ -214,6 +265,11 @@ func parseProbe(out string) (*fwProbe, error) {
 		return nil, fmt.Errorf("firewalld: %w", err)
 	}
 	p.firewalld.defaultZone = strings.TrimSpace(s["firewalld-default"])
+	if strings.TrimSpace(s["firewalld-pod-zone"]) != "" {
+		if p.firewalld.podZone, err = parseZone(s["firewalld-pod-zone"]); err != nil {
+			return nil, fmt.Errorf("firewalld: zone %s: %w", FirewalldPodZone, err)
+		}
+	}
 	for _, f := range strings.Fields(s["sshd-ports"]) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 || n > 65535 {
@@ -356,7 +412,7 @@ func (f Family) refuse(host string, p *fwProbe, rules []Rule) error {
 		return nil // sshd -T said nothing: nothing to check against
 	}
 	for _, r := range rules {
-		if r.Proto == "tcp" && len(r.Sources) == 0 && slices.Contains(p.sshPorts, r.Port) {
+		if r.Proto == "tcp" && len(r.Sources) == 0 && len(r.Interfaces) == 0 && slices.Contains(p.sshPorts, r.Port) {
 			return nil
 		}
 	}
@@ -368,7 +424,8 @@ func (f Family) refuse(host string, p *fwProbe, rules []Rule) error {
 		"enabling %s would lock SSH out; give kip the SSH port sshd listens on", host, strings.Join(ports, ", "), f.Firewall)
 }
 
-// Describe lists rules for a message: "22/tcp, 80/tcp, every port from 10.42.0.0/16".
+// Describe lists rules for a message: "22/tcp, 80/tcp, every port from 10.42.0.0/16 on cni0,
+// flannel-wg and flannel.1".
 func Describe(rules []Rule) string {
 	var s []string
 	for _, r := range rules {

@@ -1,10 +1,11 @@
-# Prints what kip needs to know about the host's firewall, in sections: firewall.sh ZONE, where
-# ZONE is the firewalld zone kip writes. Each section starts with a line "@@kip-firewall NAME"
-# preceded by a newline, so that a section whose output lacks a final newline cannot swallow the
-# next header. A missing tool or file leaves its section empty.
+# Prints what kip needs to know about the host's firewall, in sections: firewall.sh ZONE POD-ZONE,
+# where ZONE and POD-ZONE are the firewalld zones kip writes. Each section starts with a line
+# "@@kip-firewall NAME" preceded by a newline, so that a section whose output lacks a final
+# newline cannot swallow the next header. A missing tool or file leaves its section empty.
 set -eu
 PATH=$PATH:/usr/sbin:/sbin
 zone=$1
+pod_zone=$2
 
 section() { printf '\n@@kip-firewall %s\n' "$1"; }
 
@@ -34,6 +35,11 @@ fi
 section firewalld-zone
 if [ -f "/etc/firewalld/zones/$zone.xml" ]; then
 	cat "/etc/firewalld/zones/$zone.xml"
+fi
+
+section firewalld-pod-zone
+if [ -f "/etc/firewalld/zones/$pod_zone.xml" ]; then
+	cat "/etc/firewalld/zones/$pod_zone.xml"
 fi
 
 # The ports sshd listens on, so that kip never enables a firewall that shuts SSH out.

@@ -10,11 +10,12 @@ import (
 	"strings"
 )
 
-// firewalldState is what firewall-cmd --state, firewalld.conf and kip's zone file say.
+// firewalldState is what firewall-cmd --state, firewalld.conf and kip's zone files say.
 type firewalldState struct {
 	installed, running, managed bool
 	defaultZone                 string // DefaultZone in firewalld.conf
-	zone                        *zone  // kip's zone file; nil when missing
+	zone                        *zone  // kip's zone file (FirewalldZone); nil when missing
+	podZone                     *zone  // kip's pod zone file (FirewalldPodZone); nil when missing
 }
 
 // parseFirewalld reads firewall-cmd --state (empty when firewalld is not installed) and the
@@ -37,14 +38,20 @@ func parseFirewalld(state, zoneFile string) (firewalldState, error) {
 // zone is a firewalld zone file (firewalld.zone(5)): the parts kip writes, and any other
 // element, so that a zone with more in it is not kip's.
 type zone struct {
-	XMLName     xml.Name     `xml:"zone"`
-	Target      string       `xml:"target,attr,omitempty"`
-	Short       string       `xml:"short,omitempty"`
-	Description string       `xml:"description,omitempty"`
-	Ports       []zonePort   `xml:"port"`
-	Rules       []zoneRule   `xml:"rule"`
-	Forward     *struct{}    `xml:"forward"`
-	Other       []xmlElement `xml:",any"`
+	XMLName     xml.Name        `xml:"zone"`
+	Target      string          `xml:"target,attr,omitempty"`
+	Short       string          `xml:"short,omitempty"`
+	Description string          `xml:"description,omitempty"`
+	Interfaces  []zoneInterface `xml:"interface"`
+	Ports       []zonePort      `xml:"port"`
+	Rules       []zoneRule      `xml:"rule"`
+	Forward     *struct{}       `xml:"forward"`
+	Other       []xmlElement    `xml:",any"`
+}
+
+// zoneInterface binds an interface to the zone: firewalld judges what arrives on it by the zone.
+type zoneInterface struct {
+	Name string `xml:"name,attr"`
 }
 
 type zonePort struct {
@@ -76,13 +83,28 @@ func parseZone(s string) (*zone, error) {
 	return &z, nil
 }
 
-// renderZone returns kip's zone for rules: ports open to every source, rich rules for ports
-// open to some sources and for trusted networks, and intra-zone forwarding, which the pod
-// network needs: as the default zone, kip's zone holds every interface, flannel's and cni0
-// included. Everything else gets the default target: rejected.
-func renderZone(rules []Rule) *zone {
-	z := &zone{Short: "Kipper", Description: FirewallMarker, Forward: &struct{}{}}
+// renderZones returns kip's zones for rules. The zone FirewalldZone, made the default zone, holds
+// every interface no zone names: the rules bound to no interface, as ports open to every source
+// and rich rules for ports open to some sources, with intra-zone forwarding. The zone
+// FirewalldPodZone holds the interfaces rules are bound to (PodInterfaces), and those rules as
+// rich rules; nil when no rule is bound to interfaces. Its intra-zone forwarding lets pods reach
+// each other across cni0 and flannel's interfaces. No zone names a source: firewalld picks a
+// zone by a packet's source before its interface, so a zone with the pod network as a source
+// would take in spoofed pod addresses on any interface. Everything else gets the default target:
+// rejected.
+func renderZones(rules []Rule) (main, pods *zone) {
+	main = &zone{Short: "Kipper", Description: FirewallMarker, Forward: &struct{}{}}
 	for _, r := range rules {
+		z := main
+		if len(r.Interfaces) > 0 {
+			if pods == nil {
+				pods = &zone{Short: "Kipper pods", Description: FirewallMarker, Forward: &struct{}{}}
+				for _, name := range r.Interfaces { // validate: every bound rule names the same ones
+					pods.Interfaces = append(pods.Interfaces, zoneInterface{Name: name})
+				}
+			}
+			z = pods
+		}
 		port := &zonePort{Port: strconv.Itoa(r.Port), Protocol: r.Proto}
 		if len(r.Sources) == 0 {
 			z.Ports = append(z.Ports, *port)
@@ -99,7 +121,7 @@ func renderZone(rules []Rule) *zone {
 			z.Rules = append(z.Rules, zoneRule{Family: family, Source: &zoneSource{Address: source(p)}, Port: port, Accept: &struct{}{}})
 		}
 	}
-	return z
+	return main, pods
 }
 
 // file returns the zone as firewalld reads it.
@@ -115,6 +137,9 @@ func (z *zone) file() string {
 // alike, however their files are laid out.
 func (z *zone) key() string {
 	items := []string{"target=" + z.Target, "description=" + strings.TrimSpace(z.Description), fmt.Sprint("forward=", z.Forward != nil)}
+	for _, i := range z.Interfaces {
+		items = append(items, "interface "+i.Name)
+	}
 	port := func(p *zonePort) string {
 		if p == nil {
 			return "all"
@@ -157,11 +182,18 @@ var firewalldScript string
 
 func (firewalld) inPlace(p *fwProbe, rules []Rule) bool {
 	fd := p.firewalld
-	return fd.running && fd.defaultZone == FirewalldZone && fd.zone != nil && fd.zone.key() == renderZone(rules).key()
+	main, pods := renderZones(rules)
+	return fd.running && fd.defaultZone == FirewalldZone && fd.zone != nil && fd.zone.key() == main.key() &&
+		(fd.podZone == nil) == (pods == nil) && (pods == nil || fd.podZone.key() == pods.key())
 }
 
-// apply writes kip's zone and makes firewalld enforce it (see firewalld.sh). The zone opens SSH
-// before firewalld starts or reloads.
+// apply writes kip's zones and makes firewalld enforce them (see firewalld.sh); without a pod
+// zone, it removes the pod zone's file. The zone opens SSH before firewalld starts or reloads.
 func (firewalld) apply(_ *fwProbe, rules []Rule) (string, []string) {
-	return firewalldScript, []string{FirewalldZone, renderZone(rules).file()}
+	main, pods := renderZones(rules)
+	podFile := ""
+	if pods != nil {
+		podFile = pods.file()
+	}
+	return firewalldScript, []string{FirewalldZone, main.file(), FirewalldPodZone, podFile}
 }

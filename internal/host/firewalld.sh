@@ -1,15 +1,26 @@
-# Makes firewalld enforce kip's zone: firewalld.sh ZONE ZONE-FILE-CONTENT. Writes the zone's file,
-# makes it the default zone, and reloads a running firewalld or starts a stopped one (the zone
-# opens SSH before either). Then restarts k3s if it runs: a reload drops the rules k3s added.
+# Makes firewalld enforce kip's zones: firewalld.sh ZONE ZONE-FILE-CONTENT POD-ZONE
+# POD-ZONE-FILE-CONTENT. Writes the zones' files (an empty content removes the file), makes ZONE
+# the default zone, and reloads a running firewalld or starts a stopped one (the zone opens SSH
+# before either). Then restarts k3s if it runs: a reload drops the rules k3s added.
 set -eu
 PATH=$PATH:/usr/sbin:/sbin
 umask 022
 zone=$1
-file=/etc/firewalld/zones/$zone.xml
+
+# write NAME CONTENT: the zone's file, whole or not at all; removed when CONTENT is empty.
+write() {
+	file=/etc/firewalld/zones/$1.xml
+	if [ -z "$2" ]; then
+		rm -f "$file"
+		return
+	fi
+	printf '%s' "$2" >"$file.kip-tmp"
+	mv -f "$file.kip-tmp" "$file"
+}
 
 mkdir -p /etc/firewalld/zones
-printf '%s' "$2" >"$file.kip-tmp"
-mv -f "$file.kip-tmp" "$file"
+write "$3" "$4"
+write "$1" "$2"
 
 if [ "$(firewall-cmd --state 2>&1 || true)" = running ]; then
 	firewall-cmd --reload >/dev/null

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
@@ -18,7 +19,9 @@ import (
 // and after: on lab1 Longhorn's packages, kernel modules (through the lab's modprobe shim),
 // sysctls, service hardening and a kip-managed ufw, which ApplyFirewall installs; on lab2 a
 // kip-managed firewalld (Debian packages firewalld 1.3, as RHEL 9 does), driven as the RHEL
-// family drives it. Both firewalls are checked from outside: 80/tcp answers, 8888/tcp does not.
+// family drives it. Both firewalls are checked from outside: 80/tcp answers, 8888/tcp does not;
+// and from the pod network (checkPodInterfaces): a connection from a pod address on the shared
+// private network is refused, one over cni0 accepted.
 func TestHostPrepLab(t *testing.T) {
 	mods := Modules(true, true)
 	l := lab.ForTest(t, 2, lab.Options{Hosts: []lab.HostOptions{{Modules: mods}}})
@@ -40,7 +43,7 @@ func TestHostPrepLab(t *testing.T) {
 	})
 	t.Run("lab2", func(t *testing.T) {
 		t.Parallel()
-		t.Run("firewalld", func(t *testing.T) { testFirewalld(ctx, t, dialLab(ctx, t, lab2), lab2) })
+		t.Run("firewalld", func(t *testing.T) { testFirewalld(ctx, t, dialLab(ctx, t, lab2), lab2, lab1) })
 	})
 }
 
@@ -230,12 +233,20 @@ func testUFW(ctx context.Context, t *testing.T, c *sshx.Client, lab1, lab2 *lab.
 	}
 	status := run(ctx, t, lab1, "ufw status")
 	t.Logf("ufw status:\n%s", status)
-	for _, want := range []string{`22/tcp +ALLOW +Anywhere +# kip-managed`, `80/tcp +ALLOW +Anywhere +# kip-managed`, `443/tcp +ALLOW +Anywhere +# kip-managed`,
-		`6443/tcp +ALLOW +Anywhere +# kip-managed`, `Anywhere +ALLOW +10\.42\.0\.0/16 +# kip-managed`, `Anywhere +ALLOW +10\.43\.0\.0/16 +# kip-managed`,
-		`22/tcp \(v6\) +ALLOW +Anywhere \(v6\) +# kip-managed`} {
+	want := []string{`22/tcp +ALLOW +Anywhere +# kip-managed`, `80/tcp +ALLOW +Anywhere +# kip-managed`, `443/tcp +ALLOW +Anywhere +# kip-managed`,
+		`6443/tcp +ALLOW +Anywhere +# kip-managed`, `22/tcp \(v6\) +ALLOW +Anywhere \(v6\) +# kip-managed`}
+	for _, network := range []string{`10\.42\.0\.0/16`, `10\.43\.0\.0/16`} {
+		for _, iface := range []string{`cni0`, `flannel-wg`, `flannel\.1`} {
+			want = append(want, `Anywhere on `+iface+` +ALLOW +`+network+` +# kip-managed`)
+		}
+	}
+	for _, want := range want {
 		if !regexp.MustCompile(`(?m)^` + want + `$`).MatchString(status) {
 			t.Errorf("ufw status lacks %s", want)
 		}
+	}
+	if regexp.MustCompile(`(?m)^Anywhere +ALLOW`).MatchString(status) {
+		t.Error("ufw trusts a network on every interface")
 	}
 	checkEnforced(ctx, t, c, lab1, true)
 
@@ -246,6 +257,24 @@ func testUFW(ctx context.Context, t *testing.T, c *sshx.Client, lab1, lab2 *lab.
 	if after := run(ctx, t, lab1, "ufw status verbose; ufw show added"); after != before {
 		t.Errorf("re-applying changed ufw:\n%s\nto\n%s", before, after)
 	}
+	t.Run("pod network", func(t *testing.T) {
+		checkPodInterfaces(ctx, t, Debian, c, lab1, lab2, rules, func(t *testing.T, older bool) {
+			added := run(ctx, t, lab1, "ufw show added")
+			t.Logf("ufw show added:\n%s", added)
+			for _, network := range []string{"10.42.0.0/16", "10.43.0.0/16"} {
+				unbound := "ufw allow from " + network + " comment 'kip-managed'\n"
+				if strings.Contains(added, unbound) != older {
+					t.Errorf("ufw show added has %q: %v, want %v", unbound, !older, older)
+				}
+				for _, iface := range PodInterfaces {
+					bound := "ufw allow in on " + iface + " from " + network + " comment 'kip-managed'\n"
+					if strings.Contains(added, bound) == older {
+						t.Errorf("ufw show added has %q: %v, want %v", bound, older, !older)
+					}
+				}
+			}
+		})
+	})
 
 	// Other rules: 80/tcp goes, WireGuard from lab2 comes; an operator's rule stays.
 	run(ctx, t, lab1, "ufw allow 8080/tcp")
@@ -280,7 +309,7 @@ func testUFW(ctx context.Context, t *testing.T, c *sshx.Client, lab1, lab2 *lab.
 	}
 }
 
-func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Host) {
+func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h, peer *lab.Host) {
 	f := Debian
 	f.Firewall, f.firewall = "firewalld", firewalld{}
 	listen(ctx, t, c, h)
@@ -302,14 +331,41 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Hos
 		}
 	}
 	inPlace(true)
-	info := run(ctx, t, h, "firewall-cmd --check-config && firewall-cmd --get-default-zone && firewall-cmd --info-zone=kipper")
-	t.Logf("firewalld:\n%s", info)
-	for _, want := range []string{"success\nkipper\n", "ports: 22/tcp 80/tcp 443/tcp 6443/tcp\n", "forward: yes\n",
-		`rule family="ipv4" source address="10.42.0.0/16" accept`, `rule family="ipv4" source address="10.43.0.0/16" accept`} {
-		if !strings.Contains(info, want) {
-			t.Errorf("firewalld lacks %q", want)
+	zones := func(t *testing.T, older bool) {
+		t.Helper()
+		info := run(ctx, t, h, "firewall-cmd --check-config && firewall-cmd --get-default-zone && firewall-cmd --info-zone=kipper && "+
+			"firewall-cmd --get-active-zones && { firewall-cmd --info-zone=kipper-pods || true; }")
+		t.Logf("firewalld:\n%s", info)
+		kipper, pods, _ := strings.Cut(info, "kipper-pods (active)\n")
+		for _, want := range []string{"success\nkipper\n", "ports: 22/tcp 80/tcp 443/tcp 6443/tcp\n", "forward: yes\n"} {
+			if !strings.Contains(kipper, want) {
+				t.Errorf("kip's zone lacks %q", want)
+			}
+		}
+		for _, network := range []string{"10.42.0.0/16", "10.43.0.0/16"} {
+			rule := `rule family="ipv4" source address="` + network + `" accept`
+			if strings.Contains(kipper, rule) != older {
+				t.Errorf("kip's zone has %q: %v, want %v", rule, !older, older)
+			}
+			if strings.Contains(pods, rule) == older {
+				t.Errorf("the pod zone has %q: %v, want %v", rule, older, !older)
+			}
+		}
+		// The pod zone, active for its interfaces (--get-active-zones), forwarding between them;
+		// no zone holds a source.
+		if active := "kipper-pods\n  interfaces: cni0 flannel-wg flannel.1\n"; strings.Contains(kipper, active) == older {
+			t.Errorf("the active zones have %q: %v, want %v", active, older, !older)
+		}
+		for _, want := range []string{"  interfaces: cni0 flannel-wg flannel.1\n  sources: \n", "forward: yes\n"} {
+			if strings.Contains(pods, want) == older {
+				t.Errorf("the pod zone has %q: %v, want %v", want, older, !older)
+			}
+		}
+		if regexp.MustCompile(`(?m)^  sources: \S`).MatchString(info) {
+			t.Error("a zone holds a source")
 		}
 	}
+	zones(t, false)
 	checkEnforced(ctx, t, c, h, true)
 
 	// In place: nothing is written, nothing reloaded.
@@ -321,6 +377,9 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Hos
 	if after := run(ctx, t, h, stat); after != before {
 		t.Errorf("re-applying rewrote the zone: %s then %s", before, after)
 	}
+	t.Run("pod network", func(t *testing.T) {
+		checkPodInterfaces(ctx, t, f, c, h, peer, rules, zones)
+	})
 
 	// A stopped firewalld that kip manages starts again with kip's zone.
 	run(ctx, t, h, "systemctl stop firewalld")
@@ -332,7 +391,8 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Hos
 	checkEnforced(ctx, t, c, h, true)
 
 	// An operator's firewalld: kip refuses and names the fix.
-	run(ctx, t, h, "firewall-cmd --set-default-zone=public >/dev/null && rm /etc/firewalld/zones/kipper.xml && firewall-cmd --reload >/dev/null")
+	run(ctx, t, h, "firewall-cmd --set-default-zone=public >/dev/null && rm /etc/firewalld/zones/kipper.xml /etc/firewalld/zones/kipper-pods.xml && "+
+		"firewall-cmd --reload >/dev/null")
 	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "firewalld", Active: true}) {
 		t.Fatalf("operator's firewalld: %+v, %v", st, err)
 	}
@@ -341,5 +401,90 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h *lab.Hos
 	if err == nil || !strings.Contains(err.Error(), "firewalld on "+h.PublicIP.String()+" is active and not managed by kip") ||
 		!strings.Contains(err.Error(), "(systemctl disable --now firewalld)") {
 		t.Errorf("ApplyFirewall on an operator's firewalld: %v", err)
+	}
+}
+
+// checkPodInterfaces proves on real connections that kip's rules trust the pod network on its
+// interfaces only. h runs kip's firewall (f's) and answers on 8888/tcp (listen); peer, on the
+// private network h shares, sends from an address in the pod network (a secondary address, and a
+// route back on h), as a host on a shared network can. h gets a veth pair whose host end is
+// cni0, with the other end in a network namespace standing for a pod.
+//
+// First the rules an older kip wrote (the pod network trusted on every interface): the spoofed
+// connection gets in, which shows the lab delivers it and answers it. Then kip's rules: applying
+// them replaces the old ones (rules says which are on the host, for older true and false), the
+// spoofed connection is refused, the pod's over cni0 accepted, and one over cni0 from outside
+// the pod network refused.
+func checkPodInterfaces(ctx context.Context, t *testing.T, f Family, c *sshx.Client, h, peer *lab.Host, rules []Rule, checkRules func(t *testing.T, older bool)) {
+	n := h.PrivateIP.As4()[3] // this host's own addresses: another host's test runs the same checks
+	spoofed := netip.AddrFrom4([4]byte{10, 42, 250, n})
+	pod := netip.AddrFrom4([4]byte{10, 42, n, 5})
+	outsider := netip.AddrFrom4([4]byte{10, 44, n, 5})
+	gateway := netip.AddrFrom4([4]byte{10, 42, n, 1})
+	const ns = "kip-pod"
+	run(ctx, t, peer, fmt.Sprintf("ip addr add %s/32 dev eth0", spoofed))
+	t.Cleanup(func() { peer.Run(context.Background(), fmt.Sprintf("ip addr del %s/32 dev eth0", spoofed)) })
+	run(ctx, t, h, strings.Join([]string{
+		fmt.Sprintf("ip route add %s/32 via %s dev eth0", spoofed, peer.PrivateIP),
+		"ip netns add " + ns,
+		"ip link add cni0 type veth peer name pod0 netns " + ns,
+		fmt.Sprintf("ip addr add %s/24 dev cni0", gateway),
+		"ip link set cni0 up",
+		fmt.Sprintf("ip route add %s/32 dev cni0", outsider),
+		fmt.Sprintf("ip -n %s addr add %s/24 dev pod0", ns, pod),
+		fmt.Sprintf("ip -n %s addr add %s/32 dev pod0", ns, outsider),
+		fmt.Sprintf("ip -n %s link set pod0 up", ns),
+		fmt.Sprintf("ip -n %s route add default via %s", ns, gateway),
+	}, " && "))
+	t.Cleanup(func() {
+		h.Run(context.Background(), fmt.Sprintf("ip link del cni0; ip netns del %s; ip route del %s/32", ns, spoofed))
+	})
+	target := netip.AddrPortFrom(h.PrivateIP, 8888)
+	// reaches reports whether a connection to target from src (in the network namespace ns when
+	// set) gets the listener's answer.
+	reaches := func(from *lab.Host, ns string, src netip.Addr) bool {
+		t.Helper()
+		cmd := sshx.Command("curl", "-sS", "--connect-timeout", "3", "--max-time", "6", "--interface", src.String(), "telnet://"+target.String())
+		if ns != "" {
+			cmd = sshx.Command("ip", "netns", "exec", ns) + " " + cmd
+		}
+		out, err := from.Run(ctx, cmd+" </dev/null 2>&1")
+		t.Logf("%s from %s on %s: %q, %v", target, src, from.Name, out, err)
+		return err == nil && strings.TrimSpace(out) == "kip"
+	}
+
+	older := unbound(rules)
+	if err := timed(t, "ApplyFirewall (an older kip's rules)", func() error { return f.ApplyFirewall(ctx, c, older) }); err != nil {
+		t.Fatal(err)
+	}
+	checkRules(t, true)
+	if !reaches(peer, "", spoofed) {
+		t.Fatalf("with the pod network trusted on every interface, %s does not reach %s from %s: the lab does not carry the spoofed connection", peer.Name, target, spoofed)
+	}
+	if !reaches(h, ns, pod) {
+		t.Fatalf("with the pod network trusted on every interface, the pod does not reach %s over cni0", target)
+	}
+
+	if ok, err := f.FirewallInPlace(ctx, c, rules); err != nil || ok {
+		t.Fatalf("kip's rules in place over an older kip's: %v, %v", ok, err)
+	}
+	if err := timed(t, "ApplyFirewall (kip's rules over an older kip's)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.FirewallInPlace(ctx, c, rules); err != nil || !ok {
+		t.Fatalf("kip's rules not in place after the apply: %v, %v", ok, err)
+	}
+	checkRules(t, false)
+	if reaches(peer, "", spoofed) {
+		t.Errorf("%s reaches %s from the pod address %s on the shared network", peer.Name, target, spoofed)
+	}
+	if !reaches(h, ns, pod) {
+		t.Errorf("the pod at %s does not reach %s over cni0", pod, target)
+	}
+	if reaches(h, ns, outsider) {
+		t.Errorf("%s, outside the pod network, reaches %s over cni0", outsider, target)
+	}
+	if reaches(peer, "", peer.PrivateIP) {
+		t.Errorf("%s reaches %s from its own address", peer.Name, target)
 	}
 }

@@ -77,8 +77,8 @@ func parseUFW(status, added string) (ufwState, error) {
 
 // UfwBlocks returns the commands that make an active ufw that kip does not manage let in what
 // rules need, from ufw status verbose and ufw show added: nil when ufw is not active, is kip's,
-// lets traffic in by default, or already allows each rule as kip would write it ("allow 6443"
-// covers 6443/tcp).
+// lets traffic in by default, or already allows each rule as kip would write it or wider ("allow
+// 6443" covers 6443/tcp, "allow from 10.42.0.0/16" covers "allow in on cni0 from 10.42.0.0/16").
 func UfwBlocks(ufwStatus, ufwAdded string, rules []Rule) ([]string, error) {
 	u, err := parseUFW(ufwStatus, ufwAdded)
 	if err != nil || !u.active || u.managed || u.incoming == "allow" {
@@ -86,23 +86,35 @@ func UfwBlocks(ufwStatus, ufwAdded string, rules []Rule) ([]string, error) {
 	}
 	var cmds []string
 	for _, args := range ufwRules(rules) {
-		line := strings.Join(args, " ")
-		anyProto, _, _ := strings.Cut(line, "/")
-		if slices.Contains(u.added, line) || len(args) == 2 && slices.Contains(u.added, anyProto) {
-			continue
+		if !slices.ContainsFunc(ufwCovering(args), func(line string) bool { return slices.Contains(u.added, line) }) {
+			cmds = append(cmds, sshx.Command("ufw", args...))
 		}
-		cmds = append(cmds, sshx.Command("ufw", args...))
 	}
 	return cmds, nil
+}
+
+// ufwCovering returns the rules, as ufw show added prints them without the comment, that let in
+// at least what the rule args (one of ufwRules) does: itself, the rule on any interface, and a
+// port on any protocol.
+func ufwCovering(args []string) []string {
+	lines := []string{strings.Join(args, " ")}
+	if len(args) > 3 && args[1] == "in" && args[2] == "on" {
+		args = append([]string{args[0]}, args[4:]...)
+		lines = append(lines, strings.Join(args, " "))
+	}
+	if port, _, ok := strings.Cut(args[len(args)-1], "/"); ok && len(args) == 2 {
+		lines = append(lines, args[0]+" "+port)
+	}
+	return lines
 }
 
 // ufw drives ufw.
 type ufw struct{}
 
 // ufwRules returns the ufw arguments that add rules, each once, in the form ufw show added
-// prints them back (without the comment): "allow 22/tcp", "allow from 10.42.0.0/16",
-// "allow from 10.0.0.2 to any port 51820 proto udp". Rules without sources hold for IPv4 and
-// IPv6.
+// prints them back (without the comment): "allow 22/tcp", "allow in on cni0 from 10.42.0.0/16",
+// "allow from 10.0.0.2 to any port 51820 proto udp". A rule bound to interfaces is one per
+// source and interface. Rules without sources hold for IPv4 and IPv6.
 func ufwRules(rules []Rule) [][]string {
 	var out [][]string
 	add := func(args ...string) {
@@ -112,16 +124,25 @@ func ufwRules(rules []Rule) [][]string {
 	}
 	for _, r := range rules {
 		port := strconv.Itoa(r.Port)
-		switch {
-		case len(r.Sources) == 0:
-			add("allow", port+"/"+r.Proto)
-		case r.Port == 0:
-			for _, p := range r.Sources {
-				add("allow", "from", source(p))
-			}
-		default:
-			for _, p := range r.Sources {
-				add("allow", "from", source(p), "to", "any", "port", port, "proto", r.Proto)
+		if len(r.Sources) == 0 {
+			add("allow", port+"/"+r.Proto) // validate refuses a rule bound to interfaces without sources
+			continue
+		}
+		ifaces := r.Interfaces
+		if len(ifaces) == 0 {
+			ifaces = []string{""}
+		}
+		for _, p := range r.Sources {
+			for _, iface := range ifaces {
+				args := []string{"allow"}
+				if iface != "" {
+					args = append(args, "in", "on", iface)
+				}
+				args = append(args, "from", source(p))
+				if r.Port != 0 {
+					args = append(args, "to", "any", "port", port, "proto", r.Proto)
+				}
+				add(args...)
 			}
 		}
 	}

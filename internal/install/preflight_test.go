@@ -382,9 +382,16 @@ func TestPreflightChecks(t *testing.T) {
 		// five minutes for an API the firewall kept out, then blamed k3s.
 		{name: "ufw unmanaged, only ssh", probe: map[string]string{"ufw": ufwUnmanaged, "ufw-added": "Added user rules (see 'ufw status' for running firewall):\nufw allow 22/tcp\n"},
 			check: "firewall", st: StatusFail,
-			has: "on the server run: ufw allow 80/tcp && ufw allow 443/tcp && ufw allow 6443/tcp && ufw allow from 10.42.0.0/16 && ufw allow from 10.43.0.0/16; or turn ufw off (ufw disable)"},
+			has: "on the server run: ufw allow 80/tcp && ufw allow 443/tcp && ufw allow 6443/tcp && " +
+				"ufw allow in on cni0 from 10.42.0.0/16 && ufw allow in on flannel-wg from 10.42.0.0/16 && ufw allow in on flannel.1 from 10.42.0.0/16 && " +
+				"ufw allow in on cni0 from 10.43.0.0/16 && ufw allow in on flannel-wg from 10.43.0.0/16 && ufw allow in on flannel.1 from 10.43.0.0/16; or turn ufw off (ufw disable)"},
 		{name: "ufw unmanaged, all allowed", probe: map[string]string{"ufw": ufwUnmanaged, "ufw-added": "Added user rules (see 'ufw status' for running firewall):\n" +
 			"ufw allow 22\nufw allow 80/tcp comment 'web'\nufw allow 443/tcp\nufw allow 6443/tcp\nufw allow from 10.42.0.0/16\nufw allow from 10.43.0.0/16\n"},
+			check: "firewall", st: StatusOK, has: "lets in what the cluster needs"},
+		{name: "ufw unmanaged, all allowed on the pod network's interfaces", probe: map[string]string{"ufw": ufwUnmanaged, "ufw-added": "Added user rules (see 'ufw status' for running firewall):\n" +
+			"ufw allow 22/tcp\nufw allow 80/tcp\nufw allow 443/tcp\nufw allow 6443/tcp\n" +
+			"ufw allow in on cni0 from 10.42.0.0/16\nufw allow in on flannel-wg from 10.42.0.0/16\nufw allow in on flannel.1 from 10.42.0.0/16\n" +
+			"ufw allow in on cni0 from 10.43.0.0/16\nufw allow in on flannel-wg from 10.43.0.0/16\nufw allow in on flannel.1 from 10.43.0.0/16\n"},
 			check: "firewall", st: StatusOK, has: "lets in what the cluster needs"},
 		{name: "ufw unmanaged, allows by default", probe: map[string]string{"ufw": "Status: active\nDefault: allow (incoming), allow (outgoing), disabled (routed)\n"},
 			check: "firewall", st: StatusOK, has: "lets in what the cluster needs"},

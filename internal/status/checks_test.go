@@ -462,6 +462,12 @@ func TestHostChecksSmall(t *testing.T) {
 	if c := checkFirewall("srv", host.FirewallState{Tool: "firewalld", Active: true}, true, 2222); c.Fix != "make sure firewalld lets in "+host.Describe(host.ServerRules(2222)) {
 		t.Errorf("server firewall fix %q", c.Fix)
 	}
+	// A worker's names the peer ports and the pod network's rules, on the pod network's interfaces.
+	if c := checkFirewall("w1", host.FirewallState{Tool: "ufw", Active: true}, false, 22); c.Fix != "allow the cluster's ports in ufw yourself: "+
+		"10250/tcp, 51820/udp and 9100/tcp from the other nodes, every port from 10.42.0.0/16 on cni0, flannel-wg and flannel.1, "+
+		"every port from 10.43.0.0/16 on cni0, flannel-wg and flannel.1" {
+		t.Errorf("worker firewall fix %q", c.Fix)
+	}
 	el97 := &sshx.Facts{OS: sshx.OS{ID: "rocky", VersionID: "9.7"}, Kernel: "5.14.0-611.5.1.el9_7.x86_64"}
 	if c := checkLonghornOS("w1", el97); c.Status != StatusWarn || !strings.Contains(c.Detail, "issue 13606") {
 		t.Errorf("rocky 9.7: %s %q", c.Status, c.Detail)

@@ -584,7 +584,8 @@ func checkFirewall(node string, fw host.FirewallState, server bool, sshPort int)
 		if fw.Tool == "ufw" {
 			c.Detail += ", and kip node add refuses to join a node while such a ufw runs on the server or a worker"
 		}
-		c.Fix = "allow the cluster's ports in " + fw.Tool + " yourself: 10250/tcp, 51820/udp and 9100/tcp from the other nodes"
+		c.Fix = "allow the cluster's ports in " + fw.Tool + " yourself: 10250/tcp, 51820/udp and 9100/tcp from the other nodes, " +
+			host.Describe(host.PodNetworkRules())
 		if server {
 			c.Fix = "make sure " + fw.Tool + " lets in " + host.Describe(host.ServerRules(cmp.Or(sshPort, 22)))
 		}
