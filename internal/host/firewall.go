@@ -28,6 +28,13 @@ const FirewalldZone = "kipper"
 // interfaces, and firewalld judges what arrives on them by it rather than by the default zone.
 const FirewalldPodZone = "kipper-pods"
 
+// FirewalldPodPolicy is the firewalld policy kip writes with FirewalldPodZone, as
+// /etc/firewalld/policies/kipper-pods-out.xml: it forwards what the pod network sends from the
+// pod zone's interfaces to any other zone (the nodes' network, the internet). A zone's forward
+// covers traffic between its own interfaces only, so without it firewalld refuses a pod's new
+// connections out of the host (policies: firewalld 0.9 and later).
+const FirewalldPodPolicy = "kipper-pods-out"
+
 // The k3s pod and service networks (k3s's defaults, which kip keeps).
 var (
 	PodNetwork     = netip.MustParsePrefix("10.42.0.0/16")
@@ -239,7 +246,7 @@ func (p *fwProbe) state() FirewallState {
 
 // readProbe runs firewall.sh on the host: one round trip.
 func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
-	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone))
+	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone, FirewalldPodPolicy))
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +257,7 @@ func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
 	return p, nil
 }
 
-var probeSections = []string{"ufw", "ufw-added", "firewalld", "firewalld-default", "firewalld-zone", "firewalld-pod-zone", "sshd-ports"}
+var probeSections = []string{"ufw", "ufw-added", "firewalld", "firewalld-default", "firewalld-zone", "firewalld-pod-zone", "firewalld-pod-policy", "sshd-ports"}
 
 func parseProbe(out string) (*fwProbe, error) {
 	s, err := sshx.Sections(out, "@@kip-firewall", probeSections)
@@ -268,6 +275,11 @@ func parseProbe(out string) (*fwProbe, error) {
 	if strings.TrimSpace(s["firewalld-pod-zone"]) != "" {
 		if p.firewalld.podZone, err = parseZone(s["firewalld-pod-zone"]); err != nil {
 			return nil, fmt.Errorf("firewalld: zone %s: %w", FirewalldPodZone, err)
+		}
+	}
+	if strings.TrimSpace(s["firewalld-pod-policy"]) != "" {
+		if p.firewalld.podPolicy, err = parsePolicy(s["firewalld-pod-policy"]); err != nil {
+			return nil, fmt.Errorf("firewalld: policy %s: %w", FirewalldPodPolicy, err)
 		}
 	}
 	for _, f := range strings.Fields(s["sshd-ports"]) {

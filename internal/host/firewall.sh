@@ -1,11 +1,12 @@
-# Prints what kip needs to know about the host's firewall, in sections: firewall.sh ZONE POD-ZONE,
-# where ZONE and POD-ZONE are the firewalld zones kip writes. Each section starts with a line
+# Prints what kip needs to know about the host's firewall, in sections: firewall.sh ZONE POD-ZONE
+# POD-POLICY, where ZONE and POD-ZONE are the firewalld zones kip writes, and POD-POLICY its policy. Each section starts with a line
 # "@@kip-firewall NAME" preceded by a newline, so that a section whose output lacks a final
 # newline cannot swallow the next header. A missing tool or file leaves its section empty.
 set -eu
 PATH=$PATH:/usr/sbin:/sbin
 zone=$1
 pod_zone=$2
+pod_policy=$3
 
 section() { printf '\n@@kip-firewall %s\n' "$1"; }
 
@@ -40,6 +41,11 @@ fi
 section firewalld-pod-zone
 if [ -f "/etc/firewalld/zones/$pod_zone.xml" ]; then
 	cat "/etc/firewalld/zones/$pod_zone.xml"
+fi
+
+section firewalld-pod-policy
+if [ -f "/etc/firewalld/policies/$pod_policy.xml" ]; then
+	cat "/etc/firewalld/policies/$pod_policy.xml"
 fi
 
 # The ports sshd listens on, so that kip never enables a firewall that shuts SSH out.

@@ -133,6 +133,23 @@ To                         Action      From
   <forward/>
 </zone>
 `
+	// firewalldPodPolicy is kip's pod policy as kip writes it.
+	firewalldPodPolicy = `<?xml version="1.0" encoding="UTF-8"?>
+<policy target="CONTINUE">
+  <short>Kipper pods out</short>
+  <description>kip-managed</description>
+  <ingress-zone name="kipper-pods"></ingress-zone>
+  <egress-zone name="ANY"></egress-zone>
+  <rule family="ipv4">
+    <source address="10.42.0.0/16"></source>
+    <accept></accept>
+  </rule>
+  <rule family="ipv4">
+    <source address="10.43.0.0/16"></source>
+    <accept></accept>
+  </rule>
+</policy>
+`
 )
 
 // capturedRules are the rules kip's marked lines in ufwAdded stand for.
@@ -187,7 +204,7 @@ func TestScriptsSyntax(t *testing.T) {
 
 // TestFirewallScriptLocally runs firewall.sh on this machine, without SSH, and parses it.
 func TestFirewallScriptLocally(t *testing.T) {
-	out, err := exec.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone).Output()
+	out, err := exec.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone, FirewalldPodPolicy).Output()
 	if err != nil {
 		t.Fatalf("firewall.sh: %v", err)
 	}
@@ -362,7 +379,8 @@ func TestParseFirewall(t *testing.T) {
 func TestParseProbe(t *testing.T) {
 	section := func(name, body string) string { return "\n@@kip-firewall " + name + "\n" + body }
 	out := "banner\n" + section("ufw", ufwVerbose) + section("ufw-added", ufwAdded) + section("firewalld", "") +
-		section("firewalld-default", "") + section("firewalld-zone", "") + section("firewalld-pod-zone", "") + section("sshd-ports", "22\n2222\n")
+		section("firewalld-default", "") + section("firewalld-zone", "") + section("firewalld-pod-zone", "") + section("firewalld-pod-policy", "") +
+		section("sshd-ports", "22\n2222\n")
 	p, err := parseProbe(out)
 	if err != nil {
 		t.Fatal(err)
@@ -370,21 +388,24 @@ func TestParseProbe(t *testing.T) {
 	if st := p.state(); st != (FirewallState{Tool: "ufw", Active: true, Managed: true}) || !reflect.DeepEqual(p.sshPorts, []int{22, 2222}) {
 		t.Errorf("state %+v, ssh ports %v", st, p.sshPorts)
 	}
-	if p.firewalld.zone != nil || p.firewalld.podZone != nil {
+	if p.firewalld.zone != nil || p.firewalld.podZone != nil || p.firewalld.podPolicy != nil {
 		t.Errorf("zones read from empty sections: %+v", p.firewalld)
 	}
 
 	fd := "\n" + section("ufw", "") + section("ufw-added", "") + section("firewalld", "running\n") + section("firewalld-default", "kipper\n") +
-		section("firewalld-zone", firewalldZone) + section("firewalld-pod-zone", firewalldPodZone) + section("sshd-ports", "")
+		section("firewalld-zone", firewalldZone) + section("firewalld-pod-zone", firewalldPodZone) + section("firewalld-pod-policy", firewalldPodPolicy) +
+		section("sshd-ports", "")
 	if p, err = parseProbe(fd); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.state(); st != (FirewallState{Tool: "firewalld", Active: true, Managed: true}) || p.firewalld.defaultZone != FirewalldZone ||
-		p.firewalld.zone == nil || p.firewalld.podZone == nil || len(p.firewalld.podZone.Interfaces) != 3 {
+		p.firewalld.zone == nil || p.firewalld.podZone == nil || len(p.firewalld.podZone.Interfaces) != 3 ||
+		p.firewalld.podPolicy == nil || len(p.firewalld.podPolicy.Ingress) != 1 {
 		t.Errorf("firewalld: state %+v, %+v", st, p.firewalld)
 	}
 	for _, bad := range []string{"", strings.Replace(out, "sshd-ports", "other", 1), strings.Replace(out, "22\n2222", "ssh", 1), out + section("ufw", ""),
-		strings.Replace(out, "firewalld-pod-zone", "firewalld-pods", 1), strings.Replace(fd, firewalldPodZone, "<zone>", 1)} {
+		strings.Replace(out, "firewalld-pod-zone", "firewalld-pods", 1), strings.Replace(fd, firewalldPodZone, "<zone>", 1),
+		strings.Replace(out, "firewalld-pod-policy", "firewalld-policy", 1), strings.Replace(fd, firewalldPodPolicy, "<policy>", 1)} {
 		if _, err := parseProbe(bad); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
@@ -663,7 +684,7 @@ func TestFirewalldInPlace(t *testing.T) {
 	if currentZone == firewalldZone {
 		t.Fatal("the pod network's rule is not in the captured zone")
 	}
-	probe := func(t *testing.T, mainFile, podFile string) *fwProbe {
+	probe := func(t *testing.T, mainFile, podFile, policyFile string) *fwProbe {
 		t.Helper()
 		fd, err := parseFirewalld("running", mainFile)
 		if err != nil {
@@ -674,19 +695,32 @@ func TestFirewalldInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if policyFile != "" {
+			if fd.podPolicy, err = parsePolicy(policyFile); err != nil {
+				t.Fatal(err)
+			}
+		}
 		fd.defaultZone = FirewalldZone
 		return &fwProbe{firewalld: fd}
 	}
 	for _, tc := range []struct {
-		name              string
-		mainFile, podFile string
-		rules             []Rule
-		in                bool
+		name                          string
+		mainFile, podFile, policyFile string
+		rules                         []Rule
+		in                            bool
 	}{
 		{name: "an older kip's zone, its own rules", mainFile: firewalldZone, rules: older, in: true},
 		{name: "an older kip's zone, the rules now", mainFile: firewalldZone, rules: current},
 		{name: "an older kip's zone with the pod zone", mainFile: firewalldZone, podFile: firewalldPodZone, rules: current},
-		{name: "the zones now", mainFile: currentZone, podFile: firewalldPodZone, rules: current, in: true},
+		{name: "the zones now", mainFile: currentZone, podFile: firewalldPodZone, policyFile: firewalldPodPolicy, rules: current, in: true},
+		{name: "the pod policy missing", mainFile: currentZone, podFile: firewalldPodZone, rules: current},
+		{name: "the pod policy left over", mainFile: firewalldZone, policyFile: firewalldPodPolicy, rules: older},
+		{name: "the pod policy accepts everything", mainFile: currentZone, podFile: firewalldPodZone,
+			policyFile: strings.Replace(firewalldPodPolicy, `target="CONTINUE"`, `target="ACCEPT"`, 1), rules: current},
+		{name: "the pod policy to the host", mainFile: currentZone, podFile: firewalldPodZone,
+			policyFile: strings.Replace(firewalldPodPolicy, `"ANY"`, `"HOST"`, 1), rules: current},
+		{name: "the pod policy from the default zone", mainFile: currentZone, podFile: firewalldPodZone,
+			policyFile: strings.Replace(firewalldPodPolicy, `name="kipper-pods"`, `name="kipper"`, 1), rules: current},
 		{name: "the pod zone missing", mainFile: currentZone, rules: current},
 		{name: "the pod zone left over", mainFile: firewalldZone, podFile: firewalldPodZone, rules: older},
 		{name: "an interface less", mainFile: currentZone, podFile: strings.Replace(firewalldPodZone, `  <interface name="flannel.1"/>`+"\n", "", 1), rules: current},
@@ -698,14 +732,14 @@ func TestFirewalldInPlace(t *testing.T) {
 		{name: "the pod network's rule in kip's zone too", mainFile: firewalldZone, podFile: firewalldPodZone, rules: current},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if in := (firewalld{}).inPlace(probe(t, tc.mainFile, tc.podFile), tc.rules); in != tc.in {
+			if in := (firewalld{}).inPlace(probe(t, tc.mainFile, tc.podFile, tc.policyFile), tc.rules); in != tc.in {
 				t.Errorf("in place: %v, want %v", in, tc.in)
 			}
 		})
 	}
 
 	// Changes to kip's zone.
-	p := probe(t, firewalldZone, "")
+	p := probe(t, firewalldZone, "", "")
 	for name, change := range map[string]func(string) string{
 		"a port less": func(s string) string { return strings.Replace(s, `<port port="443" protocol="tcp"/>`, "", 1) },
 		"a service": func(s string) string {
@@ -733,7 +767,7 @@ func TestFirewalldInPlace(t *testing.T) {
 			t.Errorf("%s: in place", name)
 		}
 	}
-	p = probe(t, currentZone, firewalldPodZone)
+	p = probe(t, currentZone, firewalldPodZone, firewalldPodPolicy)
 	p.firewalld.defaultZone = "public"
 	if (firewalld{}).inPlace(p, current) {
 		t.Error("in place while kip's zone is not the default zone")
@@ -743,14 +777,15 @@ func TestFirewalldInPlace(t *testing.T) {
 		t.Error("in place while firewalld is stopped")
 	}
 
-	// apply writes both zones, or removes the pod zone when no rule is bound to interfaces.
+	// apply writes both zones and the pod policy, or removes the pod zone and the policy when no
+	// rule is bound to interfaces.
 	main, pods := renderZones(current)
 	if script, args := (firewalld{}).apply(p, current); script != firewalldScript ||
-		!reflect.DeepEqual(args, []string{"kipper", main.file(), "kipper-pods", pods.file()}) {
+		!reflect.DeepEqual(args, []string{"kipper", main.file(), "kipper-pods", pods.file(), "kipper-pods-out", firewalldPodPolicy}) {
 		t.Errorf("apply: %q", args)
 	}
 	main, _ = renderZones(older)
-	if _, args := (firewalld{}).apply(p, older); !reflect.DeepEqual(args, []string{"kipper", main.file(), "kipper-pods", ""}) {
+	if _, args := (firewalld{}).apply(p, older); !reflect.DeepEqual(args, []string{"kipper", main.file(), "kipper-pods", "", "kipper-pods-out", ""}) {
 		t.Errorf("apply without a pod zone: %q", args)
 	}
 }

@@ -13,9 +13,10 @@ import (
 // firewalldState is what firewall-cmd --state, firewalld.conf and kip's zone files say.
 type firewalldState struct {
 	installed, running, managed bool
-	defaultZone                 string // DefaultZone in firewalld.conf
-	zone                        *zone  // kip's zone file (FirewalldZone); nil when missing
-	podZone                     *zone  // kip's pod zone file (FirewalldPodZone); nil when missing
+	defaultZone                 string  // DefaultZone in firewalld.conf
+	zone                        *zone   // kip's zone file (FirewalldZone); nil when missing
+	podZone                     *zone   // kip's pod zone file (FirewalldPodZone); nil when missing
+	podPolicy                   *policy // kip's pod policy file (FirewalldPodPolicy); nil when missing
 }
 
 // parseFirewalld reads firewall-cmd --state (empty when firewalld is not installed) and the
@@ -74,6 +75,68 @@ type zoneSource struct {
 }
 
 type xmlElement struct{ XMLName xml.Name }
+
+// policy is a firewalld policy file (firewalld.policy(5)): what firewalld does with traffic from
+// its ingress zones to its egress zones, here forwarded traffic.
+type policy struct {
+	XMLName     xml.Name     `xml:"policy"`
+	Target      string       `xml:"target,attr,omitempty"`
+	Short       string       `xml:"short,omitempty"`
+	Description string       `xml:"description,omitempty"`
+	Ingress     []policyZone `xml:"ingress-zone"`
+	Egress      []policyZone `xml:"egress-zone"`
+	Rules       []zoneRule   `xml:"rule"`
+	Other       []xmlElement `xml:",any"`
+}
+
+type policyZone struct {
+	Name string `xml:"name,attr"`
+}
+
+func parsePolicy(s string) (*policy, error) {
+	var p policy
+	if err := xml.Unmarshal([]byte(s), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// podPolicy is kip's policy for the pod zone: what the pod network (sources, the pod zone's rich
+// rules' sources) sends from the pod zone to any other zone is accepted; the rest goes on to the
+// zones' own rules (target CONTINUE).
+func podPolicy(pods *zone) *policy {
+	p := &policy{Target: "CONTINUE", Short: "Kipper pods out", Description: FirewallMarker,
+		Ingress: []policyZone{{Name: FirewalldPodZone}}, Egress: []policyZone{{Name: "ANY"}}}
+	for _, r := range pods.Rules {
+		if r.Port == nil {
+			p.Rules = append(p.Rules, zoneRule{Family: r.Family, Source: r.Source, Accept: &struct{}{}})
+		}
+	}
+	return p
+}
+
+// file returns the policy as firewalld reads it.
+func (p *policy) file() string {
+	b, err := xml.MarshalIndent(p, "", "  ")
+	if err != nil {
+		panic(err) // a policy's fields are strings and empty structs: it always marshals
+	}
+	return xml.Header + string(b) + "\n"
+}
+
+// key returns what the policy does, in a canonical form (zone.key's, with its zones).
+func (p *policy) key() string {
+	z := zone{Target: p.Target, Description: p.Description, Rules: p.Rules, Other: p.Other}
+	items := []string{z.key()}
+	for _, i := range p.Ingress {
+		items = append(items, "ingress "+i.Name)
+	}
+	for _, e := range p.Egress {
+		items = append(items, "egress "+e.Name)
+	}
+	slices.Sort(items[1:])
+	return strings.Join(items, "\n")
+}
 
 func parseZone(s string) (*zone, error) {
 	var z zone
@@ -184,16 +247,17 @@ func (firewalld) inPlace(p *fwProbe, rules []Rule) bool {
 	fd := p.firewalld
 	main, pods := renderZones(rules)
 	return fd.running && fd.defaultZone == FirewalldZone && fd.zone != nil && fd.zone.key() == main.key() &&
-		(fd.podZone == nil) == (pods == nil) && (pods == nil || fd.podZone.key() == pods.key())
+		(fd.podZone == nil) == (pods == nil) && (pods == nil || fd.podZone.key() == pods.key()) &&
+		(fd.podPolicy == nil) == (pods == nil) && (pods == nil || fd.podPolicy.key() == podPolicy(pods).key())
 }
 
-// apply writes kip's zones and makes firewalld enforce them (see firewalld.sh); without a pod
-// zone, it removes the pod zone's file. The zone opens SSH before firewalld starts or reloads.
+// apply writes kip's zones and the pod zone's policy and makes firewalld enforce them (see
+// firewalld.sh); without a pod zone, it removes the pod zone's and the policy's files. The zone opens SSH before firewalld starts or reloads.
 func (firewalld) apply(_ *fwProbe, rules []Rule) (string, []string) {
 	main, pods := renderZones(rules)
-	podFile := ""
+	podFile, policyFile := "", ""
 	if pods != nil {
-		podFile = pods.file()
+		podFile, policyFile = pods.file(), podPolicy(pods).file()
 	}
-	return firewalldScript, []string{FirewalldZone, main.file(), FirewalldPodZone, podFile}
+	return firewalldScript, []string{FirewalldZone, main.file(), FirewalldPodZone, podFile, FirewalldPodPolicy, policyFile}
 }

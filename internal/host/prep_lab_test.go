@@ -379,6 +379,7 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h, peer *l
 	}
 	t.Run("pod network", func(t *testing.T) {
 		checkPodInterfaces(ctx, t, f, c, h, peer, rules, zones)
+		checkPodEgress(ctx, t, f, c, h, rules)
 	})
 
 	// A stopped firewalld that kip manages starts again with kip's zone.
@@ -391,7 +392,7 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h, peer *l
 	checkEnforced(ctx, t, c, h, true)
 
 	// An operator's firewalld: kip refuses and names the fix.
-	run(ctx, t, h, "firewall-cmd --set-default-zone=public >/dev/null && rm /etc/firewalld/zones/kipper.xml /etc/firewalld/zones/kipper-pods.xml && "+
+	run(ctx, t, h, "firewall-cmd --set-default-zone=public >/dev/null && rm /etc/firewalld/policies/kipper-pods-out.xml /etc/firewalld/zones/kipper.xml /etc/firewalld/zones/kipper-pods.xml && "+
 		"firewall-cmd --reload >/dev/null")
 	if st, err := ReadFirewall(ctx, c); err != nil || st != (FirewallState{Tool: "firewalld", Active: true}) {
 		t.Fatalf("operator's firewalld: %+v, %v", st, err)
@@ -401,6 +402,53 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h, peer *l
 	if err == nil || !strings.Contains(err.Error(), "firewalld on "+h.PublicIP.String()+" is active and not managed by kip") ||
 		!strings.Contains(err.Error(), "(systemctl disable --now firewalld)") {
 		t.Errorf("ApplyFirewall on an operator's firewalld: %v", err)
+	}
+}
+
+// checkPodEgress proves on a real connection that a pod's new connection out of the host gets
+// through kip's firewalld: the pod (checkPodInterfaces' network namespace behind cni0) connects
+// to the lab's apt proxy on the build machine, through h, which forwards and masquerades the pod
+// network's traffic as flannel's rules do (added here, in iptables, as flannel adds them). With
+// an older kip's zones (no pod zone, no policy) firewalld refuses it, as it forwards between a
+// zone's own interfaces only; kip's pod policy lets it out.
+func checkPodEgress(ctx context.Context, t *testing.T, f Family, c *sshx.Client, h *lab.Host, rules []Rule) {
+	pod := netip.AddrFrom4([4]byte{10, 42, h.PrivateIP.As4()[3], 5})
+	flannel := []string{
+		"FORWARD -s 10.42.0.0/16 -j ACCEPT", "FORWARD -d 10.42.0.0/16 -j ACCEPT",
+		"POSTROUTING -t nat -s 10.42.0.0/16 ! -d 10.42.0.0/16 -j MASQUERADE",
+	}
+	for _, r := range flannel {
+		run(ctx, t, h, "iptables -w -I "+r)
+	}
+	run(ctx, t, h, "sysctl -qw net.ipv4.ip_forward=1")
+	t.Cleanup(func() {
+		for _, r := range flannel {
+			h.Run(context.Background(), "iptables -w -D "+r)
+		}
+	})
+	out := func() bool {
+		t.Helper()
+		cmd := sshx.Command("ip", "netns", "exec", "kip-pod", "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--connect-timeout", "3",
+			"--max-time", "6", "--interface", pod.String(), lab.AptProxy+"/")
+		got, err := h.Run(ctx, cmd+" 2>&1")
+		t.Logf("pod %s to %s: %q, %v", pod, lab.AptProxy, got, err)
+		return err == nil && regexp.MustCompile(`^[1-5][0-9][0-9]$`).MatchString(strings.TrimSpace(got))
+	}
+	if err := timed(t, "ApplyFirewall (an older kip's rules)", func() error { return f.ApplyFirewall(ctx, c, unbound(rules)) }); err != nil {
+		t.Fatal(err)
+	}
+	if out() {
+		t.Fatal("with an older kip's zones, the pod's connection out of the host gets through: the check proves nothing")
+	}
+	if err := timed(t, "ApplyFirewall (kip's rules)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
+		t.Fatal(err)
+	}
+	if !out() {
+		t.Error("with kip's pod zone and policy, the pod's connection out of the host does not get through")
+	}
+	if policy := run(ctx, t, h, "firewall-cmd --info-policy="+FirewalldPodPolicy); !strings.Contains(policy, "ingress-zones: "+FirewalldPodZone) ||
+		!strings.Contains(policy, "egress-zones: ANY") {
+		t.Errorf("firewalld's view of kip's pod policy:\n%s", policy)
 	}
 }
 
