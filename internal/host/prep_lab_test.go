@@ -408,7 +408,8 @@ func testFirewalld(ctx context.Context, t *testing.T, c *sshx.Client, h, peer *l
 // checkPodEgress proves on a real connection that a pod's new connection out of the host gets
 // through kip's firewalld: the pod (checkPodInterfaces' network namespace behind cni0) connects
 // to the lab's apt proxy on the build machine, through h, which forwards and masquerades the pod
-// network's traffic as flannel's rules do (added here, in iptables, as flannel adds them). With
+// network's traffic as flannel's rules do (added here, in iptables, as flannel adds them, again
+// after each firewalld reload, as k3s does when kip restarts it). With
 // an older kip's zones (no pod zone, no policy) firewalld refuses it, as it forwards between a
 // zone's own interfaces only; kip's pod policy lets it out.
 func checkPodEgress(ctx context.Context, t *testing.T, f Family, c *sshx.Client, h *lab.Host, rules []Rule) {
@@ -417,8 +418,13 @@ func checkPodEgress(ctx context.Context, t *testing.T, f Family, c *sshx.Client,
 		"FORWARD -s 10.42.0.0/16 -j ACCEPT", "FORWARD -d 10.42.0.0/16 -j ACCEPT",
 		"POSTROUTING -t nat -s 10.42.0.0/16 ! -d 10.42.0.0/16 -j MASQUERADE",
 	}
-	for _, r := range flannel {
-		run(ctx, t, h, "iptables -w -I "+r)
+	// A firewalld reload drops other rules (kip restarts k3s after one, which adds them again):
+	// they are added after each apply.
+	addFlannel := func() {
+		t.Helper()
+		for _, r := range flannel {
+			run(ctx, t, h, "iptables -w -C "+r+" 2>/dev/null || iptables -w -I "+r)
+		}
 	}
 	run(ctx, t, h, "sysctl -qw net.ipv4.ip_forward=1")
 	t.Cleanup(func() {
@@ -437,12 +443,14 @@ func checkPodEgress(ctx context.Context, t *testing.T, f Family, c *sshx.Client,
 	if err := timed(t, "ApplyFirewall (an older kip's rules)", func() error { return f.ApplyFirewall(ctx, c, unbound(rules)) }); err != nil {
 		t.Fatal(err)
 	}
+	addFlannel()
 	if out() {
 		t.Fatal("with an older kip's zones, the pod's connection out of the host gets through: the check proves nothing")
 	}
 	if err := timed(t, "ApplyFirewall (kip's rules)", func() error { return f.ApplyFirewall(ctx, c, rules) }); err != nil {
 		t.Fatal(err)
 	}
+	addFlannel()
 	if !out() {
 		t.Error("with kip's pod zone and policy, the pod's connection out of the host does not get through")
 	}
