@@ -116,13 +116,7 @@ func podPolicy(pods *zone) *policy {
 }
 
 // file returns the policy as firewalld reads it.
-func (p *policy) file() string {
-	b, err := xml.MarshalIndent(p, "", "  ")
-	if err != nil {
-		panic(err) // a policy's fields are strings and empty structs: it always marshals
-	}
-	return xml.Header + string(b) + "\n"
-}
+func (p *policy) file() string { return xmlFile(p) }
 
 // key returns what the policy does, in a canonical form (zone.key's, with its zones).
 func (p *policy) key() string {
@@ -188,10 +182,14 @@ func renderZones(rules []Rule) (main, pods *zone) {
 }
 
 // file returns the zone as firewalld reads it.
-func (z *zone) file() string {
-	b, err := xml.MarshalIndent(z, "", "  ")
+func (z *zone) file() string { return xmlFile(z) }
+
+// xmlFile is a zone's or policy's file: their fields are strings and empty structs, so they
+// always marshal.
+func xmlFile(v any) string {
+	b, err := xml.MarshalIndent(v, "", "  ")
 	if err != nil {
-		panic(err) // a zone's fields are strings and empty structs: it always marshals
+		panic(err)
 	}
 	return xml.Header + string(b) + "\n"
 }
