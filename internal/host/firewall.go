@@ -56,6 +56,9 @@ var PodInterfaces = []string{"cni0", "flannel-wg", "flannel.1"}
 type FirewallState struct {
 	Tool            string
 	Active, Managed bool
+	// Unbound: kip's own rules trust the pod or service network on every interface, as an older
+	// kip wrote them (PodNetworkRules binds them to the pod network's interfaces).
+	Unbound bool
 }
 
 // Rule is one allowed inbound port. Sources empty = every source. Port 0 is every port, for
@@ -308,14 +311,24 @@ func ParseFirewall(ufwStatus, ufwAdded, firewalldState, firewalldZone string) (F
 	return combine(u, fd), nil
 }
 
+// unbound returns rules with the interfaces left out: the rules as kip wrote them before it bound
+// the pod network's to the pod network's interfaces.
+func unbound(rules []Rule) []Rule {
+	out := slices.Clone(rules)
+	for i := range out {
+		out[i].Interfaces = nil
+	}
+	return out
+}
+
 // combine returns the state of the firewall that matters most (see FirewallState).
 func combine(u ufwState, fd firewalldState) FirewallState {
 	var installed []FirewallState
 	if u.installed {
-		installed = append(installed, FirewallState{Tool: "ufw", Active: u.active, Managed: u.managed})
+		installed = append(installed, FirewallState{Tool: "ufw", Active: u.active, Managed: u.managed, Unbound: u.unbound()})
 	}
 	if fd.installed {
-		installed = append(installed, FirewallState{Tool: "firewalld", Active: fd.running, Managed: fd.managed})
+		installed = append(installed, FirewallState{Tool: "firewalld", Active: fd.running, Managed: fd.managed, Unbound: fd.unbound()})
 	}
 	for _, first := range []func(FirewallState) bool{
 		func(s FirewallState) bool { return s.Active && !s.Managed },

@@ -163,16 +163,6 @@ var capturedRules = []Rule{
 	{Port: 9100, Proto: "tcp", Sources: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}},
 }
 
-// unbound returns rules with the interfaces left out: the rules as kip wrote them before it bound
-// the pod network's to the pod network's interfaces.
-func unbound(rules []Rule) []Rule {
-	out := slices.Clone(rules)
-	for i := range out {
-		out[i].Interfaces = nil
-	}
-	return out
-}
-
 func TestScriptsSyntax(t *testing.T) {
 	scripts := map[string]string{"firewall.sh": firewallScript, "firewalld.sh": firewalldScript, "prep.sh": prepScript}
 	for name, script := range scripts {
@@ -349,10 +339,14 @@ func TestParseFirewall(t *testing.T) {
 		{name: "ufw inactive", ufwStatus: "Status: inactive\n", ufwAdded: ufwNoneAdded, want: FirewallState{Tool: "ufw"}},
 		{name: "ufw managed", ufwStatus: ufwVerbose, ufwAdded: ufwAdded, want: FirewallState{Tool: "ufw", Active: true, Managed: true}},
 		{name: "firewalld stopped", fdState: "not running", want: FirewallState{Tool: "firewalld"}},
-		{name: "firewalld managed", fdState: "running", zone: firewalldZone, want: FirewallState{Tool: "firewalld", Active: true, Managed: true}},
+		{name: "ufw managed by an older kip", ufwStatus: ufwVerboseOld, ufwAdded: ufwAddedOld, want: FirewallState{Tool: "ufw", Active: true, Managed: true, Unbound: true}},
+		// firewalldZone is an older kip's: it trusts the pod network on every interface.
+		{name: "firewalld managed", fdState: "running", zone: firewalldZone, want: FirewallState{Tool: "firewalld", Active: true, Managed: true, Unbound: true}},
+		{name: "firewalld managed, the zone now", fdState: "running", zone: strings.Replace(firewalldZone, "  <rule family=\"ipv4\">\n    <source address=\"10.42.0.0/16\"/>\n    <accept/>\n  </rule>\n", "", 1),
+			want: FirewallState{Tool: "firewalld", Active: true, Managed: true}},
 		{name: "both inactive", ufwStatus: "Status: inactive\n", fdState: "not running", want: FirewallState{Tool: "ufw"}},
 		{name: "firewalld managed and stopped, ufw inactive", ufwStatus: "Status: inactive\n", fdState: "not running", zone: firewalldZone,
-			want: FirewallState{Tool: "firewalld", Managed: true}},
+			want: FirewallState{Tool: "firewalld", Managed: true, Unbound: true}},
 		{name: "firewalld runs, ufw inactive", ufwStatus: "Status: inactive\n", fdState: "running", want: FirewallState{Tool: "firewalld", Active: true}},
 		{name: "both active, firewalld the operator's", ufwStatus: ufwVerbose, ufwAdded: ufwAdded, fdState: "running",
 			want: FirewallState{Tool: "firewalld", Active: true}},
@@ -398,7 +392,7 @@ func TestParseProbe(t *testing.T) {
 	if p, err = parseProbe(fd); err != nil {
 		t.Fatal(err)
 	}
-	if st := p.state(); st != (FirewallState{Tool: "firewalld", Active: true, Managed: true}) || p.firewalld.defaultZone != FirewalldZone ||
+	if st := p.state(); st != (FirewallState{Tool: "firewalld", Active: true, Managed: true, Unbound: true}) || p.firewalld.defaultZone != FirewalldZone ||
 		p.firewalld.zone == nil || p.firewalld.podZone == nil || len(p.firewalld.podZone.Interfaces) != 3 ||
 		p.firewalld.podPolicy == nil || len(p.firewalld.podPolicy.Ingress) != 1 {
 		t.Errorf("firewalld: state %+v, %+v", st, p.firewalld)

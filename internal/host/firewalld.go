@@ -36,6 +36,20 @@ func parseFirewalld(state, zoneFile string) (firewalldState, error) {
 	return fd, nil
 }
 
+// unbound reports whether kip's main zone trusts the pod or service network: it holds every
+// interface no zone names.
+func (fd firewalldState) unbound() bool {
+	if fd.zone == nil {
+		return false
+	}
+	main, _ := renderZones(unbound(PodNetworkRules()))
+	return slices.ContainsFunc(main.Rules, func(r zoneRule) bool {
+		return slices.ContainsFunc(fd.zone.Rules, func(have zoneRule) bool {
+			return have.Port == nil && have.Source != nil && r.Source != nil && canonicalAddress(have.Source.Address) == canonicalAddress(r.Source.Address)
+		})
+	})
+}
+
 // zone is a firewalld zone file (firewalld.zone(5)): the parts kip writes, and any other
 // element, so that a zone with more in it is not kip's.
 type zone struct {

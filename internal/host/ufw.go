@@ -75,6 +75,13 @@ func parseUFW(status, added string) (ufwState, error) {
 	return u, nil
 }
 
+// unbound reports whether kip's rules trust the pod or service network on every interface.
+func (u ufwState) unbound() bool {
+	return slices.ContainsFunc(ufwRules(unbound(PodNetworkRules())), func(args []string) bool {
+		return slices.Contains(u.kip, strings.Join(args, " ")+ufwComment)
+	})
+}
+
 // UfwBlocks returns the commands that make an active ufw that kip does not manage let in what
 // rules need, from ufw status verbose and ufw show added: nil when ufw is not active, is kip's,
 // lets traffic in by default, or already allows each rule as kip would write it or wider ("allow

@@ -453,17 +453,27 @@ func TestHostChecksSmall(t *testing.T) {
 		{host.FirewallState{Tool: "ufw"}, StatusOK},
 		{host.FirewallState{Tool: "ufw", Active: true, Managed: true}, StatusOK},
 		{host.FirewallState{Tool: "firewalld", Active: true}, StatusWarn},
+		{host.FirewallState{Tool: "ufw", Active: true, Managed: true, Unbound: true}, StatusWarn},
 	} {
-		if c := checkFirewall("srv", tt.fw, true, 22); c.Status != tt.want {
+		if c := checkFirewall("srv", "203.0.113.10", tt.fw, true, 22); c.Status != tt.want {
 			t.Errorf("firewall %+v: %s", tt.fw, c.Status)
 		}
 	}
+	// An older kip's rules: the command that applies kip's rules now, which exists.
+	older := host.FirewallState{Tool: "ufw", Active: true, Managed: true, Unbound: true}
+	if c := checkFirewall("srv", "203.0.113.10", older, true, 22); !strings.HasPrefix(c.Fix, "run 'kip install --host 203.0.113.10' again, which applies kip's rules now (every port from 10.42.0.0/16 on cni0") {
+		t.Errorf("server firewall with an older kip's rules: fix %q", c.Fix)
+	}
+	if c := checkFirewall("w1", "203.0.113.51", older, false, 22); !strings.HasPrefix(c.Fix, "run 'kip node add 203.0.113.51' again") ||
+		!strings.Contains(c.Detail, "trust the pod and service networks on every interface") {
+		t.Errorf("worker firewall with an older kip's rules: %q, fix %q", c.Detail, c.Fix)
+	}
 	// A server's fix lists exactly what kip writes into a firewall it manages.
-	if c := checkFirewall("srv", host.FirewallState{Tool: "firewalld", Active: true}, true, 2222); c.Fix != "make sure firewalld lets in "+host.Describe(host.ServerRules(2222)) {
+	if c := checkFirewall("srv", "203.0.113.10", host.FirewallState{Tool: "firewalld", Active: true}, true, 2222); c.Fix != "make sure firewalld lets in "+host.Describe(host.ServerRules(2222)) {
 		t.Errorf("server firewall fix %q", c.Fix)
 	}
 	// A worker's names the peer ports and the pod network's rules, on the pod network's interfaces.
-	if c := checkFirewall("w1", host.FirewallState{Tool: "ufw", Active: true}, false, 22); c.Fix != "allow the cluster's ports in ufw yourself: "+
+	if c := checkFirewall("w1", "203.0.113.51", host.FirewallState{Tool: "ufw", Active: true}, false, 22); c.Fix != "allow the cluster's ports in ufw yourself: "+
 		"10250/tcp, 51820/udp and 9100/tcp from the other nodes, every port from 10.42.0.0/16 on cni0, flannel-wg and flannel.1, "+
 		"every port from 10.43.0.0/16 on cni0, flannel-wg and flannel.1" {
 		t.Errorf("worker firewall fix %q", c.Fix)

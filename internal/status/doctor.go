@@ -836,7 +836,7 @@ func evaluateHost(in inspection, rec cluster.Record, paths hostPaths, diskPaths 
 	if in.fwErr != nil {
 		out = append(out, Check{Name: "firewall", Node: node, Status: StatusWarn, Detail: "cannot read the host firewall: " + in.fwErr.Error(), Fix: "check ufw or firewalld on the node"})
 	} else {
-		out = append(out, checkFirewall(node, in.fw, t.server, in.sshPort))
+		out = append(out, checkFirewall(node, t.addr, in.fw, t.server, in.sshPort))
 	}
 	if in.probeErr != nil {
 		out = append(out, Check{Name: "certificates", Node: node, Status: StatusWarn, Detail: "cannot read the node's certificates and clock: " + in.probeErr.Error(), Fix: "check that the SSH user can read " + paths.agent + " (as root, or with sudo)"})

@@ -565,16 +565,25 @@ func checkWireGuard(node string, state sshx.ModuleState, network string) Check {
 	return c
 }
 
-// checkFirewall reports who manages the node's host firewall. What a server's firewall must let
-// in is what kip writes into one it manages (host.ServerRules); a worker's rules come with kip
-// node add.
-func checkFirewall(node string, fw host.FirewallState, server bool, sshPort int) Check {
+// checkFirewall reports who manages the node's host firewall, reached at addr. What a server's
+// firewall must let in is what kip writes into one it manages (host.ServerRules); a worker's
+// rules come with kip node add, which applies them again, as a re-run of install does the
+// server's.
+func checkFirewall(node, addr string, fw host.FirewallState, server bool, sshPort int) Check {
 	c := Check{Name: "firewall", Node: node, Status: StatusOK}
 	switch {
 	case !fw.Active:
 		c.Detail = "no active host firewall: the provider's firewall must keep the node's ports closed"
 		if fw.Tool != "" {
 			c.Detail = fw.Tool + " is not active: the provider's firewall must keep the node's ports closed"
+		}
+	case fw.Managed && fw.Unbound:
+		c.Status = StatusWarn
+		c.Detail = fw.Tool + " is managed by kip with an older kip's rules, which trust the pod and service networks on every interface, " +
+			"so a host on a shared network that sends from a pod address reaches every port"
+		c.Fix = "run 'kip node add " + addr + "' again, which applies kip's rules now (" + host.Describe(host.PodNetworkRules()) + ")"
+		if server {
+			c.Fix = "run '" + rerunInstall(addr) + "' again, which applies kip's rules now (" + host.Describe(host.PodNetworkRules()) + ")"
 		}
 	case fw.Managed:
 		c.Detail = fw.Tool + " is active and managed by kip"
