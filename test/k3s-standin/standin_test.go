@@ -153,6 +153,15 @@ func startStandin(t *testing.T, dir, name string, args, env []string) *standin {
 		s.stop(t)
 		if t.Failed() {
 			data, _ := os.ReadFile(s.log)
+			// A child that ended it (kip's supervisor stops every child then) logged why before the
+			// other children's shutdown filled the last lines: its lines and the errors first.
+			var why []string
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.HasPrefix(l, "kwok:") || strings.Contains(l, "level=ERROR") {
+					why = append(why, l)
+				}
+			}
+			t.Logf("----- %s log: kwok's lines and errors (the first 40) -----\n%s", name, strings.Join(why[:min(len(why), 40)], "\n"))
 			t.Logf("----- %s log (last 60 lines) -----\n%s", name, tail(string(data), 60))
 		}
 	})
