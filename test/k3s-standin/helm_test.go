@@ -87,10 +87,11 @@ func TestAddons(t *testing.T) {
 	writeFile(t, filepath.Join(charts, "widgets", "crds.yaml"), widgetsCRDs)
 	writeFile(t, filepath.Join(charts, "widgets", "objects.yaml"), widgetsObjects)
 	writeFile(t, filepath.Join(charts, "widgets", "README"), "not a *.yaml file: ignored")
-	config := fmt.Sprintf("node-name: standin-addons\nnode-ip: 127.0.0.1\nbind-address: 127.0.0.1\nhttps-listen-port: %d\nkubelet-arg: [port=%d]\n", freePort(t), freePort(t))
+	ports := freePortRange(t, 6) // the stand-in's own four, then k3s's and the kubelet's
+	config := fmt.Sprintf("node-name: standin-addons\nnode-ip: 127.0.0.1\nbind-address: 127.0.0.1\nhttps-listen-port: %d\nkubelet-arg: [port=%d]\n", ports+4, ports+5)
 	writeFile(t, configPath, config)
 	args := []string{"server", "--config", configPath, "--data-dir", dataDir, "--write-kubeconfig", kubeconfig}
-	env := []string{"KIP_STANDIN_BIN=" + binDir, "KIP_STANDIN_PORT_BASE=" + strconv.Itoa(freePortRange(t, 4))}
+	env := []string{"KIP_STANDIN_BIN=" + binDir, "KIP_STANDIN_PORT_BASE=" + strconv.Itoa(ports)}
 
 	server := startStandin(t, dir, "server", args, env)
 	t.Logf("server start (process start to READY=1): %s", server.waitReady(t, 2*time.Minute).Round(time.Millisecond))

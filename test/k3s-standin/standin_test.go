@@ -211,20 +211,18 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort returns a port free on loopback now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// handedOut are the ports freePortRange gave this test binary's tests, which run in parallel:
+// closed again, a range is free until its stand-in binds it, and another test's range must not
+// take it meanwhile.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // freePortRange returns the first of n consecutive ports free on loopback now, below the
-// kernel's ephemeral ports: a port there can be taken as a connection's source port (the
-// stand-in's own apiserver talking to its etcd) between this check and the stand-in's bind.
+// kernel's ephemeral ports (a port there can be taken as a connection's source port, the
+// stand-in's own apiserver talking to its etcd, between this check and the stand-in's bind; a
+// kwok on the kubelet port once exited so), and none handed out before.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
 	low := 32768 // Linux's default first ephemeral port
@@ -238,11 +236,17 @@ func freePortRange(t *testing.T, n int) int {
 	if low-n <= 20000 {
 		t.Fatalf("the ephemeral ports start at %d, leaving no room for %d ports from 20000", low, n)
 	}
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 50 {
 		base := 20000 + rand.IntN(low-n-20000)
 		ok := true
 		var ls []net.Listener
 		for i := range n {
+			if handedOut.ports[base+i] {
+				ok = false
+				break
+			}
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
 			if err != nil {
 				ok = false
@@ -254,6 +258,9 @@ func freePortRange(t *testing.T, n int) int {
 			l.Close()
 		}
 		if ok {
+			for i := range n {
+				handedOut.ports[base+i] = true
+			}
 			return base
 		}
 	}
@@ -331,7 +338,9 @@ func TestServerAndAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	httpsPort, serverKubelet, agentKubelet := freePort(t), freePort(t), freePort(t)
+	// The stand-in's own ports (KIP_STANDIN_PORT_BASE, four), then k3s's and the kubelets'.
+	ports := freePortRange(t, 7)
+	httpsPort, serverKubelet, agentKubelet := ports+4, ports+5, ports+6
 	dataDir, kubeconfig, audit := filepath.Join(dir, "server-data"), filepath.Join(dir, "k3s.yaml"), filepath.Join(dir, "audit.log")
 	writeFile(t, filepath.Join(dir, "audit-policy.yaml"), "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
 	writeFile(t, filepath.Join(dir, "server.yaml"), fmt.Sprintf(`node-name: standin-server
@@ -349,7 +358,7 @@ kube-apiserver-arg:
 protect-kernel-defaults: true
 `, httpsPort, serverKubelet, audit, filepath.Join(dir, "audit-policy.yaml")))
 	serverArgs := []string{"server", "--config", filepath.Join(dir, "server.yaml"), "--data-dir", dataDir, "--write-kubeconfig", kubeconfig}
-	serverEnv := []string{"KIP_STANDIN_BIN=" + binDir, "KIP_STANDIN_PORT_BASE=" + strconv.Itoa(freePortRange(t, 4))}
+	serverEnv := []string{"KIP_STANDIN_BIN=" + binDir, "KIP_STANDIN_PORT_BASE=" + strconv.Itoa(ports)}
 
 	server := startStandin(t, dir, "server", serverArgs, serverEnv)
 	startTime := server.waitReady(t, 2*time.Minute)
