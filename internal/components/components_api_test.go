@@ -347,7 +347,8 @@ func TestApplyAfterOnceReady(t *testing.T) {
 
 // TestApplyReplacesClass: a StorageClass kip defines whose parameters changed since it was made
 // (the one-copy class before it selected the server's tag) is made anew, as Kubernetes forbids
-// changing them; Longhorn's stock class, of which kip applies only an annotation, stays.
+// changing them; Longhorn's stock class, of which kip applies only an annotation, stays. Stopped
+// after the delete, before the create, the next Apply makes it.
 func TestApplyReplacesClass(t *testing.T) {
 	_, cl := apiTestClients(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -397,5 +398,19 @@ func TestApplyReplacesClass(t *testing.T) {
 	}
 	if ready, pending, err := c.Status(ctx, cl); err != nil || !ready {
 		t.Errorf("the classes after Apply: ready %v, pending %q, %v", ready, pending, err)
+	}
+	// Killed between the delete and the create (its two writes): the class is missing, the
+	// component not ready, and the next Apply makes it as rendered.
+	if err := scs.Delete(ctx, cluster.LonghornOneCopyClass, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ready, _, err := c.Status(ctx, cl); err != nil || ready {
+		t.Errorf("the classes with the one-copy class deleted: ready %v, %v", ready, err)
+	}
+	if err := Apply(ctx, cl, c); err != nil {
+		t.Fatal(err)
+	}
+	if one, err := scs.Get(ctx, cluster.LonghornOneCopyClass, metav1.GetOptions{}); err != nil || one.Parameters["nodeSelector"] != longhorn.ServerTag {
+		t.Errorf("the one-copy class after Apply run again: %v %v", one, err)
 	}
 }

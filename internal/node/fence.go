@@ -72,11 +72,10 @@ type fenceIntent struct {
 	Services []fencedService `json:"services,omitempty"`
 	Jobs     []string        `json:"jobs,omitempty"`
 	Others   []string        `json:"others,omitempty"`
-	// ServerCut: the worker answered kip over SSH but could not reach the server's API (or kip
-	// could not tell), and CutOff are the Longhorn volumes whose engine ran there then: their
-	// copies elsewhere are not known to be current (longhorn.Distrust).
-	ServerCut bool     `json:"serverCut,omitempty"`
-	CutOff    []string `json:"cutOff,omitempty"`
+	// CutOff are the Longhorn volumes whose engine ran on the worker when it answered kip over
+	// SSH but could not reach the server's API (fencer.serverCut): their copies elsewhere are not
+	// known to be current (longhorn.Distrust).
+	CutOff []string `json:"cutOff,omitempty"`
 }
 
 // fencedService is a Kipper service with a single-node volume on the fenced worker.
@@ -103,7 +102,10 @@ type fencer struct {
 	worker Worker
 	rec    cluster.Record
 	node   *sshx.Client // nil when the host does not answer
-	intent fenceIntent
+	// serverCut: the host answers kip but does not reach the server's API, or kip could not tell
+	// (serverReach); decide records the volumes it affects in the intent.
+	serverCut bool
+	intent    fenceIntent
 }
 
 func fenceWorkflow(name string) string { return "node-fence-" + name }
@@ -239,7 +241,7 @@ func (f *fencer) reach(ctx context.Context, n *corev1.Node) error {
 func (f *fencer) serverReach(ctx context.Context) error {
 	name, server := f.o.Worker, f.worker.Path.Server
 	if !server.Is4() {
-		f.intent.ServerCut = true
+		f.serverCut = true
 		f.p.Warn(fmt.Sprintf("kip has no server address recorded for %s to check that it reaches the server's API: Longhorn's view of the copies of its volumes counts as out of date", name))
 		return nil
 	}
@@ -247,7 +249,7 @@ func (f *fencer) serverReach(ctx context.Context) error {
 	if err != nil {
 		f.p.Warn(fmt.Sprintf("kip could not check whether %s reaches the server's API at %s:%d (%v): Longhorn's view of the copies of its volumes counts as out of date", name, server, apiPort, err))
 	}
-	f.intent.ServerCut = err != nil || !reaches
+	f.serverCut = err != nil || !reaches
 	if err == nil && !reaches {
 		f.p.Warn(fmt.Sprintf("%s answers kip but does not reach the server's API at %s:%d: Longhorn could not record what happened to the copies of the volumes it ran since it lost the server", name, server, apiPort))
 	}
@@ -290,7 +292,7 @@ func (f *fencer) decide(ctx context.Context) error {
 		return err
 	}
 	f.intent.Jobs, f.intent.Others = found.jobs, found.others
-	if f.intent.ServerCut {
+	if f.serverCut {
 		if f.intent.CutOff, err = enginesOn(ctx, f.cl, name); err != nil {
 			return err
 		}

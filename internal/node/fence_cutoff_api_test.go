@@ -123,8 +123,8 @@ func TestFenceCutOff(t *testing.T) {
 	if err := f.examine(ctx); err != nil {
 		t.Fatalf("examine: %v\n%s", err, out)
 	}
-	if f.node == nil || !f.intent.ServerCut || !slices.Equal(f.intent.CutOff, []string{vols["data-here-0"]}) {
-		t.Fatalf("the worker answering kip, cut off from the server: answered %v, cut %v, volumes %v\n%s", f.node != nil, f.intent.ServerCut, f.intent.CutOff, out)
+	if f.node == nil || !f.serverCut || !slices.Equal(f.intent.CutOff, []string{vols["data-here-0"]}) {
+		t.Fatalf("the worker answering kip, cut off from the server: answered %v, cut %v, volumes %v\n%s", f.node != nil, f.serverCut, f.intent.CutOff, out)
 	}
 	if want := name + " answers kip but does not reach the server's API at 192.0.2.1:6443"; !strings.Contains(out.String(), want) {
 		t.Errorf("the examination does not say %q:\n%s", want, out)
