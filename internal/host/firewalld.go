@@ -107,13 +107,7 @@ type policyZone struct {
 	Name string `xml:"name,attr"`
 }
 
-func parsePolicy(s string) (*policy, error) {
-	var p policy
-	if err := xml.Unmarshal([]byte(s), &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
+func parsePolicy(s string) (*policy, error) { return parseXML[policy](s) }
 
 // podPolicy is kip's policy for the pod zone: what the pod network (sources, the pod zone's rich
 // rules' sources) sends from the pod zone to any other zone is accepted; the rest goes on to the
@@ -146,12 +140,15 @@ func (p *policy) key() string {
 	return strings.Join(items, "\n")
 }
 
-func parseZone(s string) (*zone, error) {
-	var z zone
-	if err := xml.Unmarshal([]byte(s), &z); err != nil {
+func parseZone(s string) (*zone, error) { return parseXML[zone](s) }
+
+// parseXML reads a zone's or policy's file (xmlFile writes them).
+func parseXML[T any](s string) (*T, error) {
+	var v T
+	if err := xml.Unmarshal([]byte(s), &v); err != nil {
 		return nil, err
 	}
-	return &z, nil
+	return &v, nil
 }
 
 // renderZones returns kip's zones for rules. The zone FirewalldZone, made the default zone, holds
