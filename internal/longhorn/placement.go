@@ -33,12 +33,6 @@ const (
 	AllowEmptySelector = "allow-empty-node-selector-volume"
 )
 
-// Pinned reports whether the volume's new copies can go only to the server: its node selector
-// holds ServerTag.
-func Pinned(v *longhornv1beta2.Volume) bool {
-	return slices.Contains(v.Spec.NodeSelector, ServerTag)
-}
-
 // ServerTagged reports whether the server's Longhorn node carries ServerTag; false when Longhorn
 // has no node of that name yet.
 func ServerTagged(ctx context.Context, cl *kube.Clients, server string) (bool, error) {
