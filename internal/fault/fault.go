@@ -15,7 +15,15 @@
 //     writes before it in that run;
 //   - with WritesFileEnv (KIP_FAULT_WRITES) naming a file, appends a line to it for each write:
 //     its number, a tab and what it was ("API PATCH /api/v1/persistentvolumes/pv-1",
-//     "ssh root@10.0.0.1:22: rm -rf -- /var/lib/x").
+//     "ssh root@10.0.0.1:22: rm -rf -- /var/lib/x");
+//   - with KillNewWriteEnv (KIP_FAULT_KILL_NEW_WRITE) naming a file, kills itself right after its
+//     first write that no earlier run given the same file made, and adds it there: run again
+//     and again, each run resumes where the one before it was killed and is killed after the
+//     next write, until one ends by itself — every write of a workflow killed after in turn,
+//     each state resumed, in one pass. A write is known by what it was and, for an API request,
+//     a digest of its body (a cordon and an uncordon of one node are two writes); writes marked
+//     Bookkeeping (the cluster lock, the progress record), which every run makes again, are
+//     never the one killed after.
 //
 // A test runs a workflow once with the file to count its writes, then once per write killed
 // after it, and checks that the next run reaches the same end state. The numbering is
@@ -30,6 +38,7 @@ const (
 	KillWriteEnv         = "KIP_FAULT_KILL_WRITE"
 	KillWriteMatchingEnv = "KIP_FAULT_KILL_WRITE_MATCHING"
 	WritesFileEnv        = "KIP_FAULT_WRITES"
+	KillNewWriteEnv      = "KIP_FAULT_KILL_NEW_WRITE"
 	// PollEnv (a Go duration) replaces how often kip's waits ask again (kube.PollInterval), so
 	// that a test which runs a workflow once per write spends its time on the writes, not on
 	// half-second polls. What a wait waits for is the same at any interval.

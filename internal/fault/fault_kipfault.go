@@ -4,7 +4,10 @@ package fault
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -20,6 +23,9 @@ import (
 var (
 	mu     sync.Mutex
 	writes int
+	// made are the writes earlier runs made, by their keys (newWrite), read from
+	// KillNewWriteEnv's file at this run's first write.
+	made map[string]bool
 )
 
 // WrapConfig makes the clients built from cfg count each mutating request the server accepted.
@@ -28,7 +34,10 @@ func WrapConfig(cfg *rest.Config) {
 }
 
 // Remote counts a remote command on host that ended, whatever its exit status.
-func Remote(host, cmd string) { wrote("ssh " + host + ": " + cmd) }
+func Remote(host, cmd string) {
+	what := "ssh " + host + ": " + cmd
+	wrote(what, what)
+}
 
 // Uncounted marks ctx's API requests as not counted: writes whose moment depends on the clock,
 // as a lock's renewals do, would make the numbering depend on the machine's speed.
@@ -38,14 +47,46 @@ func Uncounted(ctx context.Context) context.Context {
 
 type uncountedKey struct{}
 
+// Bookkeeping marks ctx's writes as the command's own bookkeeping (its cluster lock, its
+// progress record): numbered and logged as any write, but never the one KillNewWriteEnv kills
+// after, since every run makes them again.
+func Bookkeeping(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bookkeepingKey{}, true)
+}
+
+type bookkeepingKey struct{}
+
 type counting struct{ next http.RoundTripper }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
 	if err == nil && resp.StatusCode < 300 && mutating(req) && req.Context().Value(uncountedKey{}) == nil {
-		wrote("API " + req.Method + " " + req.URL.Path)
+		what := "API " + req.Method + " " + req.URL.Path
+		key := what + " " + bodyDigest(req)
+		if req.Context().Value(bookkeepingKey{}) != nil {
+			key = ""
+		}
+		wrote(what, key)
 	}
 	return resp, err
+}
+
+// bodyDigest is a digest of req's body, "" when it has none: two writes to one object with
+// different bodies (a cordon, an uncordon) are two writes to KillNewWriteEnv.
+func bodyDigest(req *http.Request) string {
+	if req.GetBody == nil {
+		return ""
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return ""
+	}
+	defer body.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, body); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // reviews are the kinds whose creation asks the server a question and stores nothing.
@@ -71,8 +112,9 @@ func mutating(req *http.Request) bool {
 }
 
 // wrote numbers a write, logs it to the file WritesFileEnv names, and kills the process when it
-// is the write KillWriteEnv names.
-func wrote(what string) {
+// is the write KillWriteEnv names, the first KillWriteMatchingEnv matches, or, by its key (""
+// for bookkeeping), one no earlier run made (KillNewWriteEnv).
+func wrote(what, key string) {
 	mu.Lock()
 	defer mu.Unlock()
 	writes++
@@ -92,7 +134,7 @@ func wrote(what string) {
 			panic(fmt.Sprintf("kipfault: log write %d to %s: %v", writes, file, err))
 		}
 	}
-	if killAfter(what) {
+	if killAfter(what) || newWrite(key) {
 		fmt.Fprintf(os.Stderr, "kipfault: SIGKILL after write %d: %s\n", writes, what)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught: the process ends here
@@ -119,6 +161,39 @@ func killAfter(what string) bool {
 		return re.MatchString(what)
 	}
 	return false
+}
+
+// newWrite reports whether KillNewWriteEnv names a file and no earlier run made the write whose
+// key is key (not bookkeeping): then it adds key to the file, for the runs after this one.
+func newWrite(key string) bool {
+	file := os.Getenv(KillNewWriteEnv)
+	if file == "" || key == "" {
+		return false
+	}
+	if made == nil {
+		data, err := os.ReadFile(file)
+		if err != nil && !os.IsNotExist(err) {
+			panic(fmt.Sprintf("kipfault: read %s: %v", file, err))
+		}
+		made = map[string]bool{}
+		for _, k := range strings.Split(string(data), "\n") {
+			made[k] = true
+		}
+	}
+	if made[key] {
+		return false
+	}
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = fmt.Fprintln(f, key)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		panic(fmt.Sprintf("kipfault: add write to %s: %v", file, err))
+	}
+	return true
 }
 
 // Interval is how often kip's waits ask again: PollEnv's duration when set, else def.

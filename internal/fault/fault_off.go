@@ -18,5 +18,8 @@ func Remote(string, string) {}
 // Uncounted marks ctx's API requests as not counted; kip as shipped counts nothing.
 func Uncounted(ctx context.Context) context.Context { return ctx }
 
+// Bookkeeping marks ctx's writes as the command's bookkeeping; kip as shipped counts nothing.
+func Bookkeeping(ctx context.Context) context.Context { return ctx }
+
 // Interval is how often kip's waits ask again: def, in kip as shipped.
 func Interval(def time.Duration) time.Duration { return def }

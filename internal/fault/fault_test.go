@@ -25,20 +25,22 @@ import (
 const helperEnv = "KIP_FAULT_TEST_SERVER"
 
 // requests are the helper's requests, in order, with the status the server answers each with;
-// the third, fifth and eighth are writes (the sixth is made with an Uncounted context).
+// the third, fifth, eighth and ninth are writes (the sixth is made with an Uncounted context,
+// the ninth with a Bookkeeping one).
 var requests = []struct {
 	method, path string
 	status       int
-	uncounted    bool
+	ctx          func(context.Context) context.Context
 }{
-	{http.MethodGet, "/api/v1/namespaces/a/pods", 200, false},
-	{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 201, false},
-	{http.MethodPost, "/api/v1/namespaces/a/pods", 201, false},
-	{http.MethodPost, "/api/v1/namespaces/a/pods?dryRun=All", 201, false},
-	{http.MethodPatch, "/api/v1/persistentvolumes/pv-1", 200, false},
-	{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kip-lock", 200, true},
-	{http.MethodPut, "/api/v1/namespaces/a/configmaps/c", 409, false},
-	{http.MethodDelete, "/api/v1/namespaces/a/pods/p", 200, false},
+	{http.MethodGet, "/api/v1/namespaces/a/pods", 200, nil},
+	{http.MethodPost, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 201, nil},
+	{http.MethodPost, "/api/v1/namespaces/a/pods", 201, nil},
+	{http.MethodPost, "/api/v1/namespaces/a/pods?dryRun=All", 201, nil},
+	{http.MethodPatch, "/api/v1/persistentvolumes/pv-1", 200, nil},
+	{http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kip-lock", 200, fault.Uncounted},
+	{http.MethodPut, "/api/v1/namespaces/a/configmaps/c", 409, nil},
+	{http.MethodDelete, "/api/v1/namespaces/a/pods/p", 200, nil},
+	{http.MethodPut, "/api/v1/namespaces/a/configmaps/progress", 200, fault.Bookkeeping},
 }
 
 func TestMain(m *testing.M) {
@@ -61,8 +63,8 @@ func helper(url string) error {
 	}
 	for i, r := range requests {
 		ctx := context.Background()
-		if r.uncounted {
-			ctx = fault.Uncounted(ctx)
+		if r.ctx != nil {
+			ctx = r.ctx(ctx)
 		}
 		req, err := http.NewRequestWithContext(ctx, r.method, url+r.path, nil)
 		if err != nil {
@@ -82,10 +84,8 @@ func helper(url string) error {
 	return nil
 }
 
-// run runs the helper with kill, the environment that has it killed after a write ("": none),
-// and returns its standard error, its signal and the writes it logged.
-func run(t *testing.T, kill string) (string, syscall.Signal, string) {
-	t.Helper()
+// server answers the helper's requests as requests says.
+func server(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		for _, r := range requests {
 			if path, _, _ := strings.Cut(r.path, "?"); r.method == req.Method && path == req.URL.Path &&
@@ -96,7 +96,15 @@ func run(t *testing.T, kill string) (string, syscall.Signal, string) {
 		}
 		w.WriteHeader(http.StatusTeapot)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// run runs the helper with kill, the environment that has it killed after a write ("": none),
+// and returns its standard error, its signal and the writes it logged.
+func run(t *testing.T, kill string) (string, syscall.Signal, string) {
+	t.Helper()
+	srv := server(t)
 	writes := filepath.Join(t.TempDir(), "writes")
 	env := []string{helperEnv + "=" + srv.URL, fault.WritesFileEnv + "=" + writes}
 	if kill != "" {
@@ -115,7 +123,8 @@ func TestWritesCountedAndLogged(t *testing.T) {
 	want := "1\tAPI POST /api/v1/namespaces/a/pods\n" +
 		"2\tssh root@h:22: touch /x\n" +
 		"3\tAPI PATCH /api/v1/persistentvolumes/pv-1\n" +
-		"4\tAPI DELETE /api/v1/namespaces/a/pods/p\n"
+		"4\tAPI DELETE /api/v1/namespaces/a/pods/p\n" +
+		"5\tAPI PUT /api/v1/namespaces/a/configmaps/progress\n"
 	if sig != 0 || logged != want {
 		t.Errorf("uninterrupted: signal %v, logged\n%s\nwant\n%s\nstderr:\n%s", sig, logged, want, stderr)
 	}
@@ -162,8 +171,37 @@ func TestKilledAfterTheFirstMatchingWrite(t *testing.T) {
 			t.Errorf("killed after the first write matching %q: %d writes logged:\n%s", tc.pattern, n, logged)
 		}
 	}
-	if _, sig, logged := run(t, faulttest.KillAfterMatching(`^API GET `)); sig != 0 || strings.Count(logged, "\n") != 4 {
+	if _, sig, logged := run(t, faulttest.KillAfterMatching(`^API GET `)); sig != 0 || strings.Count(logged, "\n") != 5 {
 		t.Errorf("a pattern no write matches: signal %v, logged\n%s", sig, logged)
+	}
+}
+
+// TestKilledAfterEachNewWrite runs the helper again and again with the same file of writes made:
+// each run repeats the writes of the runs before it and is killed after the next, until one ends
+// by itself, having made one write more than the run before it; the bookkeeping write, made
+// by every run, is never the one killed after.
+func TestKilledAfterEachNewWrite(t *testing.T) {
+	srv := server(t)
+	dir := t.TempDir()
+	writes := filepath.Join(dir, "writes")
+	env := []string{helperEnv + "=" + srv.URL, fault.WritesFileEnv + "=" + writes, fault.KillNewWriteEnv + "=" + filepath.Join(dir, "made")}
+	want := []string{"API POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x",
+		"API PATCH /api/v1/persistentvolumes/pv-1", "API DELETE /api/v1/namespaces/a/pods/p"}
+	for i, what := range want {
+		r := faulttest.Run(t, time.Minute, env...)
+		if got := faulttest.Killed(t, r, i+1); got != what {
+			t.Fatalf("run %d killed after write %d, %q; want %q", i+1, i+1, got, what)
+		}
+	}
+	if r := faulttest.Run(t, time.Minute, env...); r.Signal != 0 {
+		t.Fatalf("the run after each write was killed once: signal %v\n%s", r.Signal, r.Stderr)
+	}
+	logged, err := os.ReadFile(writes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(logged), "\n"); n != 1+2+3+4+5 {
+		t.Errorf("the runs logged %d writes, want 15:\n%s", n, logged)
 	}
 }
 

@@ -249,7 +249,7 @@ func (p *fwProbe) state() FirewallState {
 
 // readProbe runs firewall.sh on the host: one round trip.
 func readProbe(ctx context.Context, c *sshx.Client) (*fwProbe, error) {
-	out, err := c.Output(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone, FirewalldPodPolicy))
+	out, err := c.Query(ctx, sshx.Command("sh", "-c", firewallScript, "kip-firewall", FirewalldZone, FirewalldPodZone, FirewalldPodPolicy))
 	if err != nil {
 		return nil, err
 	}

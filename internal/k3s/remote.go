@@ -20,7 +20,7 @@ func ParseVersion(out string) string {
 // RemoteVersion is the k3s release the binary at path on the host reports, "" when there is
 // none there or it does not answer like k3s.
 func RemoteVersion(ctx context.Context, c *sshx.Client, path string) (string, error) {
-	res, err := c.Run(ctx, "if [ -x "+sshx.Quote(path)+" ]; then "+sshx.Command(path, "--version")+"; fi")
+	res, err := c.Probe(ctx, "if [ -x "+sshx.Quote(path)+" ]; then "+sshx.Command(path, "--version")+"; fi")
 	if err != nil || res.ExitStatus != 0 {
 		return "", err
 	}

@@ -128,6 +128,9 @@ func AcquireLock(ctx context.Context, kube kubernetes.Interface, holder string, 
 		duration: opts.LeaseDuration,
 		lost:     make(chan struct{}),
 	}
+	// Every run of a command takes the lock: a test build does not kill it after that write
+	// when it kills each run after a write no run before it made.
+	ctx = fault.Bookkeeping(ctx)
 	for {
 		tookOver, because, err := l.take(ctx)
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
@@ -327,7 +330,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if l.Err() != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		ctx, cancel := context.WithTimeout(fault.Bookkeeping(context.WithoutCancel(ctx)), releaseTimeout)
 		defer cancel()
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			lease, err := l.leases.Get(ctx, LockName, metav1.GetOptions{})

@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// fault acts at a fault point: when:step, where step is s's Name or Title. It SIGKILLs the
+// faultPoint acts at a fault point: when:step, where step is s's Name or Title. It SIGKILLs the
 // process when FaultEnv names the point, and never returns then. It pauses when PauseEnv names
 // it: it creates the file PauseFileEnv names and returns once that file is gone.
-func fault(when string, s *Step) {
+func faultPoint(when string, s *Step) {
 	if at(FaultEnv, when, s) {
 		fmt.Fprintf(os.Stderr, "kipfault: SIGKILL at %s (step %s)\n", os.Getenv(FaultEnv), s.Name)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

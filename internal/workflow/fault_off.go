@@ -2,6 +2,6 @@
 
 package workflow
 
-// fault is a fault-injection point. Only a binary built with -tags kipfault acts on it (see
+// faultPoint is a fault-injection point. Only a binary built with -tags kipfault acts on it (see
 // fault_kipfault.go); in kip as shipped it does nothing and compiles to nothing.
-func fault(string, *Step) {}
+func faultPoint(string, *Step) {}

@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/stop"
 )
@@ -387,7 +388,7 @@ func (x *run) apply(ctx context.Context) error {
 				return x.fail(ctx, s, err)
 			}
 		}
-		fault("done", &s)
+		faultPoint("done", &s)
 	}
 	finished := time.Now()
 	x.p = Progress{
@@ -398,7 +399,7 @@ func (x *run) apply(ctx context.Context) error {
 		return fmt.Errorf("workflow %s: %w", x.wf.Name, err)
 	}
 	if last >= 0 {
-		fault("done", &x.wf.Steps[last])
+		faultPoint("done", &x.wf.Steps[last])
 	}
 	return nil
 }
@@ -420,11 +421,11 @@ func (x *run) step(ctx context.Context, s Step) (applied bool, err error) {
 	if err := x.save(ctx); err != nil {
 		return false, x.fail(ctx, s, err)
 	}
-	fault("before", &s)
+	faultPoint("before", &s)
 	if err := s.Apply(ctx); err != nil {
 		return false, x.stepError(ctx, s, err)
 	}
-	fault("after", &s)
+	faultPoint("after", &s)
 	if done, err = s.Check(ctx); err != nil {
 		return false, x.stepError(ctx, s, fmt.Errorf("check: %w", err))
 	}
@@ -496,7 +497,7 @@ func (x *run) save(ctx context.Context) error {
 		}
 		x.p.Intent = intent
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	ctx, cancel := context.WithTimeout(fault.Bookkeeping(context.WithoutCancel(ctx)), saveTimeout)
 	defer cancel()
 	_, err := kube.UpdateRecord(ctx, x.r.Dynamic, x.wf.records(), progressPrefix+x.wf.Name, progressVersion,
 		func(p *Progress, _ bool) error {

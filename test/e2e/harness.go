@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/need"
@@ -405,6 +406,40 @@ func (s *Suite) Paused(t testing.TB, home string, env []string, point string, ar
 		}
 	}
 }
+
+// KillEveryWrite runs kip with env and args again and again, each run killed right after the
+// first write no run before it made (fault.KillNewWriteEnv), until a run ends by itself, and
+// returns that run and what each killed run wrote last, in order: the state after each write of
+// the command is left by a kill and resumed by the next run. killed, when not nil, is called
+// after each kill with that write and the killed run, for the test to look at the state it left
+// and at what the run said.
+func (s *Suite) KillEveryWrite(t testing.TB, home string, env []string, killed func(write string, r Result), args ...string) (Result, []string) {
+	t.Helper()
+	env = append(env[:len(env):len(env)], fault.KillNewWriteEnv+"="+filepath.Join(t.TempDir(), "made"))
+	var writes []string
+	for range maxKilledRuns {
+		r := s.KipEnv(t, home, env, args...)
+		if r.Signal == 0 {
+			t.Logf("kip %s: killed after each of its %d writes, resumed each time, and done", strings.Join(args, " "), len(writes))
+			return r, writes
+		}
+		_, what, ok := strings.Cut(r.Stderr, "kipfault: SIGKILL after write ")
+		if _, what, _ = strings.Cut(what, ": "); r.Signal != syscall.SIGKILL || !ok {
+			t.Fatalf("kip %s, run %d: ended by %v, not killed after a write\n%s", strings.Join(args, " "), len(writes)+1, r.Signal, r.Stderr)
+		}
+		what, _, _ = strings.Cut(what, "\n")
+		writes = append(writes, what)
+		if killed != nil {
+			killed(what, r)
+		}
+	}
+	t.Fatalf("kip %s was still writing after %d runs, each killed after a new write:\n%s", strings.Join(args, " "), maxKilledRuns, strings.Join(writes, "\n"))
+	return Result{}, nil
+}
+
+// maxKilledRuns bounds KillEveryWrite: a command that writes something new at every run never
+// ends.
+const maxKilledRuns = 200
 
 // Wait waits for kip to end and returns its output and exit code.
 func (p *Process) Wait(t testing.TB, timeout time.Duration) Result {
