@@ -128,10 +128,12 @@ func newBackupRestoreCmd(f *cli.Factory, runF func(*backup.RestoreOptions) error
 		Use:   "restore NAME",
 		Short: "Restore a backup's namespaces, in place or beside the originals",
 		Long: `Restore a backup's namespaces (all of them, or those named with --namespace) and wait until
-Velero finishes. A restore never replaces an object that exists, so kip refuses to restore into a
-namespace that still holds a service's objects (Kipper services and apps, StatefulSets,
-Deployments, claims, Services, Secrets, ConfigMaps): delete them first, or restore beside them
-under another name with --namespace-mapping.`,
+Velero finishes. A restore never replaces an object that exists: into a namespace that still holds
+a service's objects (Kipper services and apps, StatefulSets, Deployments, claims, Services,
+Secrets, ConfigMaps) it brings back only what is missing there, such as a service deleted with
+kip service delete --delete-data to restore it from an older backup, and kip lists what it skips
+and asks first (--yes answers). To restore everything, delete those objects first, or restore
+beside them under another name with --namespace-mapping.`,
 		Example: "  kip backup restore shop-20261202-031500 --namespace shop-prod\n" +
 			"  kip backup restore shop-20261202-031500 --namespace-mapping shop-prod:shop-prod-restored",
 		Args: usageArgs(cobra.ExactArgs(1)),
@@ -140,7 +142,7 @@ under another name with --namespace-mapping.`,
 			if err != nil {
 				return err
 			}
-			o.Options, o.Name, o.Mapping = backupOptions(f), args[0], m
+			o.Options, o.Name, o.Mapping, o.Prompter = backupOptions(f), args[0], m, f.Prompter()
 			if runF != nil {
 				return runF(o)
 			}

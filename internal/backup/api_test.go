@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -213,8 +214,10 @@ func describe(t *testing.T, f *fixture, name string) backup.Description {
 }
 
 // testCreateWaitRestore backs a project of three namespaces up with the real Velero server, finds
-// the backup in the bucket, restores one namespace beside the original and refuses to restore it
-// over the original.
+// the backup in the bucket and restores one namespace beside the original. Over the original,
+// where one of its two services was deleted since (as kip service delete does) and the other
+// changed, a restore off a terminal without --yes is refused, naming what it would skip; with
+// --yes it brings the deleted service back and leaves the other as it is.
 func testCreateWaitRestore(t *testing.T, f *fixture) {
 	f.record(t, "small", cluster.BackupsExternal)
 	ctx := context.Background()
@@ -225,7 +228,8 @@ func testCreateWaitRestore(t *testing.T, f *fixture) {
 		namespaces = append(namespaces, ns)
 	}
 	f.project(t, "shop", namespaces...)
-	src := namespaces[0] // web0's
+	src := namespaces[0] // web0's, and kept's
+	f.service(t, src, "kept")
 
 	start := time.Now()
 	_, err := backup.Create(ctx, &backup.CreateOptions{Options: f.options(), Project: "shop", Wait: true, Holder: "kip backup create --project shop --wait"})
@@ -265,12 +269,42 @@ func testCreateWaitRestore(t *testing.T, f *fixture) {
 		t.Errorf("restored Deployment: %v", err)
 	}
 
-	// Over the original, everything would be skipped: refused, naming what exists.
-	err = backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}})
-	if err == nil || !strings.Contains(err.Error(), "namespace "+src+" still holds objects that restoring "+name+" would skip") ||
-		!strings.Contains(err.Error(), "deployment web0") || !strings.Contains(err.Error(), "configmap web0-config") ||
-		!strings.Contains(err.Error(), "--namespace-mapping <namespace>:"+src+"-restored") {
-		t.Errorf("restore over the original: %v", err)
+	// Over the original, web0 deleted and kept changed since the backup: what exists is skipped,
+	// so off a terminal without --yes the restore is refused, naming it.
+	if err := f.cl.Kube.AppsV1().Deployments(src).Delete(ctx, "web0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cl.Kube.CoreV1().ConfigMaps(src).Delete(ctx, "web0-config", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	changed := `{"data":{"greeting":"changed after the backup"}}`
+	if _, err := f.cl.Kube.CoreV1().ConfigMaps(src).Patch(ctx, "kept-config", types.MergePatchType, []byte(changed), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prompter := func(yes bool) *cli.Prompter {
+		return cli.NewPrompter(&cli.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}, yes)
+	}
+	err = backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}, Prompter: prompter(false)})
+	if err == nil || !strings.Contains(err.Error(), "namespace "+src+" still holds objects that restoring "+name+" skips") ||
+		!strings.Contains(err.Error(), "deployment kept") || !strings.Contains(err.Error(), "configmap kept-config") || strings.Contains(err.Error(), "web0") ||
+		!strings.Contains(err.Error(), "run the same command with --yes") || !strings.Contains(err.Error(), "--namespace-mapping <namespace>:"+src+"-restored") {
+		t.Errorf("restore over the original without --yes: %v", err)
+	}
+	if _, err := f.cl.Kube.AppsV1().Deployments(src).Get(ctx, "web0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused restore brought Deployment web0 back: %v", err)
+	}
+	// With --yes: web0 is back as it was backed up, kept stays as it is now.
+	if err := backup.Restore(ctx, &backup.RestoreOptions{Options: f.options(), Name: name, Namespaces: []string{src}, Prompter: prompter(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := f.cl.Kube.CoreV1().ConfigMaps(src).Get(ctx, "web0-config", metav1.GetOptions{}); err != nil || cm.Data["greeting"] != "hello from "+src {
+		t.Errorf("web0's ConfigMap after the restore with --yes: %v, %v", cm, err)
+	}
+	if _, err := f.cl.Kube.AppsV1().Deployments(src).Get(ctx, "web0", metav1.GetOptions{}); err != nil {
+		t.Errorf("web0's Deployment after the restore with --yes: %v", err)
+	}
+	if cm, err := f.cl.Kube.CoreV1().ConfigMaps(src).Get(ctx, "kept-config", metav1.GetOptions{}); err != nil || cm.Data["greeting"] != "changed after the backup" {
+		t.Errorf("kept's ConfigMap after the restore with --yes: %v, %v; want it left as it was", cm, err)
 	}
 }
 

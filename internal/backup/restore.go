@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,9 @@ type RestoreOptions struct {
 	Namespaces []string
 	// Mapping restores a namespace under another name (--namespace-mapping src:dst,…).
 	Mapping map[string]string
+	// Prompter asks whether to restore into a namespace that still holds objects, which the
+	// restore skips: only what is missing there comes back (a service deleted to restore it).
+	Prompter *cli.Prompter
 }
 
 // ParseMapping parses --namespace-mapping's src:dst,src2:dst2.
@@ -50,9 +54,11 @@ func ParseMapping(s string) (map[string]string, error) {
 	return m, nil
 }
 
-// Restore restores a backup and waits until Velero finishes. It refuses when the namespaces it
-// restores into still hold objects of the kinds a service is made of: a restore skips every
-// object that exists, so it would leave those as they are and report success.
+// Restore restores a backup and waits until Velero finishes. When the namespaces it restores
+// into still hold objects of the kinds a service is made of, it restores only with the
+// operator's yes (--yes, or on a terminal): a restore skips every object that exists, so it
+// leaves those as they are and brings back only what is missing, such as a service deleted to
+// restore it from an older backup.
 func Restore(ctx context.Context, o *RestoreOptions) error {
 	e, s, b, err := loadBackup(ctx, &o.Options, o.Name)
 	if err != nil {
@@ -70,7 +76,7 @@ func Restore(ctx context.Context, o *RestoreOptions) error {
 		targets[i] = target(ns, o.Mapping)
 	}
 	for _, t := range targets {
-		if err := e.refuseExisting(ctx, o.Name, t); err != nil {
+		if err := e.confirmExisting(ctx, o.Prompter, o.Name, t); err != nil {
 			return err
 		}
 	}
@@ -146,12 +152,39 @@ var serviceKinds = []struct {
 // maxNamed is how many existing objects a refusal names.
 const maxNamed = 8
 
-// refuseExisting refuses to restore into ns while it holds objects the restore would skip.
-func (e *env) refuseExisting(ctx context.Context, backup, ns string) error {
+// confirmExisting asks, when ns holds objects the restore of backup would skip, whether to
+// restore only what is missing there; off a terminal without --yes, or answered no, it refuses.
+func (e *env) confirmExisting(ctx context.Context, p *cli.Prompter, backup, ns string) error {
+	found, err := e.existing(ctx, ns)
+	if err != nil || len(found) == 0 {
+		return err
+	}
+	named := found
+	if len(named) > maxNamed {
+		named = append(slices.Clone(found[:maxNamed]), fmt.Sprintf("and %d more", len(found)-maxNamed))
+	}
+	skipped := fmt.Sprintf("%s still holds objects that restoring %s skips, because a restore never replaces an object that exists: %s", ns, backup, strings.Join(named, ", "))
+	ok, err := p.Confirm("Namespace " + skipped + ". Restore only what is missing there?")
+	if errors.Is(err, cli.ErrYesRequired) {
+		return fmt.Errorf("namespace %s. To restore only what is missing there (a service you deleted, for one), run the same command with --yes; "+
+			"to restore everything, delete them first, or restore beside them with --namespace-mapping <namespace>:%s-restored", skipped, ns)
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("restore cancelled: nothing was changed")
+	}
+	return nil
+}
+
+// existing names the objects in ns, of the kinds a service is made of, that a restore would
+// skip; none when ns does not exist.
+func (e *env) existing(ctx context.Context, ns string) ([]string, error) {
 	if _, err := e.cl.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return fmt.Errorf("read namespace %s: %w", ns, err)
+		return nil, fmt.Errorf("read namespace %s: %w", ns, err)
 	}
 	var found []string
 	for _, k := range serviceKinds {
@@ -160,25 +193,15 @@ func (e *env) refuseExisting(ctx context.Context, backup, ns string) error {
 			continue // a kind this cluster does not serve
 		}
 		if err != nil {
-			return fmt.Errorf("list %ss in %s: %w", k.kind, ns, err)
+			return nil, fmt.Errorf("list %ss in %s: %w", k.kind, ns, err)
 		}
 		for _, item := range list.Items {
-			if everyNamespaceHas(k.kind, item.GetName(), item.Object) {
-				continue
+			if !everyNamespaceHas(k.kind, item.GetName(), item.Object) {
+				found = append(found, k.kind+" "+item.GetName())
 			}
-			found = append(found, k.kind+" "+item.GetName())
 		}
 	}
-	if len(found) == 0 {
-		return nil
-	}
-	named := found
-	if len(named) > maxNamed {
-		named = append(slices.Clone(found[:maxNamed]), fmt.Sprintf("and %d more", len(found)-maxNamed))
-	}
-	return fmt.Errorf("namespace %s still holds objects that restoring %s would skip, because a restore never replaces an object that exists: %s. "+
-		"Delete them first, or restore beside them with --namespace-mapping <namespace>:%s-restored",
-		ns, backup, strings.Join(named, ", "), ns)
+	return found, nil
 }
 
 // everyNamespaceHas reports the objects Kubernetes puts in every namespace.

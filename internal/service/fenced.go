@@ -93,8 +93,8 @@ func RejoinCommand(host string) string {
 func OnlyThereRecipe(s *Service, worker, host string) string {
 	return fmt.Sprintf("%s, so it stays stopped until %s rejoins (%s); if %s is lost, "+
 		"delete the service with 'kip service delete %s --delete-data' and restore it with 'kip backup restore <backup> --namespace %s', "+
-		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): a restore skips objects that still exist, "+
-		"and a later backup holds none of its files", DataWhy(longhorn.DataOnlyThere, worker, nil), worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
+		"using a backup taken before the fence while the service ran ('kip backup list --project %s'): the restore brings back what is missing there "+
+		"and skips the objects that still exist, after listing them and asking (--yes answers), and a later backup holds none of its files", DataWhy(longhorn.DataOnlyThere, worker, nil), worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
 }
 
 // MayStart decides whether a service the fence stopped may start again, by the fence's own check

@@ -134,7 +134,8 @@ func TestBackupOfRealVolumes(t *testing.T) {
 		t.Fatalf("restored volume: %s, want %s", got, original)
 	}
 
-	// Restoring over the service that is back is refused: it would skip every object.
+	// Restoring over the service that is back is refused off a terminal without --yes: it
+	// would skip every object.
 	r = s.Kip(t, home, "--kubeconfig", kubeconfig, "backup", "restore", name[1])
 	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "namespace "+ns+" still holds objects") {
 		t.Errorf("restore over the restored service: exit %d\n%s", r.ExitCode, r.Stderr)
