@@ -53,6 +53,12 @@ type RemoveOptions struct {
 type removeIntent struct {
 	Node  string `json:"node"`
 	Force bool   `json:"force"`
+	// Host and Address are the worker's, and Unreached whether kip reached neither over SSH,
+	// as the remove's first run found them: a run that finds the worker already forgotten
+	// (killed right after its last step) ends the remove with them.
+	Host      string     `json:"host,omitempty"`
+	Address   netip.Addr `json:"address,omitzero"`
+	Unreached bool       `json:"unreached,omitempty"`
 }
 
 // remover is one run of kip node remove.
@@ -69,6 +75,9 @@ type remover struct {
 	family       host.Family // the worker's, when reached
 	fwServer     bool        // kip manages the server's firewall
 	intent       removeIntent
+	// forgotten: the worker is gone from the record and the cluster, and only this remove's
+	// own unfinished run is left, killed right after its last step (forgetStep) forgot it.
+	forgotten bool
 }
 
 func removeWorkflow(name string) string { return "node-remove-" + name }
@@ -151,21 +160,30 @@ func (r *remover) examine(ctx context.Context) error {
 	name := r.o.Worker
 	t, err := readWorker(ctx, r.o.Kube, name, "kip node remove removes workers")
 	r.cl = t.cl
+	var gone noWorkerError
+	if errors.As(err, &gone) {
+		if r.forgotten, err = r.finishForgotten(ctx, err); err != nil {
+			return err
+		}
+	}
 	if err != nil {
 		return err
 	}
 	rec, w := t.rec, t.worker
 	r.nodes, r.apiNode = t.nodes, t.node
-	r.worker = w
-	if err := r.checkResume(ctx); err != nil {
-		return err
-	}
 	status := ""
-	if r.apiNode != nil {
-		status = cluster.NodeStatus(r.apiNode)
-	}
-	if err := r.checkFenced(status); err != nil {
-		return err
+	if !r.forgotten {
+		r.worker = w
+		if err := r.checkResume(ctx); err != nil {
+			return err
+		}
+		if r.apiNode != nil {
+			status = cluster.NodeStatus(r.apiNode)
+		}
+		if err := r.checkFenced(status); err != nil {
+			return err
+		}
+		r.intent.Host, r.intent.Address = w.Host, w.Path.Node
 	}
 
 	if r.server, err = r.o.dialServer(ctx, rec, "kip node remove reaches the server over SSH to update its firewall"); err != nil {
@@ -183,9 +201,14 @@ func (r *remover) examine(ctx context.Context) error {
 		return err
 	}
 	r.fwServer = fw.Active && fw.Managed
+	if r.forgotten {
+		r.peers, err = dialPeers(ctx, r.o.Dial, r.nodes, name, "a remove")
+		return err
+	}
 	if err := r.reachWorker(ctx, status); err != nil {
 		return err
 	}
+	r.intent.Unreached = r.node == nil
 	if r.apiNode != nil && !r.o.Force {
 		if err := checkPods(ctx, r.cl, name); err != nil {
 			return err
@@ -260,30 +283,62 @@ func readWorker(ctx context.Context, clients func() (*kube.Clients, error), name
 	case t.node != nil:
 		return t, fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then run the same command again", name)
 	}
-	return t, fmt.Errorf("the cluster has no worker %s: kip node list shows its nodes", name)
+	return t, noWorkerError(name)
+}
+
+// noWorkerError is readWorker's refusal of a name that is neither a recorded worker nor a node.
+type noWorkerError string
+
+func (e noWorkerError) Error() string {
+	return "the cluster has no worker " + string(e) + ": kip node list shows its nodes"
 }
 
 // checkResume refuses to resume an unfinished remove with the other --force.
 func (r *remover) checkResume(ctx context.Context) error {
+	before, p, err := r.unfinished(ctx)
+	if err != nil || p == nil || before.Force == r.o.Force {
+		return err
+	}
+	was := map[bool]string{true: "with --force", false: "without --force"}
+	return fmt.Errorf("an unfinished kip node remove of %s (%s) started %s: run it again %s to resume it",
+		r.o.Worker, p.StartedBy, was[before.Force], was[before.Force])
+}
+
+// unfinished returns the intent and progress of an unfinished remove of the worker, a nil
+// progress when there is none.
+func (r *remover) unfinished(ctx context.Context) (removeIntent, *workflow.Progress, error) {
+	var before removeIntent
 	unfinished, err := workflow.ListUnfinished(ctx, r.cl.Dynamic, kube.ClusterRecords())
 	if err != nil {
-		return err
+		return before, nil, err
 	}
 	for _, p := range unfinished {
 		if p.Workflow != removeWorkflow(r.o.Worker) {
 			continue
 		}
-		var before removeIntent
 		if err := json.Unmarshal(p.Intent, &before); err != nil {
-			return fmt.Errorf("read the unfinished remove's record: %w", err)
+			return before, nil, fmt.Errorf("read the unfinished remove's record: %w", err)
 		}
-		if before.Force != r.o.Force {
-			was := map[bool]string{true: "with --force", false: "without --force"}
-			return fmt.Errorf("an unfinished kip node remove of %s (%s) started %s: run it again %s to resume it",
-				r.o.Worker, p.StartedBy, was[before.Force], was[before.Force])
-		}
+		return before, &p, nil
 	}
-	return nil
+	return before, nil, nil
+}
+
+// finishForgotten decides, for a worker neither recorded nor a node (gone, readWorker's
+// error), whether an unfinished remove of it forgot it last: then the run ends that remove
+// (forgotten), with the worker as the remove's first run found it; otherwise gone stands.
+func (r *remover) finishForgotten(ctx context.Context, gone error) (forgotten bool, err error) {
+	before, p, err := r.unfinished(ctx)
+	switch {
+	case err != nil:
+		return false, err
+	case p == nil:
+		return false, gone
+	case before.Force != r.o.Force:
+		return false, r.checkResume(ctx)
+	}
+	r.worker = Worker{Host: before.Host, Path: Path{Node: before.Address}}
+	return true, nil
 }
 
 // reachWorker connects to the worker. Without --force it must answer and be Ready; with
@@ -411,6 +466,9 @@ func (r *remover) volumesOn(ctx context.Context) ([]string, error) {
 
 // steps are the remove's steps, in order.
 func (r *remover) steps() []workflow.Step {
+	if r.forgotten {
+		return []workflow.Step{r.forgetStep()}
+	}
 	steps := []workflow.Step{r.recordStep()}
 	if r.apiNode != nil && !r.o.Force {
 		steps = append(steps, r.copiesStep(), drainStep(r.cl, r.o.Worker))
@@ -658,7 +716,7 @@ func (r *remover) summary() {
 	}
 	r.p.Info(fmt.Sprintf("Remove %s from your provider's firewall or security group rules for the nodes", addr))
 	switch {
-	case r.node == nil:
+	case r.node == nil && (!r.forgotten || r.intent.Unreached):
 		r.p.Warn(fmt.Sprintf("kip did not reach %s, so k3s-agent is still installed there with the cluster's join token: "+
 			"before that host starts again, reinstall it or keep it from starting k3s-agent ('systemctl disable k3s-agent'), or it registers again", r.worker.Host))
 	case r.o.Force:
