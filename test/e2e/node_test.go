@@ -313,7 +313,8 @@ func joinWithLonghorn(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 // through that reboot: checked while the rejoin is paused after it), lifts the fence step by
 // step (Ready, untainted, uncordoned, the fence forgotten) and starts only with every line it
 // wrote on the worker (its copies rebuilt on the server meanwhile, the rejoin's cordon having
-// Longhorn evict them), and an ordinary pod runs there again. The services are deleted then,
+// Longhorn evict them), and an ordinary pod runs there again. The rejoin is killed right after
+// each write it makes and run again (Suite.KillEveryWrite). The services are deleted then,
 // with their data and their project.
 func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host) {
 	t.Helper()
@@ -421,26 +422,39 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 		}
 	}
 
-	// The rejoin lifts the fence. The host has not booted since the fence, so kip reboots it
-	// first: paused right after that reboot, the drop-in has held k3s-agent stopped through it.
+	// The rejoin lifts the fence, run again and again, each run killed right after the first
+	// write no run before it made, until one finishes. The host has not booted since the fence,
+	// so kip reboots it first: killed right after it told the host to reboot, the drop-in holds
+	// k3s-agent stopped through that boot.
 	bootBefore, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, pause := s.Paused(t, home, nil, "before:unfence-agent", "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
-	if bootAfter, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id"); err != nil || bootAfter == bootBefore {
-		t.Errorf("the rejoin did not reboot the fenced worker: boot ID %q before, %q after (%v)", bootBefore, bootAfter, err)
+	start := time.Now()
+	var said strings.Builder
+	rebooted := false
+	r, writes := s.KillEveryWrite(t, home, nil, func(write string, r e2e.Result) {
+		said.WriteString(r.Stderr)
+		if !strings.HasSuffix(write, "systemctl --no-block reboot") {
+			return
+		}
+		rebooted = true
+		if err := poll(ctx, 5*time.Minute, w.Name+" booted again", func(ctx context.Context) (bool, error) {
+			boot, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+			return err == nil && boot != bootBefore, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := w.Run(ctx, stopped); err != nil {
+			t.Errorf("after the rejoin's reboot the fenced worker runs k3s, a container or a kubelet mount: %v\n%s", err, out)
+		}
+	}, "node", "add", w.PublicIP.String(), "--airgap-bundle", s.Bundle, "--yes")
+	if r.ExitCode != 0 || !rebooted {
+		t.Fatalf("rejoin of the fenced worker, resumed after each write: exit %d, rebooted %v, last line %q\n%s", r.ExitCode, rebooted, r.LastLine(), r.Stderr)
 	}
-	if out, err := w.Run(ctx, stopped); err != nil {
-		t.Errorf("after the rejoin's reboot the fenced worker runs k3s, a container or a kubelet mount: %v\n%s", err, out)
-	}
-	if err := os.Remove(pause); err != nil {
-		t.Fatal(err)
-	}
-	r = p.Wait(t, 15*time.Minute)
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Rebooted "+w.Name) || !strings.Contains(r.Stderr, "Lifted the out-of-service taint from "+w.Name) ||
-		!strings.Contains(r.Stderr, "Lifted the fence of "+w.Name) {
-		t.Fatalf("rejoin of the fenced worker: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	t.Logf("measured: the rejoin, killed after each of its %d writes and resumed, took %s", len(writes), time.Since(start).Round(time.Second))
+	if all := said.String() + r.Stderr; !strings.Contains(all, "Lifted the out-of-service taint from "+w.Name) && !strings.Contains(all, w.Name+" is not tainted out of service") {
+		t.Errorf("no run of the rejoin lifted the out-of-service taint")
 	}
 	n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 	if err != nil || cluster.NodeStatus(n) != cluster.NodeReady || n.Spec.Unschedulable {
@@ -458,8 +472,10 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}
 	waitPod(ctx, t, c, "rejoined", corev1.PodRunning, 2*time.Minute)
 
-	if want := "Started service " + on.only.String() + ", which the fence stopped"; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the rejoin does not say %q:\n%s", want, r.Stderr)
+	// The rejoin started the service the fence stopped (a run killed right after that write
+	// never said so: the next finds it started).
+	if svc, err := service.Get(ctx, c.Dynamic, on.only); err != nil || svc.Stopped || svc.FenceStop != "" {
+		t.Errorf("service %s after the rejoin: %+v (%v); want it started, the fence's mark gone", on.only, svc, err)
 	}
 	if _, got := serviceData(ctx, t, c, on.only); !strings.HasPrefix(got, on.printed[on.only]+" written by ") {
 		t.Errorf("service %s after the rejoin: its volume holds %q; want what it held on %s, %q, first", on.only, got, w.Name, on.printed[on.only])
@@ -870,10 +886,12 @@ func notReadyForAMinute(ctx context.Context, t *testing.T, c *kube.Clients, w *l
 
 // rebootWorker reboots the worker with kip node reboot, the Deployment "drained" running there.
 // The cluster keeps backups, but no Kipper project has a namespace yet, so there is nothing to
-// back up (the backup step is proven against the API server and Velero elsewhere). Paused after
-// its drain, the Deployment's pod runs on the server and a second node command is refused
-// naming the reboot as the lock's holder; then the host boots again (a new boot ID), its node is
-// Ready and schedulable, and the Deployment is Ready. The Deployment's volume (vol) had its only
+// back up (the backup step is proven against the API server and Velero elsewhere). Paused
+// before its first step, a second node command is refused naming the reboot as the lock's
+// holder; killed there, the reboot is run again and again, each run killed right after the
+// first write no run before it made (Suite.KillEveryWrite), until one finishes: killed right
+// after it told the host to reboot, the Deployment's pod runs on the server. The host boots
+// again (a new boot ID), its node is Ready and schedulable, and the Deployment is Ready. The Deployment's volume (vol) had its only
 // copy on the worker: the reboot's copies step had Longhorn (its stand-in) rebuild it on the
 // server, so the pod there reads every line it wrote on the worker, whose disk no longer holds
 // the old copy.
@@ -881,6 +899,10 @@ func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	t.Helper()
 	reboot := []string{"node", "reboot", w.Name, "--yes"}
 	before := drainedData(ctx, t, c, w)
+	// Ready, so that the reboot counts it among the workloads to wait for.
+	if err := kube.WaitRollout(ctx, c, "Deployment", "default", "drained", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	old, err := c.Longhorn.LonghornV1beta2().Replicas("longhorn-system").List(ctx, metav1.ListOptions{LabelSelector: "longhornvolume=" + vol + ",longhornnode=" + w.Name})
 	if err != nil || len(old.Items) != 1 {
 		t.Fatalf("the copy of volume %s on %s: %v (%v)", vol, w.Name, old, err)
@@ -890,26 +912,38 @@ func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		t.Fatal(err)
 	}
 	start := time.Now()
-	p, paused := s.Paused(t, home, nil, "before:reboot", reboot...)
-	if pods, err := c.Kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"}); err != nil ||
-		len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != srv.Name {
-		t.Errorf("the Deployment's pods after the reboot's drain: %v %v", podNodes(pods), err)
-	}
+	// Paused before its first step, the reboot holds the cluster lock: another node command is
+	// refused, naming it. Killed there, it is run again and again, killed after each write it
+	// makes, each run resuming where the one before stopped.
+	p, _ := s.Paused(t, home, nil, "before:copies", reboot...)
 	r := s.Kip(t, home, "node", "remove", w.Name, "--yes")
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "another kip command holds the cluster lock: kip node reboot "+w.Name) {
 		t.Errorf("a remove during the reboot: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
-	if err := os.Remove(paused); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	r = p.Wait(t, 20*time.Minute)
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "No Kipper project has a namespace yet: there is nothing to back up") ||
-		!strings.Contains(r.Stderr, "Rebooted "+w.Name+", Ready again") ||
-		!strings.Contains(r.Stderr, "Rebooted worker "+w.Name+": it is Ready again, and so are the workloads that ran there (1 workload)") {
-		t.Fatalf("reboot: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
+	p.Wait(t, time.Minute)
+	var said strings.Builder
+	r, writes := s.KillEveryWrite(t, home, nil, func(write string, r e2e.Result) {
+		said.WriteString(r.Stderr)
+		if !strings.HasSuffix(write, "systemctl --no-block reboot") {
+			return
+		}
+		// Killed right after it told the host to reboot: the drain had moved the Deployment's
+		// pod to the server.
+		if pods, err := c.Kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=drained"}); err != nil ||
+			len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != srv.Name {
+			t.Errorf("the Deployment's pods after the reboot's drain: %v %v", podNodes(pods), err)
+		}
+	}, reboot...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Rebooted worker "+w.Name+": it is Ready again, and so are the workloads that ran there (1 workload)") {
+		t.Fatalf("reboot, resumed after each write: exit %d, last line %q\n%s", r.ExitCode, r.LastLine(), r.Stderr)
 	}
-	t.Logf("measured: kip node reboot took %s, the pause after its drain included; its reboot step: %q", time.Since(start).Round(time.Second),
-		regexp.MustCompile(`Rebooted `+w.Name+`, Ready again \S*`).FindString(r.Stderr))
+	if !slices.ContainsFunc(writes, func(w string) bool { return strings.HasSuffix(w, "systemctl --no-block reboot") }) {
+		t.Errorf("the reboot was not killed right after it told the host to reboot; it was killed after:\n%s", strings.Join(writes, "\n"))
+	}
+	t.Logf("measured: kip node reboot, killed after each of its %d writes and resumed, took %s", len(writes), time.Since(start).Round(time.Second))
 	bootAfter, err := w.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
 	if err != nil || bootAfter == bootBefore {
 		t.Errorf("the worker's boot ID %q before the reboot, %q after (%v)", bootBefore, bootAfter, err)
@@ -924,8 +958,8 @@ func rebootWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 
 	// The volume's only copy moved to the server before the drain: the Deployment's pod there
 	// reads every line it wrote on the worker, and the worker's disk no longer holds the old copy.
-	if want := "Another node holds a current copy of " + vol; !strings.Contains(r.Stderr, want) {
-		t.Errorf("the reboot does not say %q:\n%s", want, r.Stderr)
+	if want := "Another node holds a current copy of " + vol; !strings.Contains(said.String()+r.Stderr, want) {
+		t.Errorf("no run of the reboot says %q", want)
 	}
 	if got := drainedData(ctx, t, c, srv); !strings.HasPrefix(got, before+" written by ") {
 		t.Errorf("the Deployment's volume after the reboot holds %q; want %q first", got, before)
@@ -1465,22 +1499,21 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	}
 	runsOn(w.Name)
 
-	r = s.KipEnv(t, home, []string{workflow.FaultEnv + "=after:wipe"}, remove...)
-	if r.Signal != syscall.SIGKILL || !strings.Contains(r.Stderr, "Drained "+w.Name) {
-		t.Fatalf("remove killed after its wipe: exit %d (signal %v)\n%s", r.ExitCode, r.Signal, r.Stderr)
+	// The remove is run again and again, each run killed right after the first write no run
+	// before it made, until one finishes; the Deployment's pod then runs on the server.
+	start := time.Now()
+	var said strings.Builder
+	r, writes := s.KillEveryWrite(t, home, nil, func(_ string, r e2e.Result) { said.WriteString(r.Stderr) }, remove...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Remove "+w.PrivateIP.String()+" from your provider's firewall") {
+		t.Fatalf("remove, resumed after each write: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
+	for _, done := range [][2]string{{"Drained " + w.Name, w.Name + " already drained"}, {"Wiped k3s from " + w.Name, "k3s already wiped from " + w.Name}} {
+		if all := said.String() + r.Stderr; !strings.Contains(all, done[0]) && !strings.Contains(all, done[1]) {
+			t.Errorf("no run of the remove says %q or %q", done[0], done[1])
+		}
+	}
+	t.Logf("measured: kip node remove, killed after each of its %d writes and resumed, took %s", len(writes), time.Since(start).Round(time.Second))
 	runsOn(srv.Name)
-	if err := poll(ctx, 2*time.Minute, "the wiped worker NotReady", func(ctx context.Context) (bool, error) {
-		n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
-		return err == nil && cluster.NodeStatus(n) != cluster.NodeReady, err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	r = s.Kip(t, home, remove...)
-	if r.ExitCode != 0 || strings.Contains(r.Stderr, "Wiped k3s from "+w.Name) || !strings.Contains(r.Stderr, "k3s already wiped from "+w.Name) ||
-		!strings.Contains(r.Stderr, "Remove "+w.PrivateIP.String()+" from your provider's firewall") {
-		t.Fatalf("remove resumed: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
 	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node %s after the remove: %v", w.Name, err)
 	}
