@@ -163,7 +163,8 @@ func (j *joiner) holdStep() workflow.Step {
 				return true, nil
 			}
 			n, err := j.nodeNow(ctx)
-			held := err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint))
+			// A node this join already released (releaseStep) is not cordoned again.
+			held := err == nil && (n == nil || n.Spec.Unschedulable || hasTaint(n, cluster.JoiningTaint) || n.Annotations[releasedAnnotation] == j.intent.VerifyID)
 			if err == nil && !held {
 				// Decided here, so that the runner records it before the cordon: a join killed
 				// once the node is cordoned still uncordons it.
@@ -574,8 +575,13 @@ func (j *joiner) longhornReady(ctx context.Context) (bool, string, error) {
 	return false, "Longhorn's node reports no readiness yet", nil
 }
 
+// releasedAnnotation on a node names the join (its VerifyID) that last let ordinary workloads
+// onto it, written with that release: a join run again after its release does not cordon the
+// node again for checks that passed.
+const releasedAnnotation = "kipper.run/released-by-join"
+
 // releaseStep lets ordinary workloads onto the node: the joining taint lifted, and the cordon
-// of a rejoin.
+// of a rejoin; the node marked released by this join.
 func (j *joiner) releaseStep() workflow.Step {
 	return workflow.Step{
 		Name: "release", Title: "Let ordinary workloads onto " + j.intent.Node,
@@ -590,6 +596,9 @@ func (j *joiner) releaseStep() workflow.Step {
 				n.Spec.Taints = withoutTaint(n.Spec.Taints, cluster.JoiningTaint)
 				if j.intent.Cordoned {
 					n.Spec.Unschedulable = false
+				}
+				if changed {
+					metav1.SetMetaDataAnnotation(&n.ObjectMeta, releasedAnnotation, j.intent.VerifyID)
 				}
 				return changed
 			})
