@@ -170,6 +170,10 @@ func newWrite(key string) bool {
 	if file == "" || key == "" {
 		return false
 	}
+	// The file holds a digest of each key: a remote command's key is its command line, which a
+	// script spreads over several lines.
+	sum := sha256.Sum256([]byte(key))
+	key = hex.EncodeToString(sum[:16])
 	if made == nil {
 		data, err := os.ReadFile(file)
 		if err != nil && !os.IsNotExist(err) {

@@ -21,7 +21,7 @@ import (
 )
 
 // helperEnv, set, makes the test binary the helper process: it makes the requests of requests
-// against the server at its value, and counts the remote command "touch /x" after the third.
+// against the server at its value, and counts a remote command of two lines (a script) after the third.
 const helperEnv = "KIP_FAULT_TEST_SERVER"
 
 // requests are the helper's requests, in order, with the status the server answers each with;
@@ -77,8 +77,8 @@ func helper(url string) error {
 		resp.Body.Close()
 		fmt.Fprintf(os.Stderr, "answered %s %s\n", r.method, r.path)
 		if i == 2 {
-			fault.Remote("root@h:22", "touch /x")
-			fmt.Fprintln(os.Stderr, "ran touch /x")
+			fault.Remote("root@h:22", "touch /x\ntouch /y")
+			fmt.Fprintln(os.Stderr, "ran the script")
 		}
 	}
 	return nil
@@ -121,7 +121,7 @@ func run(t *testing.T, kill string) (string, syscall.Signal, string) {
 func TestWritesCountedAndLogged(t *testing.T) {
 	stderr, sig, logged := run(t, "")
 	want := "1\tAPI POST /api/v1/namespaces/a/pods\n" +
-		"2\tssh root@h:22: touch /x\n" +
+		"2\tssh root@h:22: touch /x touch /y\n" +
 		"3\tAPI PATCH /api/v1/persistentvolumes/pv-1\n" +
 		"4\tAPI DELETE /api/v1/namespaces/a/pods/p\n" +
 		"5\tAPI PUT /api/v1/namespaces/a/configmaps/progress\n"
@@ -136,7 +136,7 @@ func TestKilledRightAfterTheWrite(t *testing.T) {
 		last, what string
 	}{
 		{1, "answered POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "API POST /api/v1/namespaces/a/pods"},
-		{2, "answered POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x"},
+		{2, "answered POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x touch /y"},
 		{3, "answered POST /api/v1/namespaces/a/pods?dryRun=All", "API PATCH /api/v1/persistentvolumes/pv-1"},
 		{4, "answered PUT /api/v1/namespaces/a/configmaps/c", "API DELETE /api/v1/namespaces/a/pods/p"},
 	} {
@@ -158,7 +158,7 @@ func TestKilledAfterTheFirstMatchingWrite(t *testing.T) {
 		n       int
 		what    string
 	}{
-		{`^ssh `, 2, "ssh root@h:22: touch /x"},
+		{`^ssh `, 2, "ssh root@h:22: touch /x touch /y"},
 		{`^API (PATCH|DELETE) `, 3, "API PATCH /api/v1/persistentvolumes/pv-1"},
 		{`/pods/p$`, 4, "API DELETE /api/v1/namespaces/a/pods/p"},
 	} {
@@ -185,7 +185,7 @@ func TestKilledAfterEachNewWrite(t *testing.T) {
 	dir := t.TempDir()
 	writes := filepath.Join(dir, "writes")
 	env := []string{helperEnv + "=" + srv.URL, fault.WritesFileEnv + "=" + writes, fault.KillNewWriteEnv + "=" + filepath.Join(dir, "made")}
-	want := []string{"API POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x",
+	want := []string{"API POST /api/v1/namespaces/a/pods", "ssh root@h:22: touch /x touch /y",
 		"API PATCH /api/v1/persistentvolumes/pv-1", "API DELETE /api/v1/namespaces/a/pods/p"}
 	for i, what := range want {
 		r := faulttest.Run(t, time.Minute, env...)
