@@ -162,9 +162,9 @@ func (o *AddOptions) want() Want {
 // joinIntent is what a join decided, kept in its progress record: a resumed join repeats the
 // same options and continues with the same decisions.
 type joinIntent struct {
-	Options flags  `json:"options"`
-	Node    string `json:"node"`
-	Path    Path   `json:"path"`
+	Options flags        `json:"options"`
+	Node    string       `json:"node"`
+	Path    cluster.Path `json:"path"`
 	// Firewall: kip manages the new node's firewall.
 	Firewall bool `json:"firewall"`
 	// Cordoned: kip cordoned the node for the checks (a rejoin), and uncordons it after.
@@ -185,7 +185,7 @@ type joiner struct {
 	p       *cli.Printer
 	cl      *kube.Clients
 	rec     cluster.Record
-	nodes   Nodes
+	nodes   cluster.Nodes
 	started time.Time
 
 	hosts
@@ -205,7 +205,7 @@ type joiner struct {
 	nodeFirewall host.FirewallState
 	existed      bool // the Node is in the cluster
 	// fenced is the fence of the worker kip rejoins, nil when it is not fenced.
-	fenced *FenceRecord
+	fenced *cluster.FenceRecord
 	// serverAtStart is the server's Node as the join found it.
 	serverAtStart *corev1.Node
 }
@@ -213,7 +213,7 @@ type joiner struct {
 // peer is an existing worker, reached over SSH.
 type peer struct {
 	name     string
-	worker   Worker
+	worker   cluster.Worker
 	c        *sshx.Client
 	family   host.Family
 	firewall host.FirewallState
@@ -336,7 +336,7 @@ func (j *joiner) examine(ctx context.Context) error {
 			"the server could not load the wireguard module when kip installed it, and this kip cannot switch an installed cluster's pod network yet, so no worker can join this cluster for now; " +
 			"make the server's kernel load wireguard (modprobe wireguard) so that the switch can be made")
 	}
-	if j.nodes, err = ReadNodes(ctx, j.cl.Dynamic); err != nil {
+	if j.nodes, err = cluster.ReadNodes(ctx, j.cl.Dynamic); err != nil {
 		return err
 	}
 	j.p.Info("Connecting to the server and to " + j.o.Host)
@@ -437,10 +437,10 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 
 // dialPeers reaches every recorded worker but skip and those being removed, whose firewalls
 // what (the operation, "a join") updates, and reads each one's OS and firewall.
-func dialPeers(ctx context.Context, dial func(context.Context, string) (*sshx.Client, error), nodes Nodes, skip, what string) (map[string]*peer, error) {
+func dialPeers(ctx context.Context, dial func(context.Context, string) (*sshx.Client, error), nodes cluster.Nodes, skip, what string) (map[string]*peer, error) {
 	peers := map[string]*peer{}
 	for name, w := range nodes.Workers {
-		if name == skip || w.State == WorkerRemoving {
+		if name == skip || w.State == cluster.WorkerRemoving {
 			continue
 		}
 		c, err := dial(ctx, w.Host)
@@ -503,7 +503,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var recorded *Path
+	var recorded *cluster.Path
 	if w, ok := j.nodes.Workers[j.intent.Node]; ok {
 		recorded, j.fenced = &w.Path, w.Fence
 	}
@@ -523,7 +523,7 @@ func (j *joiner) decide(ctx context.Context) error {
 			j.intent.Node, choice.Path.Node, recorded.Node))
 	}
 	j.intent.Path = choice.Path
-	if choice.Path.Mode == ModePrivate {
+	if choice.Path.Mode == cluster.ModePrivate {
 		if err := CheckPath(ctx, j.server, j.node, choice.Path, sshPort(j.node), j.nodes.Mode == ""); err != nil {
 			return err
 		}
@@ -535,7 +535,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	}
 	j.p.Info(fmt.Sprintf("Network: %s (%s)", choice.Path, choice.How))
 	j.serverPublic = pub(serverPublic)
-	if choice.Path.Mode == ModePrivate {
+	if choice.Path.Mode == cluster.ModePrivate {
 		// The server's k3s moves onto the private network unless it already runs there (an
 		// earlier join moved it, or this one before it was interrupted).
 		j.serverMove = !slices.Contains(internalIPs(j.serverAtStart), choice.Path.Server.String())
@@ -606,8 +606,8 @@ func (j *joiner) decide(ctx context.Context) error {
 
 // checkRejoinAddress refuses to rejoin a worker at a new address in public mode: the other
 // nodes reach it at its recorded one. In private mode the new address is recorded and published.
-func checkRejoinAddress(recorded *Path, chosen Path, node string) error {
-	if recorded == nil || recorded.Mode != ModePublic || chosen.Node == recorded.Node {
+func checkRejoinAddress(recorded *cluster.Path, chosen cluster.Path, node string) error {
+	if recorded == nil || recorded.Mode != cluster.ModePublic || chosen.Node == recorded.Node {
 		return nil
 	}
 	return fmt.Errorf("worker %s answers at %s, and its recorded public address is %s: in public mode the other nodes reach it at that address, so kip does not rejoin it at another; "+

@@ -91,6 +91,11 @@ type fencedService struct {
 	Why string `json:"why,omitempty"`
 }
 
+// stoppedRef is the service the fence's record names.
+func stoppedRef(s cluster.StoppedService) service.Ref {
+	return service.Ref{Project: s.Project, Environment: s.Environment, Name: s.Name}
+}
+
 // stays reports whether the fence stops the service.
 func (s fencedService) stays() bool { return s.Why != "" }
 
@@ -99,7 +104,7 @@ type fencer struct {
 	o      *FenceOptions
 	p      *cli.Printer
 	cl     *kube.Clients
-	worker Worker
+	worker cluster.Worker
 	rec    cluster.Record
 	node   *sshx.Client // nil when the host does not answer
 	// serverCut: the host answers kip but does not reach the server's API, or kip could not tell
@@ -146,7 +151,7 @@ func (f *fencer) examine(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case w.State == WorkerRemoving:
+	case w.State == cluster.WorkerRemoving:
 		return fmt.Errorf("worker %s is being removed: run kip node remove %s --force to deregister it", name, name)
 	case n == nil:
 		return fmt.Errorf("worker %s has no node in the cluster, so nothing runs there to fence: run kip node remove %s --force to deregister it", name, name)
@@ -405,7 +410,7 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 			claimed[s.Namespace()+"/"+c] = true
 		}
 	}
-	out.services = ServicesOn(services, onNode, node)
+	out.services = service.OnNode(services, onNode, node)
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		var holds bool
@@ -432,20 +437,6 @@ func onWorker(ctx context.Context, cl *kube.Clients, node string) (found, error)
 	slices.Sort(out.jobs)
 	slices.Sort(out.others)
 	return out, nil
-}
-
-// ServicesOn are the Kipper services among services with a volume among claims (the
-// namespace/claim of each single-node volume on node), and those node's fence stopped. A service
-// its operator stopped is left out: it stays stopped anyway.
-func ServicesOn(services []*service.Service, claims map[string]bool, node string) []*service.Service {
-	var out []*service.Service
-	for _, s := range services {
-		hit := slices.ContainsFunc(s.Claims(), func(c string) bool { return claims[s.Namespace()+"/"+c] })
-		if hit && !s.Stopped || s.FenceStop == node {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // question asks before the fence changes anything, saying what it does with each service.
@@ -499,12 +490,12 @@ func (f *fencer) recordStep() workflow.Step {
 		Name: "record", Title: "Record the fence of " + name,
 		Done: "Recorded the fence of " + name, Already: "The fence of " + name + " is already recorded",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, f.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, f.cl.Dynamic)
 			return n.Workers[name].Fence != nil, err
 		},
 		Apply: func(ctx context.Context) error {
-			return updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
-				w.Fence = &FenceRecord{At: time.Now().UTC(), BootID: f.intent.BootID, PoweredOff: f.intent.PoweredOff, CutOff: f.intent.CutOff}
+			return cluster.UpdateWorker(ctx, f.cl.Dynamic, name, func(w *cluster.Worker) {
+				w.Fence = &cluster.FenceRecord{At: time.Now().UTC(), BootID: f.intent.BootID, PoweredOff: f.intent.PoweredOff, CutOff: f.intent.CutOff}
 			})
 		},
 	}
@@ -575,13 +566,13 @@ func (f *fencer) servicesStep() workflow.Step {
 					return false, ignoreFound(err)
 				}
 			}
-			n, err := ReadNodes(ctx, f.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, f.cl.Dynamic)
 			fence := n.Workers[name].Fence
 			if err != nil || fence == nil {
 				return false, err
 			}
 			for _, fs := range stays() {
-				if !slices.ContainsFunc(fence.Stopped, func(s StoppedService) bool { return s.Ref == fs.Ref }) {
+				if !slices.ContainsFunc(fence.Stopped, func(s cluster.StoppedService) bool { return stoppedRef(s) == fs.Ref }) {
 					return false, nil
 				}
 			}
@@ -604,14 +595,14 @@ func (f *fencer) servicesStep() workflow.Step {
 					return fmt.Errorf("suspend Job %s: %w", j, err)
 				}
 			}
-			if err := updateWorker(ctx, f.cl.Dynamic, name, func(w *Worker) {
+			if err := cluster.UpdateWorker(ctx, f.cl.Dynamic, name, func(w *cluster.Worker) {
 				if w.Fence == nil {
-					w.Fence = &FenceRecord{} // lifted meanwhile: the services stopped now still need a record
+					w.Fence = &cluster.FenceRecord{} // lifted meanwhile: the services stopped now still need a record
 				}
 				// Added to what an earlier run of the fence recorded, which a rejoin undoes.
 				for _, fs := range stays() {
-					if !slices.ContainsFunc(w.Fence.Stopped, func(s StoppedService) bool { return s.Ref == fs.Ref }) {
-						w.Fence.Stopped = append(w.Fence.Stopped, StoppedService{Ref: fs.Ref, Why: fs.Data})
+					if !slices.ContainsFunc(w.Fence.Stopped, func(s cluster.StoppedService) bool { return stoppedRef(s) == fs.Ref }) {
+						w.Fence.Stopped = append(w.Fence.Stopped, cluster.StoppedService{Project: fs.Project, Environment: fs.Environment, Name: fs.Name, Why: fs.Data})
 					}
 				}
 				for _, j := range f.intent.Jobs {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -80,45 +79,21 @@ func (j *joiner) otherAddrs() []netip.Addr {
 	return append([]netip.Addr{j.intent.Path.Server}, j.nodes.WorkerAddresses(j.intent.Node)...)
 }
 
-// ServerFirewall are the server's firewall rules with workers, their addresses on the nodes'
-// network, as its peers.
-func ServerFirewall(sshPort int, workers []netip.Addr) []host.Rule {
-	return append(host.ServerRules(sshPort), host.PeerRules(workers, netip.Addr{})...)
-}
-
-// workerFirewall are a worker's firewall rules with others (the server, at server, among them)
-// as its peers.
-func workerFirewall(sshPort int, server netip.Addr, others []netip.Addr) []host.Rule {
-	return append(host.WorkerRules(sshPort), host.PeerRules(others, server)...)
-}
-
-// peerAddrs are the addresses of the nodes a recorded worker's firewall admits: the server
-// first, then every other recorded worker but skip's, then extra.
-func (n Nodes) peerAddrs(worker, skip string, extra ...netip.Addr) []netip.Addr {
-	others := []netip.Addr{n.Server}
-	for _, name := range slices.Sorted(maps.Keys(n.Workers)) {
-		if name != worker && name != skip {
-			others = append(others, n.Workers[name].Path.Node)
-		}
-	}
-	return append(others, extra...)
-}
-
 // nodeRules are the new worker's firewall rules.
 func (j *joiner) nodeRules() []host.Rule {
-	return workerFirewall(sshPort(j.node), j.intent.Path.Server, j.otherAddrs())
+	return host.WorkerFirewall(sshPort(j.node), j.intent.Path.Server, j.otherAddrs())
 }
 
 // serverRules are the server's firewall rules with the new worker among its peers.
 func (j *joiner) serverRules() []host.Rule {
-	return ServerFirewall(sshPort(j.server), append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node))
+	return host.ServerFirewall(sshPort(j.server), append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node))
 }
 
 // peerRules are an existing worker's firewall rules with the new worker among its peers.
 func (j *joiner) peerRules(p *peer) []host.Rule {
 	n := j.nodes
 	n.Server = j.intent.Path.Server
-	return workerFirewall(sshPort(p.c), j.intent.Path.Server, n.peerAddrs(p.name, j.intent.Node, j.intent.Path.Node))
+	return host.WorkerFirewall(sshPort(p.c), j.intent.Path.Server, n.PeerAddrs(p.name, j.intent.Node, j.intent.Path.Node))
 }
 
 func (j *joiner) recordStep() workflow.Step {
@@ -126,20 +101,20 @@ func (j *joiner) recordStep() workflow.Step {
 		Name: "record", Title: "Record worker " + j.intent.Node + " as joining",
 		Done: "Recorded worker " + j.intent.Node + " as joining", Already: "Worker " + j.intent.Node + " already recorded as joining",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			w, ok := n.Workers[j.intent.Node]
-			return ok && w.State == WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == CopiesUnchecked), err
+			return ok && w.State == cluster.WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == cluster.CopiesUnchecked), err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
+			_, err := cluster.UpdateNodes(ctx, j.cl.Dynamic, func(n *cluster.Nodes) error {
 				if n.Mode == "" {
 					n.Mode, n.Server = j.intent.Path.Mode, j.intent.Path.Server
 				}
 				w := n.Workers[j.intent.Node]
 				w.Host, w.SSHPort, w.SSHUser = j.o.Host, sshPort(j.node), j.node.User()
-				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, WorkerJoining
+				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, cluster.WorkerJoining
 				if w.Copies == "" || j.o.NoCopies {
-					w.Copies = CopiesUnchecked
+					w.Copies = cluster.CopiesUnchecked
 				}
 				n.Workers[j.intent.Node] = w
 				return nil
@@ -548,7 +523,7 @@ func (j *joiner) longhornStep() workflow.Step {
 			if err != nil {
 				return err
 			}
-			return placeCopies(ctx, j.cl, j.intent.Node, mayHoldCopies(copies))
+			return placeCopies(ctx, j.cl, j.intent.Node, cluster.MayHoldCopies(copies))
 		},
 	}
 }
@@ -556,7 +531,7 @@ func (j *joiner) longhornStep() workflow.Step {
 // recordedCopies is whether the worker may hold copies as its record says: until its disk check
 // passes (a first join, or one with --no-copies), Longhorn places no new copy there.
 func (j *joiner) recordedCopies(ctx context.Context) (string, error) {
-	n, err := ReadNodes(ctx, j.cl.Dynamic)
+	n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 	return n.Workers[j.intent.Node].Copies, err
 }
 
@@ -610,16 +585,16 @@ func (j *joiner) readyStep() workflow.Step {
 		Name: "recorded", Title: "Record worker " + j.intent.Node + " as ready",
 		Done: "Recorded worker " + j.intent.Node + " as ready", Already: "Worker " + j.intent.Node + " already recorded as ready",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
-			return n.Workers[j.intent.Node].State == WorkerReady, err
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
+			return n.Workers[j.intent.Node].State == cluster.WorkerReady, err
 		},
 		Apply: func(ctx context.Context) error {
-			return updateWorker(ctx, j.cl.Dynamic, j.intent.Node, func(w *Worker) {
-				w.State = WorkerReady
+			return cluster.UpdateWorker(ctx, j.cl.Dynamic, j.intent.Node, func(w *cluster.Worker) {
+				w.State = cluster.WorkerReady
 				if w.JoinedAt.IsZero() {
 					w.JoinedAt = time.Now().UTC()
 				}
-				if w.Copies == CopiesUnchecked {
+				if w.Copies == cluster.CopiesUnchecked {
 					w.CopiesWhy = why
 				}
 			})
@@ -636,19 +611,19 @@ func (j *joiner) copiesStep() workflow.Step {
 		Name: "copies", Title: "Check whether " + name + "'s disk may hold copies of volumes (how long it takes to sync small writes)",
 		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked by this join",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			if err != nil || n.Workers[name].CopiesJoin != j.intent.VerifyID {
 				return false, err
 			}
 			return copiesPlaced(ctx, j.cl, name, n.Workers[name].Copies)
 		},
 		Apply: func(ctx context.Context) error {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			if err != nil {
 				return err
 			}
 			if w := n.Workers[name]; w.CopiesJoin == j.intent.VerifyID { // checked, and killed before Longhorn heard
-				return placeCopies(ctx, j.cl, name, mayHoldCopies(w.Copies))
+				return placeCopies(ctx, j.cl, name, cluster.MayHoldCopies(w.Copies))
 			}
 			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false, j.intent.VerifyID)
 			if err != nil {
@@ -682,7 +657,7 @@ func (j *joiner) summary(ctx context.Context) {
 	j.p.Info(fmt.Sprintf("  %d/udp and %d/tcp between every two nodes", host.WireGuardPort, host.KubeletPort))
 	j.p.Info(fmt.Sprintf("  %d/tcp from the server (%s) to each worker", host.NodeMetricsPort, j.intent.Path.Server))
 	j.p.Info(fmt.Sprintf("  6443/tcp from each worker to the server (%s)", j.intent.Path.Server))
-	if j.intent.Path.Mode == ModePrivate {
+	if j.intent.Path.Mode == cluster.ModePrivate {
 		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
 	}
 	if replicas, err := workerReplicas(ctx, j.cl, j.serverAtStart.Name); err != nil {

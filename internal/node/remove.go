@@ -60,8 +60,8 @@ type remover struct {
 	o      *RemoveOptions
 	p      *cli.Printer
 	cl     *kube.Clients
-	nodes  Nodes
-	worker Worker
+	nodes  cluster.Nodes
+	worker cluster.Worker
 	// apiNode is the worker's Node, nil when it is no longer in the API.
 	apiNode *corev1.Node
 	hosts
@@ -207,7 +207,7 @@ func (r *remover) checkFenced(status string) error {
 	case !r.o.Force && fenced:
 		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
 			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
-	case !r.o.Force || w.State == WorkerRemoving || r.apiNode == nil || w.Fence != nil:
+	case !r.o.Force || w.State == cluster.WorkerRemoving || r.apiNode == nil || w.Fence != nil:
 		return nil
 	case status == cluster.NodeReady:
 		return fmt.Errorf("worker %s is Ready, so its host runs, and --force deregisters only a worker a fence holds: "+
@@ -222,8 +222,8 @@ func (r *remover) checkFenced(status string) error {
 type workerTarget struct {
 	cl     *kube.Clients
 	rec    cluster.Record
-	nodes  Nodes
-	worker Worker
+	nodes  cluster.Nodes
+	worker cluster.Worker
 	node   *corev1.Node // nil when the API has no Node of that name
 }
 
@@ -239,7 +239,7 @@ func readWorker(ctx context.Context, clients func() (*kube.Clients, error), name
 	if t.rec, err = cluster.ReadInstalled(ctx, t.cl.Dynamic); err != nil {
 		return t, err
 	}
-	if t.nodes, err = ReadNodes(ctx, t.cl.Dynamic); err != nil {
+	if t.nodes, err = cluster.ReadNodes(ctx, t.cl.Dynamic); err != nil {
 		return t, err
 	}
 	n, err := t.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -292,7 +292,7 @@ func (r *remover) checkResume(ctx context.Context) error {
 // gone with its node, once it wiped the host.
 func (r *remover) reachWorker(ctx context.Context, status string) error {
 	name, w := r.o.Worker, r.worker
-	resumed := w.State == WorkerRemoving
+	resumed := w.State == cluster.WorkerRemoving
 	c, err := r.o.Dial(ctx, w.Host)
 	if err == nil {
 		// A host at the address that is not the worker is left alone: without --force the
@@ -425,12 +425,12 @@ func (r *remover) steps() []workflow.Step {
 	steps = append(steps, r.deleteStep())
 	if r.fwServer {
 		steps = append(steps, r.serverFamily.FirewallStep("server-firewall", "the server", r.server,
-			ServerFirewall(sshPort(r.server), r.nodes.WorkerAddresses(r.o.Worker))))
+			host.ServerFirewall(sshPort(r.server), r.nodes.WorkerAddresses(r.o.Worker))))
 	}
 	for _, name := range sortedPeers(r.peers) {
 		if p := r.peers[name]; p.worker.FirewallManaged {
 			steps = append(steps, p.family.FirewallStep("peer-firewall-"+name, name, p.c,
-				workerFirewall(sshPort(p.c), r.nodes.Server, r.nodes.peerAddrs(name, r.o.Worker))))
+				host.WorkerFirewall(sshPort(p.c), r.nodes.Server, r.nodes.PeerAddrs(name, r.o.Worker))))
 		}
 	}
 	return append(steps, r.forgetStep())
@@ -442,11 +442,11 @@ func (r *remover) recordStep() workflow.Step {
 		Name: "record", Title: "Record worker " + name + " as being removed",
 		Done: "Recorded worker " + name + " as being removed", Already: "Worker " + name + " already recorded as being removed",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, r.cl.Dynamic)
-			return n.Workers[name].State == WorkerRemoving, err
+			n, err := cluster.ReadNodes(ctx, r.cl.Dynamic)
+			return n.Workers[name].State == cluster.WorkerRemoving, err
 		},
 		Apply: func(ctx context.Context) error {
-			return updateWorker(ctx, r.cl.Dynamic, name, func(w *Worker) { w.State = WorkerRemoving })
+			return cluster.UpdateWorker(ctx, r.cl.Dynamic, name, func(w *cluster.Worker) { w.State = cluster.WorkerRemoving })
 		},
 	}
 }
@@ -628,12 +628,12 @@ func (r *remover) forgetStep() workflow.Step {
 		Name: "forget", Title: "Remove worker " + name + " from kip's record",
 		Done: "Removed worker " + name + " from kip's record", Already: "Worker " + name + " already gone from kip's record",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, r.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, r.cl.Dynamic)
 			_, ok := n.Workers[name]
 			return !ok, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, r.cl.Dynamic, func(n *Nodes) error {
+			_, err := cluster.UpdateNodes(ctx, r.cl.Dynamic, func(n *cluster.Nodes) error {
 				delete(n.Workers, name)
 				return nil
 			})

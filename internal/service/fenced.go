@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +30,20 @@ func (s *Service) Claims() []string {
 		claims = append(claims, d)
 	}
 	return claims
+}
+
+// OnNode are the Kipper services among services with a volume among claims (the
+// namespace/claim of each single-node volume on node), and those node's fence stopped. A service
+// its operator stopped is left out: it stays stopped anyway.
+func OnNode(services []*Service, claims map[string]bool, node string) []*Service {
+	var out []*Service
+	for _, s := range services {
+		hit := slices.ContainsFunc(s.Claims(), func(c string) bool { return claims[s.Namespace()+"/"+c] })
+		if hit && !s.Stopped || s.FenceStop == node {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // SetFenceStop stops the service for the fence of worker, recording it in FenceAnnotation.
@@ -130,20 +145,21 @@ func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service
 // in kip's record, which a rejoin lifts last, and its node Ready), with every node.
 func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *Service) error {
 	gone := s.FenceStop
-	w, err := o.Worker(ctx, cl, gone)
+	workers, err := cluster.ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
 		return err
 	}
+	w := workers.Workers[gone]
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{})
 	switch {
-	case err == nil && !w.Fenced && cluster.NodeStatus(n) == cluster.NodeReady:
+	case err == nil && w.Fence == nil && cluster.NodeStatus(n) == cluster.NodeReady:
 		gone = ""
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
 	}
 	var cutOff []string
-	if gone != "" {
-		cutOff = w.CutOff
+	if gone != "" && w.Fence != nil {
+		cutOff = w.Fence.CutOff
 	}
 	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, w.Host, cutOff, o.AcceptStale)
 	if err != nil {
