@@ -222,7 +222,7 @@ func (f *fencer) reach(ctx context.Context, n *corev1.Node) error {
 	}
 	f.intent.PoweredOff = true
 	if !f.o.PoweredOff && !f.o.DryRun {
-		ok, err := f.o.Prompter.Consent(fmt.Sprintf("Is the host of %s (%s) powered off, and will it stay off until you rejoin it with kip node add %s?", name, w.Host, w.Host))
+		ok, err := f.o.Prompter.Consent(fmt.Sprintf("Is the host of %s (%s) powered off, and will it stay off until you rejoin it with %s?", name, w.Host, service.RejoinCommand(w.Host)))
 		if err != nil {
 			return err
 		}
@@ -263,8 +263,8 @@ func (f *fencer) kubeletGone(ctx context.Context) error {
 	name, w := f.o.Worker, f.worker
 	addr := w.Path.Node
 	if !addr.Is4() {
-		return fmt.Errorf("worker %s's recorded address %q is no IPv4 address, so the server cannot check that its kubelet is gone: fix its record with kip node add %s, or remove it with kip node remove %s --force",
-			name, addr, w.Host, name)
+		return fmt.Errorf("worker %s's recorded address %q is no IPv4 address, so the server cannot check that its kubelet is gone: fix its record with %s, or remove it with kip node remove %s --force",
+			name, addr, service.RejoinCommand(w.Host), name)
 	}
 	// The factory's connection, closed as kip exits.
 	server, err := f.o.dialServer(ctx, f.rec, "kip node fence checks from the server that the worker's kubelet no longer answers")
@@ -298,27 +298,17 @@ func (f *fencer) decide(ctx context.Context) error {
 			return err
 		}
 	}
+	var consent func(string) (bool, error) // a dry run asks nothing
+	if !f.o.DryRun {
+		consent = f.o.Prompter.Consent
+	}
 	for _, s := range found.services {
-		verdict, copies, err := service.FencedData(ctx, f.cl, s, name, f.intent.CutOff)
+		d, err := service.DecideStart(ctx, f.cl, s, name, f.intent.CutOff, f.o.AcceptStale, consent)
 		if err != nil {
 			return err
 		}
-		fs := fencedService{Ref: s.Ref, Data: verdict, CurrentOn: longhorn.CurrentOn(copies, name)}
-		switch verdict {
-		case longhorn.DataOnlyThere:
-			fs.Why = service.DataWhy(verdict, name, nil)
-		case longhorn.DataStale:
-			fs.Accepted = f.o.AcceptStale
-			if !fs.Accepted && !f.o.DryRun {
-				if fs.Accepted, err = f.o.Prompter.Consent(service.StaleQuestion(s, name, copies)); err != nil {
-					return err
-				}
-			}
-			if !fs.Accepted {
-				fs.Why = service.DataWhy(verdict, name, nil) + ", and older data was not accepted"
-			}
-		}
-		f.intent.Services = append(f.intent.Services, fs)
+		f.intent.Services = append(f.intent.Services,
+			fencedService{Ref: s.Ref, Data: d.Verdict, Accepted: d.Accepted, CurrentOn: d.CurrentOn, Why: d.FenceWhy(name)})
 	}
 	return nil
 }

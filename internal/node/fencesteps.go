@@ -245,13 +245,13 @@ func (f *fencer) stillDown(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		verdict, _, err := service.FencedData(ctx, f.cl, s, name, f.intent.CutOff)
+		d, err := service.DecideStart(ctx, f.cl, s, name, f.intent.CutOff, fs.Accepted, nil)
 		if err != nil {
 			return err
 		}
-		if verdict == longhorn.DataOnlyThere || verdict == longhorn.DataStale && !fs.Accepted {
+		if !d.Starts() {
 			return fmt.Errorf("the copies of service %s changed since kip examined them (without %s its data is now %s), so kip does not taint %s: "+
-				"run kip node fence %s again, which decides again what happens to each service", fs.Ref, name, verdict, name, name)
+				"run kip node fence %s again, which decides again what happens to each service", fs.Ref, name, d.Verdict, name, name)
 		}
 	}
 	n, err := f.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -260,7 +260,7 @@ func (f *fencer) stillDown(ctx context.Context) error {
 	}
 	if readyCondition(n) == corev1.ConditionTrue {
 		return fmt.Errorf("worker %s reports Ready again, so kip does not taint it: the services the fence stopped stay stopped as recorded; "+
-			"rejoin it with kip node add %s, which starts them again, or run kip node fence %s again once it has stopped reporting for a minute", name, f.worker.Host, name)
+			"rejoin it with %s, which starts them again, or run kip node fence %s again once it has stopped reporting for a minute", name, service.RejoinCommand(f.worker.Host), name)
 	}
 	if f.node == nil {
 		return f.kubeletGone(ctx)
@@ -413,7 +413,7 @@ func readyCondition(n *corev1.Node) corev1.ConditionStatus {
 // why, then warns about the other pods with single-node volumes there.
 func (f *fencer) report(ctx context.Context) {
 	name := f.o.Worker
-	f.p.Success("Fenced worker " + name + ": it stays out of service until kip node add " + f.worker.Host + " rejoins it, or kip node remove " + name + " --force gives it up")
+	f.p.Success("Fenced worker " + name + ": it stays out of service until " + service.RejoinCommand(f.worker.Host) + " rejoins it, or kip node remove " + name + " --force gives it up")
 	for _, fs := range f.intent.Services {
 		if fs.stays() {
 			f.p.Warn(fmt.Sprintf("Service %s stays stopped: %s", fs.Ref, f.staysWhy(ctx, fs)))
@@ -438,9 +438,9 @@ func (f *fencer) report(ctx context.Context) {
 
 // staysWhy says why a service the fence stopped stays stopped, and how it comes back.
 func (f *fencer) staysWhy(ctx context.Context, fs fencedService) string {
-	back := fmt.Sprintf("%s; rejoin %s with kip node add %s", fs.Why, f.o.Worker, f.worker.Host)
+	back := fmt.Sprintf("%s; rejoin %s with %s", fs.Why, f.o.Worker, service.RejoinCommand(f.worker.Host))
 	if fs.Data == longhorn.DataStale {
-		return back + ", or start it on the older copies with kip service start " + fs.Flags() + " --accept-stale-data"
+		return back + ", or start it on the older copies with " + service.AcceptStaleCommand(fs.Ref)
 	}
 	s, err := service.Get(ctx, f.cl.Dynamic, fs.Ref)
 	if err != nil {

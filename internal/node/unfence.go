@@ -128,11 +128,11 @@ func (j *joiner) unfenceStep() workflow.Step {
 				if s.FenceStop != name {
 					continue // started meanwhile with kip service start
 				}
-				ok, why, err := service.MayStart(ctx, j.cl, j.o.Prompter, s, "", j.o.Host, nil, false)
+				d, err := service.DecideStart(ctx, j.cl, s, "", nil, false, j.o.Prompter.Consent)
 				if err != nil {
 					return err
 				}
-				if !ok {
+				if why := d.StartWhy(s, "", j.o.Host); why != "" {
 					j.p.Warn(fmt.Sprintf("Service %s stays stopped: %s", s.Ref, why))
 					continue
 				}

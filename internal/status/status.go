@@ -424,10 +424,12 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 		}
 		for _, s := range service.OnNode(svcs, claims[n.Name], n.Name) {
 			copies := longhorn.ReplicasIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
+			var cutOff []string
 			if f := v.workers.Workers[n.Name].Fence; f != nil {
-				longhorn.Distrust(copies, f.CutOff, n.Name)
+				cutOff = f.CutOff
 			}
-			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, longhorn.Judge(copies, n.Name), longhorn.CurrentOn(copies, n.Name))
+			data := service.JudgeFenced(copies, n.Name, cutOff)
+			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, data, longhorn.CurrentOn(copies, n.Name))
 			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: longhorn.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
 		}
