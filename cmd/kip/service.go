@@ -12,7 +12,6 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/move"
 	"kipper.run/kip/internal/mover/moverpod"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 )
 
@@ -145,7 +144,7 @@ func serviceFlags(cmd *cobra.Command, ref *service.Ref) {
 }
 
 func serviceOptions(f *cli.Factory) service.Options {
-	return service.Options{Kube: f.Kube, CopyHolders: node.CopyHolders, Worker: node.ServiceWorker, Printer: f.Printer(), Prompter: f.Prompter(),
+	return service.Options{Kube: f.Kube, Printer: f.Printer(), Prompter: f.Prompter(),
 		JSON: f.Global.Output == cli.OutputJSON, Out: f.IO.Out}
 }
 

@@ -1,6 +1,6 @@
 // Package cluster is the model of a Kipper cluster that every area of kip reads: the cluster
-// record (what install decided and installed), the sizing profiles, and the storage, network
-// and backup modes. It holds no workflow; install, status, platform and the storage, node and
+// record (what install decided and installed), the record of the workers kip joined (Nodes),
+// the sizing profiles, and the storage, network and backup modes. It holds no workflow; install, status, platform and the storage, node and
 // upgrade areas import it rather than each other.
 package cluster
 

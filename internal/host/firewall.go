@@ -139,6 +139,18 @@ func WorkerRules(sshPort int) []Rule {
 	return append([]Rule{{Port: sshPort, Proto: "tcp", Why: "SSH"}}, PodNetworkRules()...)
 }
 
+// ServerFirewall are the server's firewall rules with workers, their addresses on the nodes'
+// network, as its peers.
+func ServerFirewall(sshPort int, workers []netip.Addr) []Rule {
+	return append(ServerRules(sshPort), PeerRules(workers, netip.Addr{})...)
+}
+
+// WorkerFirewall are a worker's firewall rules with others (the server, at server, among them)
+// as its peers.
+func WorkerFirewall(sshPort int, server netip.Addr, others []netip.Addr) []Rule {
+	return append(WorkerRules(sshPort), PeerRules(others, server)...)
+}
+
 // String says what the rule opens, as messages and plans show it: "22/tcp", "every port from
 // 10.42.0.0/16 on cni0, flannel-wg and flannel.1", "51820/udp from 10.0.0.2/32 and 10.0.0.3/32".
 func (r Rule) String() string {

@@ -19,7 +19,6 @@ import (
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 )
@@ -171,7 +170,7 @@ func (in *installer) hostSteps() ([]workflow.Step, error) {
 // firewallRules are the server's firewall rules: its own, and the peer ports open to the
 // recorded workers.
 func (in *installer) firewallRules() []host.Rule {
-	return node.ServerFirewall(in.sshPort(), in.nodes.WorkerAddresses(""))
+	return host.ServerFirewall(in.sshPort(), in.nodes.WorkerAddresses(""))
 }
 
 // sshPort is the port kip reached the host on, which the firewall keeps open.

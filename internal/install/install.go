@@ -147,7 +147,7 @@ type installer struct {
 	// network, else "".
 	externalIP string
 	// nodes is what kip recorded of the cluster's workers (empty on a fresh install).
-	nodes node.Nodes
+	nodes cluster.Nodes
 	// workers is what happens to the recorded workers once the server runs its release.
 	workers node.WorkerPlan
 	fw      bool // kip manages the host firewall
@@ -357,10 +357,10 @@ func (in *installer) decide(ctx context.Context) error {
 		return err
 	}
 	if in.clients != nil {
-		if in.nodes, err = node.ReadNodes(ctx, in.clients.Dynamic); err != nil {
+		if in.nodes, err = cluster.ReadNodes(ctx, in.clients.Dynamic); err != nil {
 			return err
 		}
-		if in.nodes.Mode == node.ModePrivate && in.nodes.Server.IsValid() && in.nodes.Server.String() != in.nodeIP {
+		if in.nodes.Mode == cluster.ModePrivate && in.nodes.Server.IsValid() && in.nodes.Server.String() != in.nodeIP {
 			// The nodes reach the server over their private network: kip node add moved k3s there.
 			in.nodeIP, in.externalIP = in.nodes.Server.String(), in.nodeIP
 		}

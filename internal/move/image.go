@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"kipper.run/kip/internal/node"
+	"kipper.run/kip/internal/cluster"
 )
 
 // deliver puts the mover's image on the move's node before this run's first mover pod: the
@@ -15,7 +15,7 @@ func (m *mv) deliver(ctx context.Context) error {
 	if m.delivered {
 		return nil
 	}
-	host, err := node.WorkerHost(ctx, m.cl, m.in.Node)
+	host, err := cluster.WorkerHost(ctx, m.cl, m.in.Node)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
@@ -43,41 +42,6 @@ type AddOptions struct {
 	DryRun       bool
 
 	Env
-}
-
-// Env is what a node command that changes the cluster takes from the command around it.
-type Env struct {
-	Kube func() (*kube.Clients, error)
-	// Server is the saved cluster's server address; "" uses the cluster record's.
-	Server string
-	// Dial connects to a host over SSH with the cluster's SSH settings.
-	Dial        func(ctx context.Context, host string) (*sshx.Client, error)
-	Printer     *cli.Printer
-	Prompter    *cli.Prompter
-	CommandLine string
-	KipVersion  string
-	Debugf      func(format string, args ...any)
-}
-
-// dialServer reaches the cluster's server over SSH; why says what the command needs it for.
-func (e Env) dialServer(ctx context.Context, rec cluster.Record, why string) (*sshx.Client, error) {
-	h := e.Server
-	if h == "" {
-		h = rec.Server
-	}
-	c, err := e.Dial(ctx, h)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", why, err)
-	}
-	return c, nil
-}
-
-// runner runs a node command's workflow under the cluster lock.
-func (e Env) runner(cl *kube.Clients, dryRun bool, lock kube.LockOptions) *workflow.Runner {
-	return &workflow.Runner{
-		Dynamic: cl.Dynamic, Holder: kube.HolderText(e.CommandLine), KipVersion: e.KipVersion, Report: e.Printer, DryRun: dryRun,
-		Lock: workflow.ClusterLock(cl.Kube, lock),
-	}
 }
 
 // flags are the options a resumed join must repeat, as its progress record keeps them.
@@ -162,9 +126,9 @@ func (o *AddOptions) want() Want {
 // joinIntent is what a join decided, kept in its progress record: a resumed join repeats the
 // same options and continues with the same decisions.
 type joinIntent struct {
-	Options flags  `json:"options"`
-	Node    string `json:"node"`
-	Path    Path   `json:"path"`
+	Options flags        `json:"options"`
+	Node    string       `json:"node"`
+	Path    cluster.Path `json:"path"`
 	// Firewall: kip manages the new node's firewall.
 	Firewall bool `json:"firewall"`
 	// Cordoned: kip cordoned the node for the checks (a rejoin), and uncordons it after.
@@ -185,7 +149,7 @@ type joiner struct {
 	p       *cli.Printer
 	cl      *kube.Clients
 	rec     cluster.Record
-	nodes   Nodes
+	nodes   cluster.Nodes
 	started time.Time
 
 	hosts
@@ -205,18 +169,9 @@ type joiner struct {
 	nodeFirewall host.FirewallState
 	existed      bool // the Node is in the cluster
 	// fenced is the fence of the worker kip rejoins, nil when it is not fenced.
-	fenced *FenceRecord
+	fenced *cluster.FenceRecord
 	// serverAtStart is the server's Node as the join found it.
 	serverAtStart *corev1.Node
-}
-
-// peer is an existing worker, reached over SSH.
-type peer struct {
-	name     string
-	worker   Worker
-	c        *sshx.Client
-	family   host.Family
-	firewall host.FirewallState
 }
 
 // workflowName is the join's progress record for host.
@@ -287,36 +242,6 @@ func (j *joiner) measured(steps []workflow.Step) []workflow.Step {
 	return steps
 }
 
-// hosts are the SSH clients of a node command: the server, the node it adds or removes (nil
-// when a forced remove cannot reach it), and the other recorded workers by node name.
-type hosts struct {
-	server, node *sshx.Client
-	peers        map[string]*peer
-}
-
-// commands counts the remote commands run on every host so far.
-func (h *hosts) commands() int64 {
-	var n int64
-	for _, c := range []*sshx.Client{h.server, h.node} {
-		if c != nil {
-			n += c.Commands()
-		}
-	}
-	for _, p := range h.peers {
-		n += p.c.Commands()
-	}
-	return n
-}
-
-func (h *hosts) close() {
-	for _, c := range []*sshx.Client{h.server, h.node} {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
-	closePeers(h.peers)
-}
-
 // examine reads the cluster and reaches every host the join touches, refusing what kip node add
 // refuses before anything changes.
 func (j *joiner) examine(ctx context.Context) error {
@@ -336,7 +261,7 @@ func (j *joiner) examine(ctx context.Context) error {
 			"the server could not load the wireguard module when kip installed it, and this kip cannot switch an installed cluster's pod network yet, so no worker can join this cluster for now; " +
 			"make the server's kernel load wireguard (modprobe wireguard) so that the switch can be made")
 	}
-	if j.nodes, err = ReadNodes(ctx, j.cl.Dynamic); err != nil {
+	if j.nodes, err = cluster.ReadNodes(ctx, j.cl.Dynamic); err != nil {
 		return err
 	}
 	j.p.Info("Connecting to the server and to " + j.o.Host)
@@ -435,42 +360,6 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 	return err
 }
 
-// dialPeers reaches every recorded worker but skip and those being removed, whose firewalls
-// what (the operation, "a join") updates, and reads each one's OS and firewall.
-func dialPeers(ctx context.Context, dial func(context.Context, string) (*sshx.Client, error), nodes Nodes, skip, what string) (map[string]*peer, error) {
-	peers := map[string]*peer{}
-	for name, w := range nodes.Workers {
-		if name == skip || w.State == WorkerRemoving {
-			continue
-		}
-		c, err := dial(ctx, w.Host)
-		if err != nil {
-			closePeers(peers)
-			return nil, fmt.Errorf("%s updates every node's firewall, and kip cannot reach worker %s at %s: %w; fix SSH to it, then run the same command again", what, name, w.Host, err)
-		}
-		p := &peer{name: name, worker: w, c: c}
-		peers[name] = p
-		facts, err := c.Facts(ctx)
-		if err == nil {
-			p.family, err = host.Identify(facts.OS)
-		}
-		if err == nil {
-			p.firewall, err = host.ReadFirewall(ctx, c)
-		}
-		if err != nil {
-			closePeers(peers)
-			return nil, fmt.Errorf("worker %s: %w", name, err)
-		}
-	}
-	return peers, nil
-}
-
-func closePeers(peers map[string]*peer) {
-	for _, p := range peers {
-		_ = p.c.Close()
-	}
-}
-
 // decide settles, before anything changes, the path, the firewalls, the k3s release and the
 // token; a resumed join must repeat the options it started with.
 func (j *joiner) decide(ctx context.Context) error {
@@ -503,7 +392,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var recorded *Path
+	var recorded *cluster.Path
 	if w, ok := j.nodes.Workers[j.intent.Node]; ok {
 		recorded, j.fenced = &w.Path, w.Fence
 	}
@@ -523,7 +412,7 @@ func (j *joiner) decide(ctx context.Context) error {
 			j.intent.Node, choice.Path.Node, recorded.Node))
 	}
 	j.intent.Path = choice.Path
-	if choice.Path.Mode == ModePrivate {
+	if choice.Path.Mode == cluster.ModePrivate {
 		if err := CheckPath(ctx, j.server, j.node, choice.Path, sshPort(j.node), j.nodes.Mode == ""); err != nil {
 			return err
 		}
@@ -535,7 +424,7 @@ func (j *joiner) decide(ctx context.Context) error {
 	}
 	j.p.Info(fmt.Sprintf("Network: %s (%s)", choice.Path, choice.How))
 	j.serverPublic = pub(serverPublic)
-	if choice.Path.Mode == ModePrivate {
+	if choice.Path.Mode == cluster.ModePrivate {
 		// The server's k3s moves onto the private network unless it already runs there (an
 		// earlier join moved it, or this one before it was interrupted).
 		j.serverMove = !slices.Contains(internalIPs(j.serverAtStart), choice.Path.Server.String())
@@ -606,20 +495,13 @@ func (j *joiner) decide(ctx context.Context) error {
 
 // checkRejoinAddress refuses to rejoin a worker at a new address in public mode: the other
 // nodes reach it at its recorded one. In private mode the new address is recorded and published.
-func checkRejoinAddress(recorded *Path, chosen Path, node string) error {
-	if recorded == nil || recorded.Mode != ModePublic || chosen.Node == recorded.Node {
+func checkRejoinAddress(recorded *cluster.Path, chosen cluster.Path, node string) error {
+	if recorded == nil || recorded.Mode != cluster.ModePublic || chosen.Node == recorded.Node {
 		return nil
 	}
 	return fmt.Errorf("worker %s answers at %s, and its recorded public address is %s: in public mode the other nodes reach it at that address, so kip does not rejoin it at another; "+
 		"give the host its old address back, or remove the worker with kip node remove %s --force and add the host as a new worker",
 		node, chosen.Node, recorded.Node, node)
-}
-
-func sshPort(c *sshx.Client) int {
-	if p := c.Port(); p != 0 {
-		return p
-	}
-	return 22
 }
 
 // nodeNow is the joining node in the API, nil when it has not registered.
@@ -632,27 +514,4 @@ func (j *joiner) nodeNow(ctx context.Context) (*corev1.Node, error) {
 		return nil, fmt.Errorf("read node %s: %w", j.intent.Node, err)
 	}
 	return n, nil
-}
-
-// updateNode changes the Node name on its latest version with change, again on a conflict (the
-// kubelet and the node lifecycle controller write the Node too); change reports whether it
-// changed anything. A Node that is gone is an error.
-func updateNode(ctx context.Context, cl *kube.Clients, name string, change func(*corev1.Node) bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil || !change(n) {
-			return err
-		}
-		_, err = cl.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kube.FieldManager})
-		return err
-	})
-}
-
-// withoutTaint is taints without those of key.
-func withoutTaint(taints []corev1.Taint, key string) []corev1.Taint {
-	return slices.DeleteFunc(slices.Clone(taints), func(t corev1.Taint) bool { return t.Key == key })
-}
-
-func hasTaint(n *corev1.Node, key string) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }

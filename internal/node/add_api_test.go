@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/test/testenv"
 )
 
@@ -19,7 +20,7 @@ func TestJoinRefusesOtherNodes(t *testing.T) {
 	ctx := context.Background()
 	env.AddNode(t, "ja-stray", testenv.NodeOptions{})
 	env.AddNode(t, "ja-fenced", fencedNode)
-	nodes := recordWorkers(t, cl, map[string]Worker{"ja-fenced": {Host: "203.0.113.41", State: WorkerReady, Fence: &FenceRecord{}}})
+	nodes := recordWorkers(t, cl, map[string]cluster.Worker{"ja-fenced": {Host: "203.0.113.41", State: cluster.WorkerReady, Fence: &cluster.FenceRecord{}}})
 	// o.Dial is nil: both refusals come before the join reaches any worker.
 	j := &joiner{o: &AddOptions{Host: "203.0.113.50"}, cl: cl, nodes: nodes, intent: joinIntent{Node: "ja-new"}}
 	err := j.checkNodes(ctx)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -53,7 +54,7 @@ func connected(res sshx.Result, target netip.AddrPort) (bool, error) {
 // the node's SSH port, and the node to the server's API on 6443. A failed connection stops the
 // join, naming it, and --public when the join may still choose public addresses (the first
 // join chooses the mode for every node).
-func CheckPath(ctx context.Context, server, node *sshx.Client, p Path, nodeSSHPort int, mayGoPublic bool) error {
+func CheckPath(ctx context.Context, server, node *sshx.Client, p cluster.Path, nodeSSHPort int, mayGoPublic bool) error {
 	for _, c := range []struct {
 		from *sshx.Client
 		to   netip.Addr

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/sshd"
 )
@@ -65,7 +66,7 @@ func TestConnectsOverSSH(t *testing.T) {
 	}
 	// A private path whose node SSH port is closed: the join names --public only while it may
 	// still choose public addresses (the cluster's first join).
-	p := Path{Mode: ModePrivate, Network: netip.MustParsePrefix("127.0.0.0/8"), Server: addr.Addr(), Node: addr.Addr()}
+	p := cluster.Path{Mode: cluster.ModePrivate, Network: netip.MustParsePrefix("127.0.0.0/8"), Server: addr.Addr(), Node: addr.Addr()}
 	for _, first := range []bool{true, false} {
 		err := CheckPath(ctx, c, c, p, int(addr.Port()), first)
 		if err == nil || !strings.Contains(err.Error(), "the server cannot connect to the node's SSH port") || strings.Contains(err.Error(), "--public") != first {
@@ -77,7 +78,7 @@ func TestConnectsOverSSH(t *testing.T) {
 // TestIdentity: a host is the worker only when its name, the machine ID its node's kubelet
 // reported and the node its k3s configuration registers all agree with what kip recorded.
 func TestIdentity(t *testing.T) {
-	w := Worker{Host: "192.0.2.41", Path: Path{Node: netip.MustParseAddr("10.0.0.41")}}
+	w := cluster.Worker{Host: "192.0.2.41", Path: cluster.Path{Node: netip.MustParseAddr("10.0.0.41")}}
 	n := &corev1.Node{Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{MachineID: "m-41"}}}
 	good := hostIdentity{Hostname: "w41", MachineID: "m-41", NodeName: "w41", NodeIP: "10.0.0.41", Configured: true}
 	if err := checkIdentity(good, "w41", w, n); err != nil {

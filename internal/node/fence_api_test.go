@@ -81,9 +81,9 @@ func TestFence(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-		n.Workers["fx-w"] = Worker{Host: "192.0.2.51", State: WorkerReady,
-			Path: Path{Mode: ModePrivate, Server: netip.MustParseAddr(srv.Host), Node: netip.MustParseAddr(fenceKubelet)}}
+	if _, err := cluster.UpdateNodes(ctx, cl.Dynamic, func(n *cluster.Nodes) error {
+		n.Workers["fx-w"] = cluster.Worker{Host: "192.0.2.51", State: cluster.WorkerReady,
+			Path: cluster.Path{Mode: cluster.ModePrivate, Server: netip.MustParseAddr(srv.Host), Node: netip.MustParseAddr(fenceKubelet)}}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestFence(t *testing.T) {
 		t.Errorf("fence with the server unreachable: %v", err)
 	}
 	serverUp = true
-	if rec, err := ReadNodes(ctx, cl.Dynamic); err != nil || rec.Workers["fx-w"].Fence != nil {
+	if rec, err := cluster.ReadNodes(ctx, cl.Dynamic); err != nil || rec.Workers["fx-w"].Fence != nil {
 		t.Fatalf("the refusals recorded a fence: %+v (%v)", rec.Workers["fx-w"], err)
 	}
 
@@ -284,12 +284,12 @@ func TestFence(t *testing.T) {
 	if strings.Contains(out.String(), "service off in") {
 		t.Errorf("the fence acted on service off, which its operator had stopped")
 	}
-	rec, err := ReadNodes(ctx, cl.Dynamic)
+	rec, err := cluster.ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fence := rec.Workers["fx-w"].Fence
-	stoppedBy := func(f *FenceRecord) map[string]string {
+	stoppedBy := func(f *cluster.FenceRecord) map[string]string {
 		m := map[string]string{}
 		for _, s := range f.Stopped {
 			m[s.Name] = s.Why
@@ -326,13 +326,13 @@ func TestFence(t *testing.T) {
 	if err := fenceWith(FenceOptions{PoweredOff: true}); err != nil || strings.Contains(out.String(), "…") || strings.Count(out.String(), "✔") != 5 {
 		t.Errorf("the fence run again: %v\n%s", err, out)
 	}
-	if rec, err := ReadNodes(ctx, cl.Dynamic); err != nil || !slices.Equal(rec.Workers["fx-w"].Fence.Suspended, []string{"fx-prod/nightly"}) ||
+	if rec, err := cluster.ReadNodes(ctx, cl.Dynamic); err != nil || !slices.Equal(rec.Workers["fx-w"].Fence.Suspended, []string{"fx-prod/nightly"}) ||
 		!reflect.DeepEqual(stoppedBy(rec.Workers["fx-w"].Fence), wantStopped) {
 		t.Errorf("the fence's record after it ran again: %+v (%v)", rec.Workers["fx-w"].Fence, err)
 	}
 
 	// kip service start: the fence's check.
-	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, Worker: ServiceWorker, Printer: env2.Printer, Prompter: env2.Prompter}}
+	so := &service.ServiceOptions{Options: service.Options{Kube: env2.Kube, Printer: env2.Printer, Prompter: env2.Prompter}}
 	so.Ref = service.Ref{Project: "fx", Environment: "prod", Name: "only"}
 	if err := service.Start(ctx, so); err == nil || !strings.Contains(err.Error(), "kip node fence of fx-w stopped service only in fx-prod, and its only copy of some volume is on fx-w, so it stays stopped until fx-w rejoins (kip node add 192.0.2.51)") {
 		t.Errorf("start only: %v", err)
@@ -390,7 +390,7 @@ func TestFence(t *testing.T) {
 		t.Errorf("start only with fx-w untainted and Ready but its fence recorded: %v", err)
 	}
 	// Once the rejoin lifted the fence from the record, fx-w counts again: its copy is current.
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
+	if _, err := cluster.UpdateNodes(ctx, cl.Dynamic, func(n *cluster.Nodes) error {
 		w := n.Workers["fx-w"]
 		w.Fence = nil
 		n.Workers["fx-w"] = w
@@ -540,7 +540,7 @@ func pod(t *testing.T, cl *kube.Clients, ns, name, node string, labels map[strin
 // theirs, stops the stand-in and lets go of the Projects deleted meanwhile (its finalizer).
 func consoleAPI(t *testing.T, cl *kube.Clients, delay time.Duration) *consolestandin.Standin {
 	t.Helper()
-	s := &consolestandin.Standin{Kube: cl.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", CopyHolders: CopyHolders,
+	s := &consolestandin.Standin{Kube: cl.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", CopyHolders: cluster.CopyHolders,
 		Interval: time.Second, Delay: delay, Logf: t.Logf}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -602,7 +602,7 @@ func TestFenceWaitsForScaleDown(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	kipperProject(t, cl, "sd", "prod")
 	kipperService(t, cl, ns, "db", "postgres", false)
-	recordWorkers(t, cl, map[string]Worker{"sd-w": {Host: "192.0.2.61", State: WorkerReady}})
+	recordWorkers(t, cl, map[string]cluster.Worker{"sd-w": {Host: "192.0.2.61", State: cluster.WorkerReady}})
 	replicas := func(want int32) {
 		t.Helper()
 		if err := kube.Poll(ctx, time.Minute, fmt.Sprintf("StatefulSet db at %d replicas", want), func(ctx context.Context) (bool, string, error) {
@@ -662,7 +662,7 @@ func TestFenceTaintRechecks(t *testing.T) {
 	replica(t, cl, pv+"-tr-d", pv, "tr-d", true)
 	replica(t, cl, pv+"-tr-other", pv, "tr-other", false) // current when kip examined it, no longer
 	ref := service.Ref{Project: "tr", Environment: "prod", Name: "db"}
-	moved := &fencer{o: &FenceOptions{Worker: "tr-d"}, cl: cl, worker: Worker{Host: "192.0.2.72", State: WorkerReady},
+	moved := &fencer{o: &FenceOptions{Worker: "tr-d"}, cl: cl, worker: cluster.Worker{Host: "192.0.2.72", State: cluster.WorkerReady},
 		intent: fenceIntent{Node: "tr-d", Services: []fencedService{{Ref: ref, Data: longhorn.DataCurrent, CurrentOn: []string{"tr-other"}}}}}
 	err := moved.taintStep().Apply(ctx)
 	if err == nil || !strings.Contains(err.Error(), "the copies of service db in tr-prod changed since kip examined them (without tr-d its data is now stale)") ||
@@ -674,7 +674,7 @@ func TestFenceTaintRechecks(t *testing.T) {
 	}
 
 	env.AddNode(t, "tr-w", testenv.NodeOptions{})
-	f := &fencer{o: &FenceOptions{Worker: "tr-w"}, cl: cl, worker: Worker{Host: "192.0.2.71", State: WorkerReady}, intent: fenceIntent{Node: "tr-w"}}
+	f := &fencer{o: &FenceOptions{Worker: "tr-w"}, cl: cl, worker: cluster.Worker{Host: "192.0.2.71", State: cluster.WorkerReady}, intent: fenceIntent{Node: "tr-w"}}
 	err = f.taintStep().Apply(ctx)
 	if err == nil || !strings.Contains(err.Error(), "worker tr-w reports Ready again, so kip does not taint it") || !strings.Contains(err.Error(), "kip node add 192.0.2.71") {
 		t.Errorf("the taint step on a Ready worker: %v", err)

@@ -59,9 +59,9 @@ func TestFenceCutOff(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
-		n.Workers[name] = Worker{Host: srv.Host, State: WorkerReady,
-			Path: Path{Mode: ModePrivate, Server: unreachable, Node: netip.MustParseAddr(fenceKubelet)}}
+	if _, err := cluster.UpdateNodes(ctx, cl.Dynamic, func(n *cluster.Nodes) error {
+		n.Workers[name] = cluster.Worker{Host: srv.Host, State: cluster.WorkerReady,
+			Path: cluster.Path{Mode: cluster.ModePrivate, Server: unreachable, Node: netip.MustParseAddr(fenceKubelet)}}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -141,10 +141,10 @@ func TestFenceCutOff(t *testing.T) {
 	}
 
 	// As the fence records it, here stopped by it.
-	if _, err := UpdateNodes(ctx, cl.Dynamic, func(n *Nodes) error {
+	if _, err := cluster.UpdateNodes(ctx, cl.Dynamic, func(n *cluster.Nodes) error {
 		w := n.Workers[name]
-		w.Fence = &FenceRecord{At: time.Now().UTC(), CutOff: f.intent.CutOff,
-			Stopped: []StoppedService{{Ref: service.Ref{Project: "co", Environment: "prod", Name: "here"}, Why: longhorn.DataStale}}}
+		w.Fence = &cluster.FenceRecord{At: time.Now().UTC(), CutOff: f.intent.CutOff,
+			Stopped: []cluster.StoppedService{{Project: "co", Environment: "prod", Name: "here", Why: longhorn.DataStale}}}
 		n.Workers[name] = w
 		return nil
 	}); err != nil {
@@ -154,7 +154,7 @@ func TestFenceCutOff(t *testing.T) {
 	if err := service.SetFenceStop(ctx, cl.Dynamic, ref, name); err != nil {
 		t.Fatal(err)
 	}
-	so := &service.ServiceOptions{Options: service.Options{Kube: e.Kube, Worker: ServiceWorker, Printer: e.Printer, Prompter: e.Prompter}}
+	so := &service.ServiceOptions{Options: service.Options{Kube: e.Kube, Printer: e.Printer, Prompter: e.Prompter}}
 	so.Ref = ref
 	err = service.Start(ctx, so)
 	if want := "run kip service start here --project co --environment prod --accept-stale-data"; err == nil || !strings.Contains(err.Error(), want) {

@@ -141,8 +141,8 @@ func (f *fenceEnv) newCase(t *testing.T, n int) fenceCase {
 	c := fenceCase{worker: fmt.Sprintf("fwx%d-w", n), project: fmt.Sprintf("fwx%d", n)}
 	c.ns, c.other = c.project+"-prod", c.project+"-other"
 	deadNode(t, cl, c.worker)
-	recordWorkers(t, cl, map[string]Worker{c.worker: {Host: "192.0.2.51", State: WorkerReady,
-		Path: Path{Mode: ModePrivate, Server: netip.MustParseAddr(f.srv.Host), Node: netip.MustParseAddr(fenceKubelet)}}})
+	recordWorkers(t, cl, map[string]cluster.Worker{c.worker: {Host: "192.0.2.51", State: cluster.WorkerReady,
+		Path: cluster.Path{Mode: cluster.ModePrivate, Server: netip.MustParseAddr(f.srv.Host), Node: netip.MustParseAddr(fenceKubelet)}}})
 	kipperProject(t, cl, c.project, "prod")
 	if err := kube.Poll(ctx, time.Minute, "console-api to make namespace "+c.ns, func(ctx context.Context) (bool, string, error) {
 		_, err := cl.Kube.CoreV1().Namespaces().Get(ctx, c.ns, metav1.GetOptions{})
@@ -339,7 +339,7 @@ func (f *fenceEnv) endState(t *testing.T, c fenceCase) string {
 	f.settled(t, c)
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	nodes, err := ReadNodes(ctx, cl.Dynamic)
+	nodes, err := cluster.ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func (f *fenceEnv) endState(t *testing.T, c fenceCase) string {
 	if fence := w.Fence; fence != nil {
 		var stopped []string
 		for _, s := range fence.Stopped {
-			stopped = append(stopped, s.Ref.String()+" ("+s.Why+")")
+			stopped = append(stopped, stoppedRef(s).String()+" ("+s.Why+")")
 		}
 		add("fence: boot %s, powered off %v, stopped [%s], suspended %v", fence.BootID, fence.PoweredOff, strings.Join(stopped, "; "), fence.Suspended)
 	}

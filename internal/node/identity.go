@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/sshx"
 )
@@ -60,7 +61,7 @@ func readIdentity(ctx context.Context, c *sshx.Client) (hostIdentity, error) {
 // the node's kubelet reported, and its k3s configuration, when it has one, must register that
 // node at the recorded address. An address that moved to another machine must not get that
 // machine stopped, wiped or rebooted.
-func checkIdentity(id hostIdentity, name string, w Worker, n *corev1.Node) error {
+func checkIdentity(id hostIdentity, name string, w cluster.Worker, n *corev1.Node) error {
 	var wrong []string
 	if id.Hostname != name {
 		wrong = append(wrong, fmt.Sprintf("it is named %q", id.Hostname))

@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -13,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 
@@ -30,11 +27,8 @@ import (
 
 // Timeouts of a join's waits.
 const (
-	joinTimeout = 5 * time.Minute // the node registering Ready, the server's API after its restart
-	// restartRetryTimeout is how long a failed restart of the server's k3s is given to come up
-	// by systemd's own restart.
-	restartRetryTimeout = 2 * time.Minute
-	checkTimeout        = 5 * time.Minute // the verification pod, Longhorn's node
+	joinTimeout  = 5 * time.Minute // the node registering Ready, the server's API after its restart
+	checkTimeout = 5 * time.Minute // the verification pod, Longhorn's node
 )
 
 // hostFile is a file kip writes on a host.
@@ -80,45 +74,21 @@ func (j *joiner) otherAddrs() []netip.Addr {
 	return append([]netip.Addr{j.intent.Path.Server}, j.nodes.WorkerAddresses(j.intent.Node)...)
 }
 
-// ServerFirewall are the server's firewall rules with workers, their addresses on the nodes'
-// network, as its peers.
-func ServerFirewall(sshPort int, workers []netip.Addr) []host.Rule {
-	return append(host.ServerRules(sshPort), host.PeerRules(workers, netip.Addr{})...)
-}
-
-// workerFirewall are a worker's firewall rules with others (the server, at server, among them)
-// as its peers.
-func workerFirewall(sshPort int, server netip.Addr, others []netip.Addr) []host.Rule {
-	return append(host.WorkerRules(sshPort), host.PeerRules(others, server)...)
-}
-
-// peerAddrs are the addresses of the nodes a recorded worker's firewall admits: the server
-// first, then every other recorded worker but skip's, then extra.
-func (n Nodes) peerAddrs(worker, skip string, extra ...netip.Addr) []netip.Addr {
-	others := []netip.Addr{n.Server}
-	for _, name := range slices.Sorted(maps.Keys(n.Workers)) {
-		if name != worker && name != skip {
-			others = append(others, n.Workers[name].Path.Node)
-		}
-	}
-	return append(others, extra...)
-}
-
 // nodeRules are the new worker's firewall rules.
 func (j *joiner) nodeRules() []host.Rule {
-	return workerFirewall(sshPort(j.node), j.intent.Path.Server, j.otherAddrs())
+	return host.WorkerFirewall(sshPort(j.node), j.intent.Path.Server, j.otherAddrs())
 }
 
 // serverRules are the server's firewall rules with the new worker among its peers.
 func (j *joiner) serverRules() []host.Rule {
-	return ServerFirewall(sshPort(j.server), append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node))
+	return host.ServerFirewall(sshPort(j.server), append(j.nodes.WorkerAddresses(j.intent.Node), j.intent.Path.Node))
 }
 
 // peerRules are an existing worker's firewall rules with the new worker among its peers.
 func (j *joiner) peerRules(p *peer) []host.Rule {
 	n := j.nodes
 	n.Server = j.intent.Path.Server
-	return workerFirewall(sshPort(p.c), j.intent.Path.Server, n.peerAddrs(p.name, j.intent.Node, j.intent.Path.Node))
+	return host.WorkerFirewall(sshPort(p.c), j.intent.Path.Server, n.PeerAddrs(p.name, j.intent.Node, j.intent.Path.Node))
 }
 
 func (j *joiner) recordStep() workflow.Step {
@@ -126,20 +96,20 @@ func (j *joiner) recordStep() workflow.Step {
 		Name: "record", Title: "Record worker " + j.intent.Node + " as joining",
 		Done: "Recorded worker " + j.intent.Node + " as joining", Already: "Worker " + j.intent.Node + " already recorded as joining",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			w, ok := n.Workers[j.intent.Node]
-			return ok && w.State == WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == CopiesUnchecked), err
+			return ok && w.State == cluster.WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == cluster.CopiesUnchecked), err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, j.cl.Dynamic, func(n *Nodes) error {
+			_, err := cluster.UpdateNodes(ctx, j.cl.Dynamic, func(n *cluster.Nodes) error {
 				if n.Mode == "" {
 					n.Mode, n.Server = j.intent.Path.Mode, j.intent.Path.Server
 				}
 				w := n.Workers[j.intent.Node]
 				w.Host, w.SSHPort, w.SSHUser = j.o.Host, sshPort(j.node), j.node.User()
-				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, WorkerJoining
+				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, cluster.WorkerJoining
 				if w.Copies == "" || j.o.NoCopies {
-					w.Copies = CopiesUnchecked
+					w.Copies = cluster.CopiesUnchecked
 				}
 				n.Workers[j.intent.Node] = w
 				return nil
@@ -176,145 +146,6 @@ func (j *joiner) holdStep() workflow.Step {
 	}
 }
 
-// cordon marks the node unschedulable (on) or schedulable again.
-func cordon(ctx context.Context, cl *kube.Clients, node string, on bool) error {
-	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on)
-	if _, err := cl.Kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kip"}); err != nil {
-		return fmt.Errorf("cordon %s: %w", node, err)
-	}
-	return nil
-}
-
-// serverMoveStep moves the server's k3s onto the private network on the first private join: its
-// node IP becomes its private address, its public one external. k3s restarts; if its API does
-// not come back, kip restores the previous configuration.
-func (j *joiner) serverMoveStep() workflow.Step {
-	cfg := k3s.KipServer(j.rec.Server, j.intent.Path.Server.String(), j.serverPublic.String(), j.rec.Network)
-	return workflow.Step{
-		Name: "server-network", Title: "Move the server's k3s onto " + j.intent.Path.Network.String() + " (k3s restarts twice: the API pauses for 10 to 30 seconds each time)",
-		Done: "The server's k3s runs on " + j.intent.Path.Server.String(), Already: "The server's k3s already runs on " + j.intent.Path.Server.String(),
-		Check: func(ctx context.Context) (bool, error) {
-			n, err := j.serverNode(ctx)
-			want := j.intent.Path.Server.String()
-			return err == nil && slices.Contains(internalIPs(n), want) && slices.Contains(nodeInternalIPs(n), want), err
-		},
-		Apply: func(ctx context.Context) error {
-			body, err := cfg.Render()
-			if err != nil {
-				return err
-			}
-			n, err := j.serverNode(ctx)
-			if err != nil {
-				return err
-			}
-			before := internalIPs(n)
-			if len(before) == 0 {
-				return errors.New("the server's node has no InternalIP")
-			}
-			if _, err := j.server.Output(ctx, k3s.BackupCommand(k3s.ConfigPath)); err != nil {
-				return fmt.Errorf("back up k3s's configuration on the server: %w", err)
-			}
-			if err := j.server.Upload(ctx, k3s.ConfigPath, body, 0o600, ""); err != nil {
-				return err
-			}
-			err = j.restartServer(ctx, j.intent.Path.Server.String())
-			if err == nil {
-				return nil
-			}
-			j.p.Warn("k3s did not come back on the server's new configuration: restoring the previous one (" + k3s.ConfigBackupPath + ") and restarting k3s on it")
-			if _, rerr := j.server.Output(ctx, k3s.RestoreCommand(k3s.ConfigPath)); rerr != nil {
-				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", err, rerr, k3s.ConfigBackupPath)
-			}
-			if rerr := j.restartServer(ctx, before[0]); rerr != nil {
-				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", err, rerr)
-			}
-			return fmt.Errorf("k3s did not come up on the server's new configuration (%w): kip restored the previous one and k3s runs on it again; see 'journalctl -u k3s' on the server", err)
-		},
-	}
-}
-
-// restartServer restarts k3s on the server onto want, the address it is now configured with,
-// and waits until it runs there steadily. k3s publishes the address when it starts, and its cloud
-// controller then moves the Node's InternalIP to it, at which kube-proxy, whose node address
-// changed, exits and takes k3s down once more. So kip waits for the Node's InternalIP and then
-// restarts k3s a second time, on a Node that already shows the address, and waits for its API
-// and the Node Ready again.
-func (j *joiner) restartServer(ctx context.Context, want string) error {
-	if err := j.restartK3s(ctx); err != nil {
-		return err
-	}
-	// The API goes away meanwhile when kube-proxy takes k3s down: a failed read is waited out.
-	err := kube.Poll(ctx, joinTimeout, "the server's node at "+want, func(ctx context.Context) (bool, string, error) {
-		n, err := j.serverNode(ctx)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		ips := nodeInternalIPs(n)
-		return slices.Contains(ips, want), "InternalIP " + strings.Join(ips, ", "), nil
-	})
-	if err != nil {
-		return err
-	}
-	if err := j.restartK3s(ctx); err != nil {
-		return err
-	}
-	return kube.Poll(ctx, joinTimeout, "the server's node Ready", func(ctx context.Context) (bool, string, error) {
-		n, err := j.serverNode(ctx)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		return cluster.NodeStatus(n) == cluster.NodeReady, cluster.NodeStatus(n), nil
-	})
-}
-
-// restartK3s restarts k3s on the server and waits for its API. k3s can go down once more while
-// it starts, when its Node's address moves under its kube-proxy: systemd then fails this restart
-// and starts k3s again itself (Restart=always, 5 seconds later), which kip waits for before it
-// counts the restart as failed, naming the last lines of k3s's journal.
-func (j *joiner) restartK3s(ctx context.Context) error {
-	_, err := j.server.Output(ctx, sshx.Command("systemctl", "restart", k3s.ServerUnit))
-	if err == nil {
-		return kube.WaitReady(ctx, j.cl, j.rec.Server, joinTimeout)
-	}
-	j.p.Debug(fmt.Sprintf("the restart of k3s failed (%v): waiting for systemd to start it again", err))
-	if werr := kube.WaitReady(ctx, j.cl, j.rec.Server, restartRetryTimeout); werr == nil {
-		return nil
-	}
-	journal, jerr := j.server.Query(ctx, sshx.Command("journalctl", "-u", k3s.ServerUnit, "-n", "15", "--no-pager", "-o", "cat"))
-	if jerr != nil {
-		return fmt.Errorf("restart k3s on the server: %w", err)
-	}
-	return fmt.Errorf("restart k3s on the server: %w; k3s's journal ends with:\n%s", err, strings.TrimSpace(string(journal)))
-}
-
-func (j *joiner) serverNode(ctx context.Context) (*corev1.Node, error) {
-	n, err := j.cl.Kube.CoreV1().Nodes().Get(ctx, j.serverAtStart.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("read the server's node %s: %w", j.serverAtStart.Name, err)
-	}
-	return n, nil
-}
-
-func nodeInternalIPs(n *corev1.Node) []string {
-	var s []string
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			s = append(s, a.Address)
-		}
-	}
-	return s
-}
-
-// internalIPs are the addresses a node's k3s runs on: the k3s.io/internal-ip annotation, which
-// k3s writes whenever it starts (the Node's InternalIP follows when k3s's cloud controller next
-// syncs it), else the InternalIP.
-func internalIPs(n *corev1.Node) []string {
-	if a := n.Annotations["k3s.io/internal-ip"]; a != "" {
-		return strings.Split(a, ",")
-	}
-	return nodeInternalIPs(n)
-}
-
 // peerFirewallSteps open the peer ports to the new worker on every node whose firewall kip
 // manages: the server and the existing workers.
 func (j *joiner) peerFirewallSteps() []workflow.Step {
@@ -329,15 +160,6 @@ func (j *joiner) peerFirewallSteps() []workflow.Step {
 		}
 	}
 	return steps
-}
-
-func sortedPeers(peers map[string]*peer) []string {
-	var names []string
-	for n := range peers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // agentFiles are the worker's k3s configuration and join token.
@@ -549,7 +371,7 @@ func (j *joiner) longhornStep() workflow.Step {
 			if err != nil {
 				return err
 			}
-			return placeCopies(ctx, j.cl, j.intent.Node, mayHoldCopies(copies))
+			return placeCopies(ctx, j.cl, j.intent.Node, cluster.MayHoldCopies(copies))
 		},
 	}
 }
@@ -557,7 +379,7 @@ func (j *joiner) longhornStep() workflow.Step {
 // recordedCopies is whether the worker may hold copies as its record says: until its disk check
 // passes (a first join, or one with --no-copies), Longhorn places no new copy there.
 func (j *joiner) recordedCopies(ctx context.Context) (string, error) {
-	n, err := ReadNodes(ctx, j.cl.Dynamic)
+	n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 	return n.Workers[j.intent.Node].Copies, err
 }
 
@@ -619,16 +441,16 @@ func (j *joiner) readyStep() workflow.Step {
 		Name: "recorded", Title: "Record worker " + j.intent.Node + " as ready",
 		Done: "Recorded worker " + j.intent.Node + " as ready", Already: "Worker " + j.intent.Node + " already recorded as ready",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
-			return n.Workers[j.intent.Node].State == WorkerReady, err
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
+			return n.Workers[j.intent.Node].State == cluster.WorkerReady, err
 		},
 		Apply: func(ctx context.Context) error {
-			return updateWorker(ctx, j.cl.Dynamic, j.intent.Node, func(w *Worker) {
-				w.State = WorkerReady
+			return cluster.UpdateWorker(ctx, j.cl.Dynamic, j.intent.Node, func(w *cluster.Worker) {
+				w.State = cluster.WorkerReady
 				if w.JoinedAt.IsZero() {
 					w.JoinedAt = time.Now().UTC()
 				}
-				if w.Copies == CopiesUnchecked {
+				if w.Copies == cluster.CopiesUnchecked {
 					w.CopiesWhy = why
 				}
 			})
@@ -645,19 +467,19 @@ func (j *joiner) copiesStep() workflow.Step {
 		Name: "copies", Title: "Check whether " + name + "'s disk may hold copies of volumes (how long it takes to sync small writes)",
 		Done: "Checked " + name + "'s disk", Already: name + "'s disk already checked by this join",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			if err != nil || n.Workers[name].CopiesJoin != j.intent.VerifyID {
 				return false, err
 			}
 			return copiesPlaced(ctx, j.cl, name, n.Workers[name].Copies)
 		},
 		Apply: func(ctx context.Context) error {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			if err != nil {
 				return err
 			}
 			if w := n.Workers[name]; w.CopiesJoin == j.intent.VerifyID { // checked, and killed before Longhorn heard
-				return placeCopies(ctx, j.cl, name, mayHoldCopies(w.Copies))
+				return placeCopies(ctx, j.cl, name, cluster.MayHoldCopies(w.Copies))
 			}
 			copies, why, err := checkCopies(ctx, j.cl, j.node, name, false, j.intent.VerifyID)
 			if err != nil {
@@ -691,7 +513,7 @@ func (j *joiner) summary(ctx context.Context) {
 	j.p.Info(fmt.Sprintf("  %d/udp and %d/tcp between every two nodes", host.WireGuardPort, host.KubeletPort))
 	j.p.Info(fmt.Sprintf("  %d/tcp from the server (%s) to each worker", host.NodeMetricsPort, j.intent.Path.Server))
 	j.p.Info(fmt.Sprintf("  6443/tcp from each worker to the server (%s)", j.intent.Path.Server))
-	if j.intent.Path.Mode == ModePrivate {
+	if j.intent.Path.Mode == cluster.ModePrivate {
 		j.p.Info(fmt.Sprintf("  %d/tcp (SSH) from the server to %s", sshPort(j.node), j.intent.Path.Node))
 	}
 	if replicas, err := workerReplicas(ctx, j.cl, j.serverAtStart.Name); err != nil {

@@ -62,7 +62,7 @@ func List(ctx context.Context, o *ListOptions) error {
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
-	workers, err := ReadNodes(ctx, cl.Dynamic)
+	workers, err := cluster.ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
 		return err
 	}
@@ -76,14 +76,14 @@ func List(ctx context.Context, o *ListOptions) error {
 
 // listed joins the Nodes with the record: the server first, then workers by name; a recorded
 // worker without a Node is listed as Missing.
-func listed(rec cluster.Record, workers Nodes, nodes []corev1.Node) []Listed {
+func listed(rec cluster.Record, workers cluster.Nodes, nodes []corev1.Node) []Listed {
 	out := []Listed{}
 	seen := map[string]bool{}
 	for i := range nodes {
 		l := Listed{NodeInfo: cluster.Info(&nodes[i])}
 		seen[l.Name] = true
 		if l.Role == cluster.RoleServer {
-			l.Recorded, l.SSH, l.Copies = true, rec.Server, CopiesEligible
+			l.Recorded, l.SSH, l.Copies = true, rec.Server, cluster.CopiesEligible
 			if len(workers.Workers) > 0 {
 				l.Mode = workers.Mode
 			}
@@ -105,8 +105,8 @@ func listed(rec cluster.Record, workers Nodes, nodes []corev1.Node) []Listed {
 	return out
 }
 
-func (l *Listed) recorded(w Worker) {
-	l.Recorded, l.State, l.Mode, l.Copies, l.CopiesWhy = true, w.State, w.Path.Mode, cmp.Or(w.Copies, CopiesUnchecked), w.CopiesWhy
+func (l *Listed) recorded(w cluster.Worker) {
+	l.Recorded, l.State, l.Mode, l.Copies, l.CopiesWhy = true, w.State, w.Path.Mode, cmp.Or(w.Copies, cluster.CopiesUnchecked), w.CopiesWhy
 	if w.Path.Node.IsValid() {
 		l.Address = w.Path.Node.String()
 	}
@@ -123,7 +123,7 @@ func (l Listed) statusText() string {
 	if l.Unschedulable {
 		words = append(words, "SchedulingDisabled")
 	}
-	if l.State != "" && l.State != WorkerReady {
+	if l.State != "" && l.State != cluster.WorkerReady {
 		words = append(words, l.State)
 	}
 	return strings.Join(words, ",")

@@ -80,12 +80,12 @@ func TestList(t *testing.T) {
 		t.Errorf("the server is not listed first:\n%s", text)
 	}
 
-	private := Path{Mode: ModePrivate, Network: netip.MustParsePrefix("10.77.0.0/24"), Server: netip.MustParseAddr("10.77.0.20"), Node: netip.MustParseAddr("10.77.0.21")}
-	if _, err := kube.UpdateRecord(ctx, cl.Dynamic, kube.ClusterRecords(), recordName, recordVersion, func(rec *Nodes, _ bool) error {
-		*rec = Nodes{Mode: ModePrivate, Workers: map[string]Worker{
-			"w1": {Host: "203.0.113.21", SSHPort: 22, SSHUser: "root", Path: private, FirewallManaged: true, Copies: CopiesEligible, State: WorkerReady, JoinedAt: time.Now()},
-			"w2": {Host: "203.0.113.22", SSHPort: 2222, SSHUser: "root", Path: private, Copies: CopiesRefused, CopiesWhy: "a 4 KiB sync took 38 ms", State: WorkerReady},
-			"w4": {Host: "203.0.113.24", SSHPort: 22, SSHUser: "root", Path: private, State: WorkerJoining},
+	private := cluster.Path{Mode: cluster.ModePrivate, Network: netip.MustParsePrefix("10.77.0.0/24"), Server: netip.MustParseAddr("10.77.0.20"), Node: netip.MustParseAddr("10.77.0.21")}
+	if _, err := cluster.UpdateNodes(ctx, cl.Dynamic, func(rec *cluster.Nodes) error {
+		*rec = cluster.Nodes{Mode: cluster.ModePrivate, Workers: map[string]cluster.Worker{
+			"w1": {Host: "203.0.113.21", SSHPort: 22, SSHUser: "root", Path: private, FirewallManaged: true, Copies: cluster.CopiesEligible, State: cluster.WorkerReady, JoinedAt: time.Now()},
+			"w2": {Host: "203.0.113.22", SSHPort: 2222, SSHUser: "root", Path: private, Copies: cluster.CopiesRefused, CopiesWhy: "a 4 KiB sync took 38 ms", State: cluster.WorkerReady},
+			"w4": {Host: "203.0.113.24", SSHPort: 22, SSHUser: "root", Path: private, State: cluster.WorkerJoining},
 		}}
 		return nil
 	}); err != nil {
@@ -113,10 +113,10 @@ func TestList(t *testing.T) {
 	for _, l := range got {
 		byName[l.Name] = l
 	}
-	if len(got) != 5 || got[0].Name != "srv" || got[0].Role != cluster.RoleServer || !got[0].Recorded || got[0].SSH != "203.0.113.10" || got[0].Mode != ModePrivate {
+	if len(got) != 5 || got[0].Name != "srv" || got[0].Role != cluster.RoleServer || !got[0].Recorded || got[0].SSH != "203.0.113.10" || got[0].Mode != cluster.ModePrivate {
 		t.Errorf("JSON: the server first: %+v", got)
 	}
-	if w := byName["w1"]; !w.Recorded || w.Status != cluster.NodeReady || !w.Unschedulable || w.Mode != ModePrivate || w.Address != "10.77.0.21" || w.Copies != CopiesEligible {
+	if w := byName["w1"]; !w.Recorded || w.Status != cluster.NodeReady || !w.Unschedulable || w.Mode != cluster.ModePrivate || w.Address != "10.77.0.21" || w.Copies != cluster.CopiesEligible {
 		t.Errorf("JSON w1: %+v", w)
 	}
 	if w := byName["w2"]; w.Status != cluster.NodeOutOfService || w.SSH != "203.0.113.22:2222" || w.CopiesWhy == "" {
@@ -125,7 +125,7 @@ func TestList(t *testing.T) {
 	if w := byName["w3"]; w.Recorded || w.Mode != "" || w.Status != cluster.NodeReady {
 		t.Errorf("JSON w3: %+v", w)
 	}
-	if w := byName["w4"]; !w.Recorded || w.Status != NodeMissing || w.State != WorkerJoining || w.Copies != CopiesUnchecked {
+	if w := byName["w4"]; !w.Recorded || w.Status != NodeMissing || w.State != cluster.WorkerJoining || w.Copies != cluster.CopiesUnchecked {
 		t.Errorf("JSON w4: %+v", w)
 	}
 }
@@ -149,9 +149,9 @@ func apiCluster(t *testing.T, server string) (*testenv.Env, *kube.Clients) {
 var fencedNode = testenv.NodeOptions{Taints: []corev1.Taint{{Key: cluster.OutOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}}
 
 // recordWorkers adds workers to kip's nodes record until t ends, and returns the record.
-func recordWorkers(t *testing.T, cl *kube.Clients, workers map[string]Worker) Nodes {
+func recordWorkers(t *testing.T, cl *kube.Clients, workers map[string]cluster.Worker) cluster.Nodes {
 	t.Helper()
-	nodes, err := UpdateNodes(t.Context(), cl.Dynamic, func(n *Nodes) error {
+	nodes, err := cluster.UpdateNodes(t.Context(), cl.Dynamic, func(n *cluster.Nodes) error {
 		maps.Copy(n.Workers, workers)
 		return nil
 	})
@@ -159,7 +159,7 @@ func recordWorkers(t *testing.T, cl *kube.Clients, workers map[string]Worker) No
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := UpdateNodes(context.Background(), cl.Dynamic, func(n *Nodes) error {
+		if _, err := cluster.UpdateNodes(context.Background(), cl.Dynamic, func(n *cluster.Nodes) error {
 			for name := range workers {
 				delete(n.Workers, name)
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/sshx"
 )
@@ -26,7 +27,7 @@ type Want struct {
 
 // Choice is the path Choose picked and how.
 type Choice struct {
-	Path Path
+	Path cluster.Path
 	// How says how it was chosen, for the output: "found in both hosts' routing tables".
 	How string
 	// Suggest: on a first join the only private network found carries the default route; kip
@@ -45,15 +46,15 @@ var clusterDevices = []string{"flannel", "cni0", "kube-"}
 // routes, the operator's flags, the cluster's mode (recorded on its first join, "" before) and
 // the node's recorded path (a rejoin; nil for a new node). It decides from facts alone; the
 // connection checks of a private path (CheckPath) come next.
-func Choose(server, node End, want Want, mode string, recorded *Path) (Choice, error) {
+func Choose(server, node End, want Want, mode string, recorded *cluster.Path) (Choice, error) {
 	switch {
 	case want.Public && want.PrivateNetwork.IsValid():
 		return Choice{}, errors.New("--public and --private-network exclude each other: pass one")
-	case want.Public && mode == ModePrivate:
+	case want.Public && mode == cluster.ModePrivate:
 		return Choice{}, errors.New("this cluster's nodes use private mode, set by its first join, and every node uses it: omit --public")
-	case want.PrivateNetwork.IsValid() && mode == ModePublic:
+	case want.PrivateNetwork.IsValid() && mode == cluster.ModePublic:
 		return Choice{}, errors.New("this cluster's nodes use public addresses, set by its first join, and every node uses them: omit --private-network")
-	case want.Public || mode == ModePublic:
+	case want.Public || mode == cluster.ModePublic:
 		return publicChoice(server, node)
 	case want.PrivateNetwork.IsValid():
 		p, err := pathOn(want.PrivateNetwork, server.Facts, node.Facts)
@@ -74,7 +75,7 @@ func Choose(server, node End, want Want, mode string, recorded *Path) (Choice, e
 		return Choice{}, fmt.Errorf("the hosts share more than one private network (%s): choose one with --private-network, e.g. --private-network %s",
 			strings.Join(nets, ", "), nets[0])
 	}
-	if recorded != nil && recorded.Mode == ModePrivate {
+	if recorded != nil && recorded.Mode == cluster.ModePrivate {
 		p, err := pathOn(recorded.Network, server.Facts, node.Facts)
 		if err != nil {
 			return Choice{}, fmt.Errorf("the node's recorded private path (%s) no longer holds: %w", recorded, err)
@@ -84,14 +85,14 @@ func Choose(server, node End, want Want, mode string, recorded *Path) (Choice, e
 	if network, ok := defaultRouteNetwork(server.Facts, node.Facts); ok {
 		p, err := pathOn(network, server.Facts, node.Facts)
 		if err == nil {
-			if mode == ModePrivate {
+			if mode == cluster.ModePrivate {
 				// Not the first join: the cluster is private, and this network is the one there is.
 				return Choice{Path: p, How: "the network both hosts' default routes use"}, nil
 			}
 			return Choice{Path: p, How: "the network both hosts' default routes use", Suggest: true}, nil
 		}
 	}
-	if mode == ModePrivate {
+	if mode == cluster.ModePrivate {
 		return Choice{}, errors.New("this cluster's nodes use private mode, and the node shares no private network with the server: " +
 			"connect it to the cluster's private network, or pass --private-network CIDR naming the network they share")
 	}
@@ -102,7 +103,7 @@ func publicChoice(server, node End) (Choice, error) {
 	if !server.Public.Is4() || !node.Public.Is4() {
 		return Choice{}, fmt.Errorf("public mode needs an IPv4 address for the server and the node (found %s and %s)", server.Public, node.Public)
 	}
-	return Choice{Path: Path{Mode: ModePublic, Server: server.Public, Node: node.Public}, How: "public addresses"}, nil
+	return Choice{Path: cluster.Path{Mode: cluster.ModePublic, Server: server.Public, Node: node.Public}, How: "public addresses"}, nil
 }
 
 // CheckNetwork refuses --private-network values that are not an IPv4 network or overlap the
@@ -128,19 +129,19 @@ func checkOverlap(p netip.Prefix) error {
 }
 
 // pathOn is the path over network: each host's address on it.
-func pathOn(network netip.Prefix, server, node *sshx.Facts) (Path, error) {
+func pathOn(network netip.Prefix, server, node *sshx.Facts) (cluster.Path, error) {
 	if err := checkOverlap(network); err != nil {
-		return Path{}, err
+		return cluster.Path{}, err
 	}
 	s, ok := addrOn(server, network)
 	if !ok {
-		return Path{}, fmt.Errorf("the server has no address on %s (it has %s)", network, addrList(server))
+		return cluster.Path{}, fmt.Errorf("the server has no address on %s (it has %s)", network, addrList(server))
 	}
 	n, ok := addrOn(node, network)
 	if !ok {
-		return Path{}, fmt.Errorf("the node has no address on %s (it has %s)", network, addrList(node))
+		return cluster.Path{}, fmt.Errorf("the node has no address on %s (it has %s)", network, addrList(node))
 	}
-	return Path{Mode: ModePrivate, Network: network, Server: s, Node: n}, nil
+	return cluster.Path{Mode: cluster.ModePrivate, Network: network, Server: s, Node: n}, nil
 }
 
 func addrOn(f *sshx.Facts, network netip.Prefix) (netip.Addr, bool) {
@@ -173,11 +174,11 @@ func clusterDevice(dev string) bool {
 // IPv4 network (RFC 1918) routed other than by the default route, on which both hosts have an
 // address, and which does not carry either host's default route. One that overlaps the
 // cluster's own networks is refused.
-func privatePaths(server, node *sshx.Facts) ([]Path, error) {
-	var paths []Path
+func privatePaths(server, node *sshx.Facts) ([]cluster.Path, error) {
+	var paths []cluster.Path
 	for _, r := range node.Routes {
 		if r.Type != "" || r.IsDefault() || !r.Dst.Addr().IsPrivate() || clusterDevice(r.Dev) ||
-			slices.ContainsFunc(paths, func(p Path) bool { return p.Network == r.Dst }) || carriesDefault(r.Dst, server, node) {
+			slices.ContainsFunc(paths, func(p cluster.Path) bool { return p.Network == r.Dst }) || carriesDefault(r.Dst, server, node) {
 			continue
 		}
 		_, onServer := addrOn(server, r.Dst)

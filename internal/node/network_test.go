@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/sshx"
 )
 
@@ -49,9 +50,9 @@ func TestChoose(t *testing.T) {
 		"0.0.0.0/0 eth1 via 198.51.100.1", "10.77.0.0/24 eth0", "192.168.5.0/24 eth2"), "198.51.100.21")
 	twoNetsServer := end(hostFacts([]string{"eth0=10.77.0.20/24", "eth1=198.51.100.20/24", "eth2=192.168.5.20/24"},
 		"0.0.0.0/0 eth1 via 198.51.100.1", "10.77.0.0/24 eth0", "192.168.5.0/24 eth2"), "198.51.100.20")
-	labPath := Path{Mode: ModePrivate, Network: netip.MustParsePrefix("10.77.0.0/24"),
+	labPath := cluster.Path{Mode: cluster.ModePrivate, Network: netip.MustParsePrefix("10.77.0.0/24"),
 		Server: netip.MustParseAddr("10.77.0.20"), Node: netip.MustParseAddr("10.77.0.21")}
-	vpcPath := Path{Mode: ModePrivate, Network: netip.MustParsePrefix("10.0.0.0/16"),
+	vpcPath := cluster.Path{Mode: cluster.ModePrivate, Network: netip.MustParsePrefix("10.0.0.0/16"),
 		Server: netip.MustParseAddr("10.0.1.10"), Node: netip.MustParseAddr("10.0.2.11")}
 
 	for _, tc := range []struct {
@@ -59,33 +60,33 @@ func TestChoose(t *testing.T) {
 		server, node End
 		want         Want
 		mode         string
-		recorded     *Path
-		path         Path
+		recorded     *cluster.Path
+		path         cluster.Path
 		suggest      bool
 		err          string
 	}{
 		{name: "private, found", server: labServer, node: labNode, path: labPath},
-		{name: "private, on a private cluster", server: labServer, node: labNode, mode: ModePrivate, path: labPath},
+		{name: "private, on a private cluster", server: labServer, node: labNode, mode: cluster.ModePrivate, path: labPath},
 		{name: "--public over a private network", server: labServer, node: labNode, want: Want{Public: true},
-			path: Path{Mode: ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("198.51.100.21")}},
-		{name: "public cluster keeps public", server: labServer, node: labNode, mode: ModePublic,
-			path: Path{Mode: ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("198.51.100.21")}},
+			path: cluster.Path{Mode: cluster.ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("198.51.100.21")}},
+		{name: "public cluster keeps public", server: labServer, node: labNode, mode: cluster.ModePublic,
+			path: cluster.Path{Mode: cluster.ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("198.51.100.21")}},
 		{name: "nothing shared: public", server: labServer, node: lone,
-			path: Path{Mode: ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("203.0.113.11")}},
-		{name: "nothing shared on a private cluster", server: labServer, node: lone, mode: ModePrivate,
+			path: cluster.Path{Mode: cluster.ModePublic, Server: netip.MustParseAddr("198.51.100.20"), Node: netip.MustParseAddr("203.0.113.11")}},
+		{name: "nothing shared on a private cluster", server: labServer, node: lone, mode: cluster.ModePrivate,
 			err: "this cluster's nodes use private mode, and the node shares no private network with the server"},
-		{name: "--public on a private cluster", server: labServer, node: labNode, mode: ModePrivate, want: Want{Public: true},
+		{name: "--public on a private cluster", server: labServer, node: labNode, mode: cluster.ModePrivate, want: Want{Public: true},
 			err: "this cluster's nodes use private mode, set by its first join, and every node uses it: omit --public"},
-		{name: "--private-network on a public cluster", server: vpcServer, node: vpcNode, mode: ModePublic,
+		{name: "--private-network on a public cluster", server: vpcServer, node: vpcNode, mode: cluster.ModePublic,
 			want: Want{PrivateNetwork: netip.MustParsePrefix("10.0.0.0/16")}, err: "omit --private-network"},
 		{name: "both flags", server: labServer, node: labNode, want: Want{Public: true, PrivateNetwork: netip.MustParsePrefix("10.77.0.0/24")},
 			err: "--public and --private-network exclude each other"},
 		{name: "the default route's network: suggested", server: vpcServer, node: vpcNode, path: vpcPath, suggest: true},
 		{name: "the default route's network, asked for", server: vpcServer, node: vpcNode,
 			want: Want{PrivateNetwork: netip.MustParsePrefix("10.0.0.0/16")}, path: vpcPath},
-		{name: "the default route's network on a private cluster", server: vpcServer, node: vpcNode, mode: ModePrivate, path: vpcPath},
-		{name: "the recorded path", server: vpcServer, node: vpcNode, mode: ModePrivate, recorded: &vpcPath, path: vpcPath},
-		{name: "a recorded path that no longer holds", server: labServer, node: lone, mode: ModePrivate, recorded: &labPath,
+		{name: "the default route's network on a private cluster", server: vpcServer, node: vpcNode, mode: cluster.ModePrivate, path: vpcPath},
+		{name: "the recorded path", server: vpcServer, node: vpcNode, mode: cluster.ModePrivate, recorded: &vpcPath, path: vpcPath},
+		{name: "a recorded path that no longer holds", server: labServer, node: lone, mode: cluster.ModePrivate, recorded: &labPath,
 			err: "the node's recorded private path (private network 10.77.0.0/24 (server 10.77.0.20, node 10.77.0.21)) no longer holds: the node has no address on 10.77.0.0/24 (it has 203.0.113.11/24)"},
 		{name: "--private-network the node is not on", server: labServer, node: labNode,
 			want: Want{PrivateNetwork: netip.MustParsePrefix("192.168.9.0/24")}, err: "the server has no address on 192.168.9.0/24 (it has 10.77.0.20/24, 198.51.100.20/24)"},
@@ -133,11 +134,11 @@ func TestCheckNetwork(t *testing.T) {
 // TestCheckRejoinAddress refuses a worker rejoining at a new public address, and lets one rejoin
 // at a new private address (recorded and published) or at its recorded public one.
 func TestCheckRejoinAddress(t *testing.T) {
-	pub := func(node string) *Path {
-		return &Path{Mode: ModePublic, Server: netip.MustParseAddr("203.0.113.10"), Node: netip.MustParseAddr(node)}
+	pub := func(node string) *cluster.Path {
+		return &cluster.Path{Mode: cluster.ModePublic, Server: netip.MustParseAddr("203.0.113.10"), Node: netip.MustParseAddr(node)}
 	}
-	priv := func(node string) *Path {
-		return &Path{Mode: ModePrivate, Network: netip.MustParsePrefix("10.0.0.0/16"), Server: netip.MustParseAddr("10.0.0.2"), Node: netip.MustParseAddr(node)}
+	priv := func(node string) *cluster.Path {
+		return &cluster.Path{Mode: cluster.ModePrivate, Network: netip.MustParsePrefix("10.0.0.0/16"), Server: netip.MustParseAddr("10.0.0.2"), Node: netip.MustParseAddr(node)}
 	}
 	if err := checkRejoinAddress(nil, *pub("198.51.100.7"), "w1"); err != nil {
 		t.Errorf("a new worker: %v", err)

@@ -66,7 +66,7 @@ type rebooter struct {
 	o      *RebootOptions
 	p      *cli.Printer
 	cl     *kube.Clients
-	worker Worker
+	worker cluster.Worker
 	node   *sshx.Client
 	// namespaces are the Kipper namespaces the backup holds; none when there is no backup to take.
 	namespaces []string
@@ -122,9 +122,9 @@ func (r *rebooter) examine(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case w.State == WorkerJoining:
+	case w.State == cluster.WorkerJoining:
 		return fmt.Errorf("worker %s has not finished joining: run kip node add %s again to finish it, then reboot it", name, w.Host)
-	case w.State == WorkerRemoving:
+	case w.State == cluster.WorkerRemoving:
 		return fmt.Errorf("worker %s is being removed: run kip node remove %s again to finish it", name, name)
 	case n == nil:
 		return fmt.Errorf("worker %s has no node in the cluster: rejoin it with kip node add %s", name, w.Host)

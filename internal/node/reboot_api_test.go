@@ -45,12 +45,12 @@ func TestRebootRefusals(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	workers := map[string]Worker{
-		"rb-joining": {Host: "203.0.113.41", State: WorkerJoining},
-		"rb-fenced":  {Host: "203.0.113.42", State: WorkerReady},
-		"rb-only":    {Host: "203.0.113.43", State: WorkerReady},
-		"rb-stale":   {Host: "203.0.113.45", State: WorkerReady},
-		"rb-two":     {Host: "203.0.113.44", State: WorkerReady},
+	workers := map[string]cluster.Worker{
+		"rb-joining": {Host: "203.0.113.41", State: cluster.WorkerJoining},
+		"rb-fenced":  {Host: "203.0.113.42", State: cluster.WorkerReady},
+		"rb-only":    {Host: "203.0.113.43", State: cluster.WorkerReady},
+		"rb-stale":   {Host: "203.0.113.45", State: cluster.WorkerReady},
+		"rb-two":     {Host: "203.0.113.44", State: cluster.WorkerReady},
 	}
 	recordWorkers(t, cl, workers)
 	lhNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: longhorn.Namespace}}

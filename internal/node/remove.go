@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,8 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/kubectl/pkg/drain"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
@@ -27,15 +24,9 @@ import (
 	"kipper.run/kip/internal/workflow"
 )
 
-// Timeouts of a remove's waits.
-const (
-	evictTimeout = 30 * time.Minute // Longhorn rebuilding the worker's copies on other nodes
-	drainTimeout = 10 * time.Minute // the worker's pods evicted and gone
-	// detachTimeout bounds the wait, after a drain, for the worker's kubelet to unmount its
-	// volumes and Kubernetes to detach them: longer than the 6 minutes after which Kubernetes
-	// detaches a volume of a node that stopped reporting.
-	detachTimeout = 7 * time.Minute
-)
+// evictTimeout bounds the wait for Longhorn to rebuild the worker's copies on other nodes (a
+// remove's, and a reboot's of copies only the worker holds).
+const evictTimeout = 30 * time.Minute
 
 // RemoveOptions is what kip node remove was asked to do, and what it takes from the command
 // around it.
@@ -66,8 +57,8 @@ type remover struct {
 	o      *RemoveOptions
 	p      *cli.Printer
 	cl     *kube.Clients
-	nodes  Nodes
-	worker Worker
+	nodes  cluster.Nodes
+	worker cluster.Worker
 	// apiNode is the worker's Node, nil when it is no longer in the API.
 	apiNode *corev1.Node
 	hosts
@@ -103,55 +94,6 @@ func Remove(ctx context.Context, o *RemoveOptions) error {
 		r.summary()
 	}
 	return err
-}
-
-// workerCommand is one run of a node command that acts on one recorded worker (remove, reboot):
-// checked before anything changes, asked about, then run as a resumable workflow under the
-// cluster lock.
-type workerCommand struct {
-	verb   string // the subcommand, for the cancellation message
-	worker string
-	dryRun bool
-	// examine reads the cluster and refuses what the command refuses; it returns the clients
-	// the workflow runs with.
-	examine  func(context.Context) (*kube.Clients, error)
-	question func(context.Context) string
-	workflow func() *workflow.Workflow
-}
-
-// runWorkerCommand runs c: WORKER checked as a node name, the operator able to answer (unless a
-// dry run), c's checks, its question, then its workflow.
-func (e Env) runWorkerCommand(ctx context.Context, c workerCommand) error {
-	if err := checkWorkerName(c.worker); err != nil {
-		return err
-	}
-	if !c.dryRun {
-		if err := e.Prompter.CanConfirm(); err != nil {
-			return err
-		}
-	}
-	cl, err := c.examine(ctx)
-	if err != nil {
-		return err
-	}
-	if !c.dryRun {
-		ok, err := e.Prompter.Confirm(c.question(ctx))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errors.New("node " + c.verb + " cancelled: nothing was changed")
-		}
-	}
-	return e.runner(cl, c.dryRun, kube.LockOptions{}).Run(ctx, c.workflow())
-}
-
-// checkWorkerName refuses a WORKER argument that is no node name.
-func checkWorkerName(name string) error {
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return cli.Usagef("WORKER %q is no node name (%s): kip node list shows the nodes", name, strings.Join(errs, "; "))
-	}
-	return nil
 }
 
 // examine reads the cluster and reaches the hosts the remove touches, refusing what kip node
@@ -230,7 +172,7 @@ func (r *remover) checkFenced(status string) error {
 	case !r.o.Force && fenced:
 		return fmt.Errorf("worker %s is fenced (out of service), and a remove moves its copies off and drains it, which needs it running: "+
 			"bring it back with kip node add %s, or give it up with kip node remove %s --force", name, w.Host, name)
-	case !r.o.Force || w.State == WorkerRemoving || r.apiNode == nil || w.Fence != nil:
+	case !r.o.Force || w.State == cluster.WorkerRemoving || r.apiNode == nil || w.Fence != nil:
 		return nil
 	case status == cluster.NodeReady:
 		return fmt.Errorf("worker %s is Ready, so its host runs, and --force deregisters only a worker a fence holds: "+
@@ -239,58 +181,6 @@ func (r *remover) checkFenced(status string) error {
 	return fmt.Errorf("worker %s is %s and no fence holds it, and --force deletes its node, after which Kubernetes force-deletes its pods and lets other nodes attach its volumes "+
 		"while its host may still run and write them: fence it first with kip node fence %s (it stops the worker's k3s over SSH, or checks from the server that its kubelet is gone "+
 		"and asks whether its host is powered off), then run kip node remove %s --force", name, status, name, name)
-}
-
-// workerTarget is what a command on one recorded worker reads first.
-type workerTarget struct {
-	cl     *kube.Clients
-	rec    cluster.Record
-	nodes  Nodes
-	worker Worker
-	node   *corev1.Node // nil when the API has no Node of that name
-}
-
-// readWorker reads the cluster record, the nodes record, the recorded worker name and its Node,
-// refusing the server (what says what the command does instead), a worker kip did not record
-// and a name no node has.
-func readWorker(ctx context.Context, clients func() (*kube.Clients, error), name, what string) (workerTarget, error) {
-	var t workerTarget
-	var err error
-	if t.cl, err = clients(); err != nil {
-		return t, err
-	}
-	if t.rec, err = cluster.ReadInstalled(ctx, t.cl.Dynamic); err != nil {
-		return t, err
-	}
-	if t.nodes, err = ReadNodes(ctx, t.cl.Dynamic); err != nil {
-		return t, err
-	}
-	n, err := t.cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return t, fmt.Errorf("read node %s: %w", name, err)
-	default:
-		t.node = n
-	}
-	w, recorded := t.nodes.Workers[name]
-	switch {
-	case recorded:
-		t.worker = w
-		return t, nil
-	case t.node != nil && cluster.NodeRole(t.node) == cluster.RoleServer:
-		return t, fmt.Errorf("%s is the cluster's server: %s", name, what)
-	case t.node != nil:
-		return t, fmt.Errorf("node %s is a worker kip did not record, so kip does not know its host: adopt it with kip node add <its host> first, then run the same command again", name)
-	}
-	return t, noWorkerError(name)
-}
-
-// noWorkerError is readWorker's refusal of a name that is neither a recorded worker nor a node.
-type noWorkerError string
-
-func (e noWorkerError) Error() string {
-	return "the cluster has no worker " + string(e) + ": kip node list shows its nodes"
 }
 
 // checkResume refuses to resume an unfinished remove with the other --force.
@@ -337,7 +227,7 @@ func (r *remover) finishForgotten(ctx context.Context, gone error) (forgotten bo
 	case before.Force != r.o.Force:
 		return false, r.checkResume(ctx)
 	}
-	r.worker = Worker{Host: before.Host, Path: Path{Node: before.Address}}
+	r.worker = cluster.Worker{Host: before.Host, Path: cluster.Path{Node: before.Address}}
 	return true, nil
 }
 
@@ -347,7 +237,7 @@ func (r *remover) finishForgotten(ctx context.Context, gone error) (forgotten bo
 // gone with its node, once it wiped the host.
 func (r *remover) reachWorker(ctx context.Context, status string) error {
 	name, w := r.o.Worker, r.worker
-	resumed := w.State == WorkerRemoving
+	resumed := w.State == cluster.WorkerRemoving
 	c, err := r.o.Dial(ctx, w.Host)
 	if err == nil {
 		// A host at the address that is not the worker is left alone: without --force the
@@ -397,39 +287,6 @@ func (r *remover) reachWorker(ctx context.Context, status string) error {
 	return fmt.Errorf("%s still answers over SSH at %s, and the fence no longer holds it stopped (%s): "+
 		"run kip node fence %s again, then kip node remove %s --force", name, w.Host,
 		strings.ReplaceAll(strings.TrimSpace(string(res.Stdout)), "\n", "; "), name, name)
-}
-
-// drainer is the drain kip node remove and reboot run: every pod on the node evicted through the
-// Eviction API (so PodDisruptionBudgets hold), its emptyDir data deleted with it, DaemonSet pods
-// left, finished pods deleted; a pod no controller manages cancels the drain before anything is
-// evicted, since nothing would start it again.
-func drainer(ctx context.Context, cl *kube.Clients) *drain.Helper {
-	return &drain.Helper{
-		Ctx: ctx, Client: cl.Kube, GracePeriodSeconds: -1, IgnoreAllDaemonSets: true, DeleteEmptyDirData: true,
-		Timeout: drainTimeout, Out: io.Discard, ErrOut: io.Discard,
-	}
-}
-
-// checkPods refuses a node running pods a drain would delete for good: those no controller
-// manages. It lists them as a forced drain would, so that it can name them.
-func checkPods(ctx context.Context, cl *kube.Clients, node string) error {
-	h := drainer(ctx, cl)
-	h.Force = true
-	list, errs := h.GetPodsForDeletion(node)
-	if len(errs) > 0 {
-		return fmt.Errorf("list the pods on %s: %w", node, errors.Join(errs...))
-	}
-	var unmanaged []string
-	for _, p := range list.Pods() {
-		if metav1.GetControllerOf(&p) == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			unmanaged = append(unmanaged, p.Namespace+"/"+p.Name)
-		}
-	}
-	if len(unmanaged) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s runs pods that no controller manages, which a drain would delete for good: %s; "+
-		"delete them, or run them under a Deployment, StatefulSet or Job, then run the same command again", node, strings.Join(unmanaged, ", "))
 }
 
 // question asks before the remove changes anything.
@@ -483,12 +340,12 @@ func (r *remover) steps() []workflow.Step {
 	steps = append(steps, r.deleteStep())
 	if r.fwServer {
 		steps = append(steps, r.serverFamily.FirewallStep("server-firewall", "the server", r.server,
-			ServerFirewall(sshPort(r.server), r.nodes.WorkerAddresses(r.o.Worker))))
+			host.ServerFirewall(sshPort(r.server), r.nodes.WorkerAddresses(r.o.Worker))))
 	}
 	for _, name := range sortedPeers(r.peers) {
 		if p := r.peers[name]; p.worker.FirewallManaged {
 			steps = append(steps, p.family.FirewallStep("peer-firewall-"+name, name, p.c,
-				workerFirewall(sshPort(p.c), r.nodes.Server, r.nodes.peerAddrs(name, r.o.Worker))))
+				host.WorkerFirewall(sshPort(p.c), r.nodes.Server, r.nodes.PeerAddrs(name, r.o.Worker))))
 		}
 	}
 	return append(steps, r.forgetStep())
@@ -500,11 +357,11 @@ func (r *remover) recordStep() workflow.Step {
 		Name: "record", Title: "Record worker " + name + " as being removed",
 		Done: "Recorded worker " + name + " as being removed", Already: "Worker " + name + " already recorded as being removed",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, r.cl.Dynamic)
-			return n.Workers[name].State == WorkerRemoving, err
+			n, err := cluster.ReadNodes(ctx, r.cl.Dynamic)
+			return n.Workers[name].State == cluster.WorkerRemoving, err
 		},
 		Apply: func(ctx context.Context) error {
-			return updateWorker(ctx, r.cl.Dynamic, name, func(w *Worker) { w.State = WorkerRemoving })
+			return cluster.UpdateWorker(ctx, r.cl.Dynamic, name, func(w *cluster.Worker) { w.State = cluster.WorkerRemoving })
 		},
 	}
 }
@@ -545,74 +402,6 @@ func (r *remover) copiesStep() workflow.Step {
 			return nil
 		},
 	}
-}
-
-// drainStep cordons node, evicts its pods (see drainer) and waits until its volumes have
-// detached: a pod is gone before its kubelet has unmounted its volumes, and a reboot or wipe
-// before that could lose what the file systems had not written, and leaves the volumes attached
-// to the node, where their pods elsewhere cannot attach them.
-func drainStep(cl *kube.Clients, name string) workflow.Step {
-	return workflow.Step{
-		Name: "drain", Title: "Drain " + name + " (DaemonSet pods stay, emptyDir data is deleted) and wait for its volumes to detach",
-		Done: "Drained " + name, Already: name + " already drained",
-		Check: func(ctx context.Context) (bool, error) {
-			n, err := cl.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return true, nil
-			}
-			if err != nil || !n.Spec.Unschedulable {
-				return false, err
-			}
-			list, errs := drainer(ctx, cl).GetPodsForDeletion(name)
-			if list == nil || len(errs) > 0 || len(list.Pods()) > 0 {
-				return false, nil
-			}
-			attached, err := attachedTo(ctx, cl, name)
-			return err == nil && len(attached) == 0, err
-		},
-		Apply: func(ctx context.Context) error {
-			// A pod started since the command began is refused in kip's words, not kubectl's.
-			if err := checkPods(ctx, cl, name); err != nil {
-				return err
-			}
-			if err := cordon(ctx, cl, name, true); err != nil {
-				return err
-			}
-			if err := drain.RunNodeDrain(drainer(ctx, cl), name); err != nil {
-				return fmt.Errorf("drain %s: %w; see 'kubectl get pods -A -o wide --field-selector spec.nodeName=%s', then run the same command again", name, err, name)
-			}
-			err := kube.Poll(ctx, detachTimeout, "the volumes of "+name+" detached", func(ctx context.Context) (bool, string, error) {
-				attached, err := attachedTo(ctx, cl, name)
-				return err == nil && len(attached) == 0, "still attached: " + strings.Join(attached, ", "), err
-			})
-			if err != nil {
-				return fmt.Errorf("%w: the kubelet on %s has not unmounted them yet; see 'kubectl get volumeattachments', then run the same command again", err, name)
-			}
-			return nil
-		},
-	}
-}
-
-// attachedTo names the volumes (their PersistentVolumes) Kubernetes has attached to node, or is
-// attaching or detaching there, sorted.
-func attachedTo(ctx context.Context, cl *kube.Clients, node string) ([]string, error) {
-	vas, err := cl.Kube.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list volume attachments: %w", err)
-	}
-	var names []string
-	for _, va := range vas.Items {
-		if va.Spec.NodeName != node {
-			continue
-		}
-		if pv := va.Spec.Source.PersistentVolumeName; pv != nil {
-			names = append(names, *pv)
-		} else {
-			names = append(names, va.Name)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
 }
 
 // wipeStep removes k3s-agent, its containers and data from the host. A forced remove keeps
@@ -673,25 +462,18 @@ func (r *remover) deleteStep() workflow.Step {
 	}
 }
 
-func ignoreFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 func (r *remover) forgetStep() workflow.Step {
 	name := r.o.Worker
 	return workflow.Step{
 		Name: "forget", Title: "Remove worker " + name + " from kip's record",
 		Done: "Removed worker " + name + " from kip's record", Already: "Worker " + name + " already gone from kip's record",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, r.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, r.cl.Dynamic)
 			_, ok := n.Workers[name]
 			return !ok, err
 		},
 		Apply: func(ctx context.Context) error {
-			_, err := UpdateNodes(ctx, r.cl.Dynamic, func(n *Nodes) error {
+			_, err := cluster.UpdateNodes(ctx, r.cl.Dynamic, func(n *cluster.Nodes) error {
 				delete(n.Workers, name)
 				return nil
 			})

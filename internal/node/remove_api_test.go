@@ -38,8 +38,8 @@ func TestRemoveRefusals(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	recordWorkers(t, cl, map[string]Worker{"rm-fenced": {Host: "203.0.113.31", State: WorkerReady},
-		"rm-up": {Host: "203.0.113.32", State: WorkerReady}, "rm-lost": {Host: "203.0.113.33", State: WorkerReady}})
+	recordWorkers(t, cl, map[string]cluster.Worker{"rm-fenced": {Host: "203.0.113.31", State: cluster.WorkerReady},
+		"rm-up": {Host: "203.0.113.32", State: cluster.WorkerReady}, "rm-lost": {Host: "203.0.113.33", State: cluster.WorkerReady}})
 	io := &cli.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}
 	for _, tt := range []struct {
 		worker string
@@ -67,7 +67,7 @@ func TestRemoveRefusals(t *testing.T) {
 			t.Errorf("remove of a fenced worker does not name --force: %v", err)
 		}
 	}
-	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != WorkerReady || n.Workers["rm-lost"].State != WorkerReady {
+	if n, err := cluster.ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["rm-fenced"].State != cluster.WorkerReady || n.Workers["rm-lost"].State != cluster.WorkerReady {
 		t.Errorf("the refusals changed the record: %+v (%v)", n, err)
 	}
 	for _, name := range []string{"rm-lost", "rm-up"} {
@@ -94,7 +94,7 @@ func TestRemoveForceUnfencedNotReady(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	recordWorkers(t, cl, map[string]Worker{"ru-lost": {Host: "203.0.113.41", State: WorkerReady}})
+	recordWorkers(t, cl, map[string]cluster.Worker{"ru-lost": {Host: "203.0.113.41", State: cluster.WorkerReady}})
 	pod(t, cl, "default", "ru-app", "ru-lost", nil, "")
 	att := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "ru-att"}, Spec: storagev1.VolumeAttachmentSpec{
 		Attacher: longhorn.Driver, NodeName: "ru-lost", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pvc-ru")}}}
@@ -122,7 +122,7 @@ func TestRemoveForceUnfencedNotReady(t *testing.T) {
 	if a, err := cl.Kube.StorageV1().VolumeAttachments().Get(ctx, att.Name, metav1.GetOptions{}); err != nil || a.DeletionTimestamp != nil {
 		t.Errorf("the volume attached on the worker after the refusal: %v", err)
 	}
-	if n, err := ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["ru-lost"].State != WorkerReady || n.Workers["ru-lost"].Fence != nil {
+	if n, err := cluster.ReadNodes(ctx, cl.Dynamic); err != nil || n.Workers["ru-lost"].State != cluster.WorkerReady || n.Workers["ru-lost"].Fence != nil {
 		t.Errorf("the refusal changed the record: %+v (%v)", n, err)
 	}
 	if p, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords()); err != nil || len(p) != 0 {

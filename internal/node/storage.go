@@ -92,16 +92,16 @@ func parseSync(out string) (DiskSync, error) {
 // --ignore-slow-disk (then recorded as overridden). It returns one of the Copies* values and why.
 func judgeSync(d DiskSync, replicaTimeout time.Duration, ignoreSlow bool, worker string) (string, string) {
 	if limit := replicaTimeout / 2; d.Stall >= limit {
-		return CopiesRefused, fmt.Sprintf("%s: a sync stall of %s reaches half of Longhorn's replica timeout (%s), so a copy there would have its writes time out; --ignore-slow-disk cannot accept that",
+		return cluster.CopiesRefused, fmt.Sprintf("%s: a sync stall of %s reaches half of Longhorn's replica timeout (%s), so a copy there would have its writes time out; --ignore-slow-disk cannot accept that",
 			d, d.Stall.Round(time.Millisecond), replicaTimeout)
 	}
 	if d.Mean <= SlowSync {
-		return CopiesEligible, d.String()
+		return cluster.CopiesEligible, d.String()
 	}
 	if ignoreSlow {
-		return CopiesOverridden, fmt.Sprintf("%s, slower than %s: accepted with --ignore-slow-disk", d, SlowSync)
+		return cluster.CopiesOverridden, fmt.Sprintf("%s, slower than %s: accepted with --ignore-slow-disk", d, SlowSync)
 	}
-	return CopiesRefused, fmt.Sprintf("%s, slower than %s: a copy there would slow every write to its volume (network block storage at %s usually is this slow); "+
+	return cluster.CopiesRefused, fmt.Sprintf("%s, slower than %s: a copy there would slow every write to its volume (network block storage at %s usually is this slow); "+
 		"to accept it anyway, run kip node storage %s --copies --ignore-slow-disk", d, SlowSync, cluster.LonghornDir, worker)
 }
 
@@ -118,10 +118,10 @@ func checkCopies(ctx context.Context, cl *kube.Clients, c *sshx.Client, worker s
 		return "", "", err
 	}
 	copies, why := judgeSync(d, timeout, ignoreSlow, worker)
-	if err := updateWorker(ctx, cl.Dynamic, worker, func(w *Worker) { w.Copies, w.CopiesWhy, w.CopiesJoin = copies, why, join }); err != nil {
+	if err := cluster.UpdateWorker(ctx, cl.Dynamic, worker, func(w *cluster.Worker) { w.Copies, w.CopiesWhy, w.CopiesJoin = copies, why, join }); err != nil {
 		return "", "", err
 	}
-	return copies, why, placeCopies(ctx, cl, worker, mayHoldCopies(copies))
+	return copies, why, placeCopies(ctx, cl, worker, cluster.MayHoldCopies(copies))
 }
 
 // placeCopies lets Longhorn place new copies of volumes on worker, or keeps them off it (its
@@ -141,7 +141,7 @@ func placeCopies(ctx context.Context, cl *kube.Clients, worker string, allow boo
 // it hold copies.
 func copiesPlaced(ctx context.Context, cl *kube.Clients, worker, copies string) (bool, error) {
 	allowed, found, err := longhorn.SchedulingAllowed(ctx, cl, worker)
-	return err == nil && found && allowed == mayHoldCopies(copies), err
+	return err == nil && found && allowed == cluster.MayHoldCopies(copies), err
 }
 
 // StorageOptions is what kip node storage was asked to do.
@@ -167,7 +167,7 @@ func Storage(ctx context.Context, o *StorageOptions) error {
 	if err != nil {
 		return err
 	}
-	if t.worker.State != WorkerReady {
+	if t.worker.State != cluster.WorkerReady {
 		return fmt.Errorf("worker %s is %s: run kip node add %s to finish its join, which ends with this check", o.Worker, t.worker.State, t.worker.Host)
 	}
 	c, err := o.Dial(ctx, t.worker.Host)
@@ -188,9 +188,9 @@ func Storage(ctx context.Context, o *StorageOptions) error {
 // reportCopies says what the disk check decided; a refused disk is an error for kip node storage.
 func reportCopies(p *cli.Printer, worker, copies, why string) error {
 	switch copies {
-	case CopiesEligible:
+	case cluster.CopiesEligible:
 		p.Success(fmt.Sprintf("Worker %s may hold copies of volumes: %s", worker, why))
-	case CopiesOverridden:
+	case cluster.CopiesOverridden:
 		p.Warn(fmt.Sprintf("Worker %s may hold copies of volumes on a slow disk: %s", worker, why))
 	default:
 		return fmt.Errorf("worker %s may not hold copies of volumes: %s", worker, why)

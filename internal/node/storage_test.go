@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kipper.run/kip/internal/cluster"
 )
 
 // TestDiskSync reads the disk-sync check's output and decides from it: a fast disk eligible, a
@@ -32,13 +34,13 @@ func TestDiskSync(t *testing.T) {
 		copies     string
 		why        string
 	}{
-		{"fast", DiskSync{Source: "/dev/nvme0n1p3", FSType: "ext4", Writes: 128, Mean: 200 * time.Microsecond, Stall: 5000600 * time.Nanosecond}, false, CopiesEligible,
+		{"fast", DiskSync{Source: "/dev/nvme0n1p3", FSType: "ext4", Writes: 128, Mean: 200 * time.Microsecond, Stall: 5000600 * time.Nanosecond}, false, cluster.CopiesEligible,
 			"128 synced 4 KiB writes on /dev/nvme0n1p3 (ext4) took 200µs each on average, the slowest 16 together 5.001ms"},
-		{"slow", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, false, CopiesRefused,
+		{"slow", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, false, cluster.CopiesRefused,
 			"slower than 5ms: a copy there would slow every write to its volume (network block storage at /var/lib/longhorn usually is this slow); to accept it anyway, run kip node storage w1 --copies --ignore-slow-disk"},
-		{"slow, accepted", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, true, CopiesOverridden,
+		{"slow, accepted", DiskSync{Writes: 128, Mean: 12 * time.Millisecond, Stall: 300 * time.Millisecond}, true, cluster.CopiesOverridden,
 			"slower than 5ms: accepted with --ignore-slow-disk"},
-		{"a stall of half the timeout", DiskSync{Writes: 16, Mean: 250 * time.Millisecond, Stall: 4 * time.Second}, true, CopiesRefused,
+		{"a stall of half the timeout", DiskSync{Writes: 16, Mean: 250 * time.Millisecond, Stall: 4 * time.Second}, true, cluster.CopiesRefused,
 			"a sync stall of 4s reaches half of Longhorn's replica timeout (8s), so a copy there would have its writes time out; --ignore-slow-disk cannot accept that"},
 	} {
 		copies, why := judgeSync(tt.d, timeout, tt.ignoreSlow, "w1")

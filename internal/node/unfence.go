@@ -114,24 +114,25 @@ func (j *joiner) unfenceStep() workflow.Step {
 		Name: "unfence", Title: "Start the services the fence of " + name + " stopped, and forget the fence",
 		Done: "Lifted the fence of " + name, Already: name + " is not fenced",
 		Check: func(ctx context.Context) (bool, error) {
-			n, err := ReadNodes(ctx, j.cl.Dynamic)
+			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			return n.Workers[name].Fence == nil, err
 		},
 		Apply: func(ctx context.Context) error {
 			for _, st := range j.fenced.Stopped {
-				s, err := service.Get(ctx, j.cl.Dynamic, st.Ref)
+				ref := stoppedRef(st)
+				s, err := service.Get(ctx, j.cl.Dynamic, ref)
 				if err != nil {
-					j.p.Warn(fmt.Sprintf("Service %s, which the fence stopped: %v", st.Ref, err))
+					j.p.Warn(fmt.Sprintf("Service %s, which the fence stopped: %v", ref, err))
 					continue
 				}
 				if s.FenceStop != name {
 					continue // started meanwhile with kip service start
 				}
-				ok, why, err := service.MayStart(ctx, j.cl, j.o.Prompter, s, "", j.o.Host, nil, false)
+				d, err := service.DecideStart(ctx, j.cl, s, "", nil, false, j.o.Prompter.Consent)
 				if err != nil {
 					return err
 				}
-				if !ok {
+				if why := d.StartWhy(s, "", j.o.Host); why != "" {
 					j.p.Warn(fmt.Sprintf("Service %s stays stopped: %s", s.Ref, why))
 					continue
 				}
@@ -147,7 +148,7 @@ func (j *joiner) unfenceStep() workflow.Step {
 					return fmt.Errorf("resume Job %s: %w", job, err)
 				}
 			}
-			return updateWorker(ctx, j.cl.Dynamic, name, func(w *Worker) { w.Fence = nil })
+			return cluster.UpdateWorker(ctx, j.cl.Dynamic, name, func(w *cluster.Worker) { w.Fence = nil })
 		},
 	}
 }

@@ -33,7 +33,7 @@ type WorkerPlan struct {
 // when a worker runs a newer release than `to` (k3s is never downgraded), or when the move
 // would leave a worker that is within the skew limit more than k3s.KubeletSkew minors behind.
 // Workers recorded as joining or being removed, and fenced ones, are left alone.
-func PlanWorkerUpgrades(nodes Nodes, list []corev1.Node, from, to string) (WorkerPlan, error) {
+func PlanWorkerUpgrades(nodes cluster.Nodes, list []corev1.Node, from, to string) (WorkerPlan, error) {
 	plan := WorkerPlan{Leave: map[string]string{}}
 	for _, name := range slices.Sorted(maps.Keys(nodes.Workers)) {
 		w := nodes.Workers[name]
@@ -43,7 +43,7 @@ func PlanWorkerUpgrades(nodes Nodes, list []corev1.Node, from, to string) (Worke
 			reported = list[i].Status.NodeInfo.KubeletVersion
 		}
 		switch {
-		case w.State != WorkerReady:
+		case w.State != cluster.WorkerReady:
 			plan.Leave[name] = "recorded as " + w.State
 			continue
 		case i < 0:
@@ -90,7 +90,7 @@ type UpgradeOptions struct {
 	// AirgapBundle is install's --airgap-bundle, "" to download on each worker.
 	AirgapBundle string
 	// Nodes is the record the plan was made from.
-	Nodes Nodes
+	Nodes cluster.Nodes
 }
 
 // UpgradeSteps are one step per worker of the plan: it reruns the k3s install on the worker at
@@ -121,7 +121,7 @@ func UpgradeSteps(o UpgradeOptions, plan WorkerPlan) []workflow.Step {
 type workerUpgrade struct {
 	o    UpgradeOptions
 	name string
-	w    Worker
+	w    cluster.Worker
 }
 
 // readyOnRelease reports whether the worker's node is Ready on the target release, and what it

@@ -22,16 +22,16 @@ func TestPlanWorkerUpgrades(t *testing.T) {
 		}
 		return n
 	}
-	workers := func(states ...string) Nodes {
-		n := Nodes{Workers: map[string]Worker{}}
+	workers := func(states ...string) cluster.Nodes {
+		n := cluster.Nodes{Workers: map[string]cluster.Worker{}}
 		for i, s := range states {
-			n.Workers[string(rune('a'+i))+"-w"] = Worker{Host: "203.0.113." + string(rune('1'+i)), State: s}
+			n.Workers[string(rune('a'+i))+"-w"] = cluster.Worker{Host: "203.0.113." + string(rune('1'+i)), State: s}
 		}
 		return n
 	}
 	for _, tc := range []struct {
 		name     string
-		nodes    Nodes
+		nodes    cluster.Nodes
 		list     []corev1.Node
 		from, to string
 		upgrade  []string
@@ -39,25 +39,25 @@ func TestPlanWorkerUpgrades(t *testing.T) {
 		err      string
 	}{
 		{name: "ready workers in name order, the one on the release too (its step finds it done)",
-			nodes: workers(WorkerReady, WorkerReady), list: []corev1.Node{node("b-w", "v1.37.2+k3s1", false), node("a-w", "v1.36.4+k3s1", false)},
+			nodes: workers(cluster.WorkerReady, cluster.WorkerReady), list: []corev1.Node{node("b-w", "v1.37.2+k3s1", false), node("a-w", "v1.36.4+k3s1", false)},
 			from: "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"a-w", "b-w"}},
 		{name: "joining, removing, fenced and unregistered workers are left alone",
-			nodes: workers(WorkerJoining, WorkerRemoving, WorkerReady, WorkerReady, WorkerReady),
+			nodes: workers(cluster.WorkerJoining, cluster.WorkerRemoving, cluster.WorkerReady, cluster.WorkerReady, cluster.WorkerReady),
 			list:  []corev1.Node{node("a-w", "v1.36.4+k3s1", false), node("b-w", "v1.36.4+k3s1", false), node("c-w", "v1.36.4+k3s1", true), node("e-w", "v1.36.4+k3s1", false)},
 			from:  "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"e-w"},
 			leave: map[string]string{"a-w": "recorded as joining", "b-w": "recorded as removing", "c-w": "fenced", "d-w": "no node of that name in the cluster"}},
 		{name: "a worker newer than the server will run",
-			nodes: workers(WorkerReady), list: []corev1.Node{node("a-w", "v1.37.3+k3s1", false)}, from: "v1.37.2+k3s1", to: "v1.37.2+k3s1",
+			nodes: workers(cluster.WorkerReady), list: []corev1.Node{node("a-w", "v1.37.3+k3s1", false)}, from: "v1.37.2+k3s1", to: "v1.37.2+k3s1",
 			err: "worker a-w runs k3s v1.37.3+k3s1, newer than v1.37.2+k3s1, which the server will run, and k3s is never downgraded: use a kip release that installs at least v1.37.3+k3s1"},
 		{name: "a newer k3s revision counts as newer",
-			nodes: workers(WorkerReady), list: []corev1.Node{node("a-w", "v1.37.2+k3s2", false)}, from: "v1.37.2+k3s1", to: "v1.37.2+k3s1", err: "newer than v1.37.2+k3s1"},
+			nodes: workers(cluster.WorkerReady), list: []corev1.Node{node("a-w", "v1.37.2+k3s2", false)}, from: "v1.37.2+k3s1", to: "v1.37.2+k3s1", err: "newer than v1.37.2+k3s1"},
 		{name: "the move would take a worker beyond three minors behind",
-			nodes: workers(WorkerReady), list: []corev1.Node{node("a-w", "v1.33.9+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1",
+			nodes: workers(cluster.WorkerReady), list: []corev1.Node{node("a-w", "v1.33.9+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1",
 			err: "worker a-w runs k3s v1.33.9+k3s1: moving the server to v1.37.2+k3s1 would leave it 4 Kubernetes minors behind, beyond the 3 the version skew policy allows: bring it to the server's v1.36.4+k3s1 first with 'kip node add 203.0.113.1'"},
 		{name: "a worker already beyond the limit is brought up by the worker upgrade",
-			nodes: workers(WorkerReady), list: []corev1.Node{node("a-w", "v1.32.1+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"a-w"}},
+			nodes: workers(cluster.WorkerReady), list: []corev1.Node{node("a-w", "v1.32.1+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"a-w"}},
 		{name: "three minors behind after the move is within the limit",
-			nodes: workers(WorkerReady), list: []corev1.Node{node("a-w", "v1.34.1+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"a-w"}},
+			nodes: workers(cluster.WorkerReady), list: []corev1.Node{node("a-w", "v1.34.1+k3s1", false)}, from: "v1.36.4+k3s1", to: "v1.37.2+k3s1", upgrade: []string{"a-w"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := PlanWorkerUpgrades(tc.nodes, tc.list, tc.from, tc.to)

@@ -24,25 +24,9 @@ import (
 	"kipper.run/kip/internal/workflow"
 )
 
-// WorkerRecord is what a service command needs of kip's record of a worker: the address kip
-// reaches it at, and whether a fence holds it (the record is the fence's truth, the taint its
-// effect).
-type WorkerRecord struct {
-	Host   string
-	Fenced bool
-	// CutOff are the Longhorn volumes whose engine ran on the worker when its fence found it
-	// cut off from the server (longhorn.Distrust).
-	CutOff []string
-}
-
 // Options is what every kip service and kip project command needs; cmd/kip fills it.
 type Options struct {
-	Kube func() (*kube.Clients, error)
-	// CopyHolders are the nodes that can hold a copy of a service's data now (node.CopyHolders).
-	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
-	// Worker is what kip recorded about a worker (node.ServiceWorker): the zero WorkerRecord
-	// for one it keeps no record of.
-	Worker   func(context.Context, *kube.Clients, string) (WorkerRecord, error)
+	Kube     func() (*kube.Clients, error)
 	Printer  *cli.Printer
 	Prompter *cli.Prompter
 	JSON     bool

@@ -70,7 +70,7 @@ func Add(ctx context.Context, o *AddOptions) error {
 		return fmt.Errorf("this cluster offers one copy of a service's data: an admin offers two with 'kip cluster storage --max-copies 2'")
 	}
 	if o.Copies == 2 {
-		holders, err := o.CopyHolders(ctx, cl)
+		holders, err := cluster.CopyHolders(ctx, cl)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (o *ServiceOptions) copiesInfo(ctx context.Context, cl *kube.Clients, s *Se
 	case s.Copies == 0:
 		info.CopiesNote = "unset; record them with 'kip service update " + s.Flags() + " --copies N' once its data volume exists"
 	case s.Copies == 2 && data.Volume == "":
-		holders, err := o.CopyHolders(ctx, cl)
+		holders, err := cluster.CopyHolders(ctx, cl)
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/platform"
 	"kipper.run/kip/internal/service"
 	consolestandin "kipper.run/kip/test/console-standin"
@@ -32,7 +31,6 @@ func TestTwoCopies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f := setup(ctx, t, "copies-worker")
-	f.opts.CopyHolders, f.opts.Worker = node.CopyHolders, node.ServiceWorker
 	f.e.AddNode(t, "copies-server", testenv.NodeOptions{Labels: map[string]string{"node-role.kubernetes.io/control-plane": "true"}})
 	f.project(ctx, t, "twin", "prod")
 	record := func(storage string) {
@@ -51,15 +49,15 @@ func TestTwoCopies(t *testing.T) {
 	})
 	worker := func(copies string) {
 		t.Helper()
-		_, err := node.UpdateNodes(ctx, f.cl.Dynamic, func(n *node.Nodes) error {
-			n.Workers = map[string]node.Worker{"copies-worker": {Host: "198.51.100.2", State: node.WorkerReady, Copies: copies}}
+		_, err := cluster.UpdateNodes(ctx, f.cl.Dynamic, func(n *cluster.Nodes) error {
+			n.Workers = map[string]cluster.Worker{"copies-worker": {Host: "198.51.100.2", State: cluster.WorkerReady, Copies: copies}}
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	worker(node.CopiesUnchecked)
+	worker(cluster.CopiesUnchecked)
 	t.Cleanup(func() { _ = kube.DeleteRecord(context.Background(), f.cl.Dynamic, kube.ClusterRecords(), "nodes") })
 
 	db := service.Ref{Project: "twin", Environment: "prod", Name: "db"}
@@ -105,7 +103,7 @@ func TestTwoCopies(t *testing.T) {
 	if err := add(2); err == nil || !strings.Contains(err.Error(), "two copies need two Ready nodes that can hold copies, and only copies-server can now") {
 		t.Fatalf("two copies on one eligible node: %v", err)
 	}
-	worker(node.CopiesEligible)
+	worker(cluster.CopiesEligible)
 	f.boundVolume(ctx, t, db.Namespace(), "data-db-0", cluster.LonghornTwoCopiesClass)
 	f.boundVolume(ctx, t, db.Namespace(), "dump-db-0", cluster.LonghornOneCopyClass)
 	if err := add(2); err != nil {
@@ -139,10 +137,10 @@ func TestTwoCopies(t *testing.T) {
 
 	// A service with two copies that reaches console-api while one node can hold copies waits,
 	// and kip service info says why.
-	worker(node.CopiesRefused)
+	worker(cluster.CopiesRefused)
 	late := service.Ref{Project: "twin", Environment: "prod", Name: "late"}
 	f.serviceObject(ctx, t, late, map[string]any{"type": "redis", "copies": int64(2), "storageClass": cluster.LonghornOneCopyClass})
-	s := &consolestandin.Standin{Kube: f.e.Kube, Dynamic: f.cl.Dynamic, Image: "kip.invalid/service", CopyHolders: node.CopyHolders, Logf: t.Logf}
+	s := &consolestandin.Standin{Kube: f.e.Kube, Dynamic: f.cl.Dynamic, Image: "kip.invalid/service", CopyHolders: cluster.CopyHolders, Logf: t.Logf}
 	if err := s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,13 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
-	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
@@ -31,6 +31,20 @@ func (s *Service) Claims() []string {
 	return claims
 }
 
+// OnNode are the Kipper services among services with a volume among claims (the
+// namespace/claim of each single-node volume on node), and those node's fence stopped. A service
+// its operator stopped is left out: it stays stopped anyway.
+func OnNode(services []*Service, claims map[string]bool, node string) []*Service {
+	var out []*Service
+	for _, s := range services {
+		hit := slices.ContainsFunc(s.Claims(), func(c string) bool { return claims[s.Namespace()+"/"+c] })
+		if hit && !s.Stopped || s.FenceStop == node {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // SetFenceStop stops the service for the fence of worker, recording it in FenceAnnotation.
 func SetFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref, worker string) error {
 	return patchSpec(ctx, dyn, ref, map[string]any{"stopped": true}, map[string]any{FenceAnnotation: worker})
@@ -42,17 +56,86 @@ func LiftFenceStop(ctx context.Context, dyn dynamic.Interface, ref Ref) error {
 	return patchSpec(ctx, dyn, ref, map[string]any{"stopped": false}, map[string]any{FenceAnnotation: nil})
 }
 
-// FencedData is how the data of the service stands with worker fenced: longhorn.Judge of the
-// copies of its volumes, which it returns too; the copies elsewhere of the volumes in cutOff
-// (whose engine ran on the worker while it could not reach the server: longhorn.Distrust) are
-// not known to be current.
+// FencedData is how the data of the service stands with worker fenced: JudgeFenced of the
+// copies of its volumes, which it returns too.
 func FencedData(ctx context.Context, cl *kube.Clients, s *Service, worker string, cutOff []string) (string, []longhorn.VolumeReplicas, error) {
 	copies, err := longhorn.ReadReplicas(ctx, cl, s.Namespace(), s.Claims())
 	if err != nil {
 		return "", nil, err
 	}
+	return JudgeFenced(copies, worker, cutOff), copies, nil
+}
+
+// JudgeFenced is how data whose volumes have copies stands with worker fenced: longhorn.Judge,
+// once the copies elsewhere of the volumes in cutOff (whose engine ran on the worker while it
+// could not reach the server) are marked not known to be current (longhorn.Distrust, which
+// changes copies). kip node fence, kip service start and kip status judge by it.
+func JudgeFenced(copies []longhorn.VolumeReplicas, worker string, cutOff []string) string {
 	longhorn.Distrust(copies, cutOff, worker)
-	return longhorn.Judge(copies, worker), copies, nil
+	return longhorn.Judge(copies, worker)
+}
+
+// FencedStart is what the fence's check decides for a service without the fenced worker:
+// Verdict is how its data stands (JudgeFenced), CurrentOn the nodes holding a current copy of
+// every volume, and Accepted whether the operator accepted copies that may be older (a
+// DataStale verdict).
+type FencedStart struct {
+	Verdict   string
+	CurrentOn []string
+	Accepted  bool
+}
+
+// DecideStart judges the copies of service s without gone (the fenced worker, or "" once it is
+// back; cutOff as for FencedData) and decides whether it may start: yes when other nodes hold a
+// current copy of every volume; when some hold only copies that may be older, with accept (the
+// operator's --accept-stale-data) or a yes to StaleQuestion from consent, the caller's prompting
+// (nil asks nothing: a dry run); never when a volume's only copy is on gone.
+func DecideStart(ctx context.Context, cl *kube.Clients, s *Service, gone string, cutOff []string, accept bool, consent func(question string) (bool, error)) (FencedStart, error) {
+	verdict, copies, err := FencedData(ctx, cl, s, gone, cutOff)
+	if err != nil {
+		return FencedStart{}, err
+	}
+	d := FencedStart{Verdict: verdict, CurrentOn: longhorn.CurrentOn(copies, gone)}
+	if verdict == longhorn.DataStale {
+		d.Accepted = accept
+		if !d.Accepted && consent != nil {
+			if d.Accepted, err = consent(StaleQuestion(s, gone, copies)); err != nil {
+				return d, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// Starts reports whether the service may start: on current copies, on older ones the operator
+// accepted, never while a volume's only copy is on the fenced worker.
+func (d FencedStart) Starts() bool {
+	return d.Verdict != longhorn.DataOnlyThere && (d.Verdict != longhorn.DataStale || d.Accepted)
+}
+
+// FenceWhy says why the fence of worker keeps the service stopped, "" when it starts elsewhere:
+// the words of kip node fence's question and report.
+func (d FencedStart) FenceWhy(worker string) string {
+	switch {
+	case d.Starts():
+		return ""
+	case d.Verdict == longhorn.DataStale:
+		return DataWhy(d.Verdict, worker, nil) + ", and older data was not accepted"
+	}
+	return DataWhy(d.Verdict, worker, nil)
+}
+
+// StartWhy says what keeps a service the fence of gone (whose host is goneHost) stopped from
+// starting, "" when it may start: the words of kip service start and of a rejoin.
+func (d FencedStart) StartWhy(s *Service, gone, goneHost string) string {
+	switch {
+	case d.Starts():
+		return ""
+	case d.Verdict == longhorn.DataOnlyThere:
+		return OnlyThereRecipe(s, gone, goneHost)
+	}
+	return fmt.Sprintf("no node holds a copy of its data known to be current: to start it on copies that may be older, run %s "+
+		"(kip service info shows where its data is)", AcceptStaleCommand(s.Ref))
 }
 
 // StaleQuestion asks the operator to accept the older data of the service, every copy shown
@@ -79,6 +162,12 @@ func DataWhy(verdict, worker string, currentOn []string) string {
 	return "no node but " + worker + " holds a copy of its data known to be current"
 }
 
+// AcceptStaleCommand is the command that starts service r, which a fence stopped, on copies of
+// its data that may be older.
+func AcceptStaleCommand(r Ref) string {
+	return "kip service start " + r.Flags() + " --accept-stale-data"
+}
+
 // RejoinCommand is the command that rejoins a worker at host, "" when kip keeps no record of it.
 func RejoinCommand(host string) string {
 	if host == "" {
@@ -97,59 +186,32 @@ func OnlyThereRecipe(s *Service, worker, host string) string {
 		"and skips the objects that still exist, after listing them and asking (--yes answers), and a later backup holds none of its files", DataWhy(longhorn.DataOnlyThere, worker, nil), worker, RejoinCommand(host), worker, s.Flags(), s.Namespace(), s.Project)
 }
 
-// MayStart decides whether a service the fence stopped may start again, by the fence's own check
-// of the copies of its volumes with gone (the fenced worker, or "" once it is back; cutOff as
-// for FencedData): yes when
-// other nodes hold a current copy of every volume; with accept (--accept-stale-data) or a yes
-// on a terminal when some hold only copies that may be older; never when a volume's only copy
-// is on gone, whose host is goneHost. why says what keeps it stopped.
-func MayStart(ctx context.Context, cl *kube.Clients, p *cli.Prompter, s *Service, gone, goneHost string, cutOff []string, accept bool) (ok bool, why string, err error) {
-	verdict, copies, err := FencedData(ctx, cl, s, gone, cutOff)
-	if err != nil {
-		return false, "", err
-	}
-	switch verdict {
-	case longhorn.DataOnlyThere:
-		return false, OnlyThereRecipe(s, gone, goneHost), nil
-	case longhorn.DataStale:
-		if !accept {
-			if accept, err = p.Consent(StaleQuestion(s, gone, copies)); err != nil {
-				return false, "", err
-			}
-		}
-		if !accept {
-			return false, fmt.Sprintf("no node holds a copy of its data known to be current: to start it on copies that may be older, run kip service start %s --accept-stale-data "+
-				"(kip service info shows where its data is)", s.Flags()), nil
-		}
-	}
-	return true, "", nil
-}
-
-// startFenced lifts the fence's stop from a service kip node fence stopped, after MayStart's
+// startFenced lifts the fence's stop from a service kip node fence stopped, after DecideStart's
 // check: with the worker still fenced (or gone), judged without it; once it rejoined (no fence
 // in kip's record, which a rejoin lifts last, and its node Ready), with every node.
 func (o *ServiceOptions) startFenced(ctx context.Context, cl *kube.Clients, s *Service) error {
 	gone := s.FenceStop
-	w, err := o.Worker(ctx, cl, gone)
+	workers, err := cluster.ReadNodes(ctx, cl.Dynamic)
 	if err != nil {
 		return err
 	}
+	w := workers.Workers[gone]
 	n, err := cl.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{})
 	switch {
-	case err == nil && !w.Fenced && cluster.NodeStatus(n) == cluster.NodeReady:
+	case err == nil && w.Fence == nil && cluster.NodeStatus(n) == cluster.NodeReady:
 		gone = ""
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read node %s: %w", gone, err)
 	}
 	var cutOff []string
-	if gone != "" {
-		cutOff = w.CutOff
+	if gone != "" && w.Fence != nil {
+		cutOff = w.Fence.CutOff
 	}
-	ok, why, err := MayStart(ctx, cl, o.Prompter, s, gone, w.Host, cutOff, o.AcceptStale)
+	d, err := DecideStart(ctx, cl, s, gone, cutOff, o.AcceptStale, o.Prompter.Consent)
 	if err != nil {
 		return err
 	}
-	if !ok {
+	if why := d.StartWhy(s, gone, w.Host); why != "" {
 		return fmt.Errorf("kip node fence of %s stopped service %s, and %s", s.FenceStop, s.Ref, why)
 	}
 	return LiftFenceStop(ctx, cl.Dynamic, s.Ref)

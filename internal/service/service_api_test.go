@@ -17,9 +17,9 @@ import (
 	runtimeconv "k8s.io/apimachinery/pkg/runtime"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/moveguard"
-	"kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/service"
 	consolestandin "kipper.run/kip/test/console-standin"
 	"kipper.run/kip/test/testenv"
@@ -60,7 +60,7 @@ func setup(ctx context.Context, t *testing.T, nodeName string) *fixture {
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s := &consolestandin.Standin{Kube: e.Kube, Dynamic: cl.Dynamic, Image: "kip.invalid/service", Interval: time.Second,
-		CopyHolders: node.CopyHolders, Logf: t.Logf}
+		CopyHolders: cluster.CopyHolders, Logf: t.Logf}
 	go func() { defer close(done); s.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	f := &fixture{e: e, cl: cl, out: &bytes.Buffer{}, errOut: &bytes.Buffer{}, node: nodeName}

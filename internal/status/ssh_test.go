@@ -17,8 +17,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
-	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/sshd"
 )
@@ -158,14 +158,14 @@ func TestHostChecksSSH(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A worker kip joined, whose host does not answer: status names it.
-		if _, err := kipnode.UpdateNodes(ctx, f.c.Dynamic, func(n *kipnode.Nodes) error {
-			n.Workers = map[string]kipnode.Worker{deadNode: {Host: "192.0.2.12", State: kipnode.WorkerReady}}
+		if _, err := cluster.UpdateNodes(ctx, f.c.Dynamic, func(n *cluster.Nodes) error {
+			n.Workers = map[string]cluster.Worker{deadNode: {Host: "192.0.2.12", State: cluster.WorkerReady}}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			kipnode.UpdateNodes(context.Background(), f.c.Dynamic, func(n *kipnode.Nodes) error { n.Workers = nil; return nil }) //nolint:errcheck // the next fixture starts over
+			cluster.UpdateNodes(context.Background(), f.c.Dynamic, func(n *cluster.Nodes) error { n.Workers = nil; return nil }) //nolint:errcheck // the next fixture starts over
 		})
 		var out bytes.Buffer
 		o := f.options(&out)

@@ -26,7 +26,6 @@ import (
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
-	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
@@ -252,7 +251,7 @@ type view struct {
 	recorded bool
 	nodes    []corev1.Node
 	// workers is what kip recorded of the workers it joined (read with the record).
-	workers kipnode.Nodes
+	workers cluster.Nodes
 	// pvs are the cluster's PersistentVolumes, listed once for storage and the kept copies.
 	pvs []corev1.PersistentVolume
 	// used is the space each local volume's directory uses, by PersistentVolume, where the host
@@ -290,7 +289,7 @@ func (v *view) readRecord(ctx context.Context) error {
 	if v.rec, v.recorded, err = cluster.RecordIn(ann); err != nil {
 		return err
 	}
-	v.workers, err = kipnode.NodesIn(ann)
+	v.workers, err = cluster.NodesIn(ann)
 	return err
 }
 
@@ -423,12 +422,14 @@ func strandedOnWorkers(ctx context.Context, v *view, r *Report) error {
 		if claims[n.Name] == nil {
 			continue
 		}
-		for _, s := range kipnode.ServicesOn(svcs, claims[n.Name], n.Name) {
+		for _, s := range service.OnNode(svcs, claims[n.Name], n.Name) {
 			copies := longhorn.ReplicasIn(v.lhVolumes, v.lhReplicas, s.Namespace(), s.Claims())
+			var cutOff []string
 			if f := v.workers.Workers[n.Name].Fence; f != nil {
-				longhorn.Distrust(copies, f.CutOff, n.Name)
+				cutOff = f.CutOff
 			}
-			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, longhorn.Judge(copies, n.Name), longhorn.CurrentOn(copies, n.Name))
+			data := service.JudgeFenced(copies, n.Name, cutOff)
+			why := strandedWhy(n.Name, v.workers.Workers[n.Name].Host, cluster.NodeStatus(n), s, data, longhorn.CurrentOn(copies, n.Name))
 			r.Stranded = append(r.Stranded, Stranded{Service: s.Ref, Claim: s.DataClaim(), Reason: why, Node: n.Name, CurrentOn: longhorn.CurrentOn(copies, n.Name)})
 			r.Warnings = append(r.Warnings, fmt.Sprintf("service %s is stranded: %s", s.Ref, why))
 		}

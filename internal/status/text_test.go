@@ -12,7 +12,6 @@ import (
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/longhorn"
-	kipnode "kipper.run/kip/internal/node"
 	"kipper.run/kip/internal/prune"
 	"kipper.run/kip/internal/service"
 )
@@ -78,7 +77,7 @@ func TestSSHAddr(t *testing.T) {
 	worker := func(name string, addrs ...corev1.NodeAddress) corev1.Node {
 		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Addresses: addrs}}
 	}
-	v := &view{workers: kipnode.Nodes{Workers: map[string]kipnode.Worker{"w1": {Host: "w1.example.com"}}}}
+	v := &view{workers: cluster.Nodes{Workers: map[string]cluster.Worker{"w1": {Host: "w1.example.com"}}}}
 	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.77.0.21"}
 	external := corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.22"}
 	for _, tc := range []struct {

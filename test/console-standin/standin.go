@@ -65,8 +65,7 @@ type Standin struct {
 	// a database's pod for its consistent dumps).
 	Workloads map[string]Workload
 	// CopyHolders are the nodes that can hold a copy of a service's data now: kip's
-	// node.CopyHolders, given by the test (internal/node's own tests run the stand-in, so it
-	// cannot import that package). Only services with two copies need it.
+	// cluster.CopyHolders, given by the test. Only services with two copies need it.
 	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
 	// Interval is how often it reconciles everything when nothing it watches changed (a second
 	// when zero): it reconciles on every change to Projects, Services, namespaces, StatefulSets

@@ -86,7 +86,7 @@ func TestNodeAdd(t *testing.T) {
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "or pass --public") {
 		t.Fatalf("join with 6443 blocked: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
 		t.Errorf("the refused join recorded %+v (%v)", rec, err)
 	}
 	if _, err := w.Run(ctx, "test ! -e /usr/local/bin/k3s"); err != nil {
@@ -165,12 +165,12 @@ func TestNodeAdd(t *testing.T) {
 		t.Errorf("the ordinary pod runs on %s", scheduled.Spec.NodeName)
 	}
 
-	rec, err := node.ReadNodes(ctx, c.Dynamic)
+	rec, err := cluster.ReadNodes(ctx, c.Dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wr := rec.Workers[w.Name]
-	if rec.Mode != node.ModePrivate || rec.Server != srv.PrivateIP || wr.State != node.WorkerReady || wr.Path.Node != w.PrivateIP || !wr.FirewallManaged {
+	if rec.Mode != cluster.ModePrivate || rec.Server != srv.PrivateIP || wr.State != cluster.WorkerReady || wr.Path.Node != w.PrivateIP || !wr.FirewallManaged {
 		t.Errorf("nodes record %+v", rec)
 	}
 	server, err := c.Kube.CoreV1().Nodes().Get(ctx, srv.Name, metav1.GetOptions{})
@@ -210,7 +210,7 @@ func TestNodeAdd(t *testing.T) {
 	r = s.Kip(t, home, "node", "list", "-o", "json")
 	var listed []node.Listed
 	if err := json.Unmarshal([]byte(r.Stdout), &listed); r.ExitCode != 0 || err != nil || len(listed) != 2 ||
-		listed[1].Name != w.Name || listed[1].Mode != node.ModePrivate || listed[1].State != node.WorkerReady || listed[1].Status != cluster.NodeReady {
+		listed[1].Name != w.Name || listed[1].Mode != cluster.ModePrivate || listed[1].State != cluster.WorkerReady || listed[1].Status != cluster.NodeReady {
 		t.Errorf("kip node list -o json: exit %d, %v\n%s", r.ExitCode, err, r.Stdout)
 	}
 
@@ -334,7 +334,7 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if err := w.Heal(ctx, "public"); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil {
 		t.Fatalf("the refused fence recorded %+v (%v)", rec.Workers[w.Name], err)
 	}
 	// Its k3s-agent stops (the containers run on, writing), and it reaches the server's API
@@ -460,7 +460,7 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if err != nil || cluster.NodeStatus(n) != cluster.NodeReady || n.Spec.Unschedulable {
 		t.Errorf("the worker after its rejoin: %v", err)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil || rec.Workers[w.Name].State != node.WorkerReady {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Fence != nil || rec.Workers[w.Name].State != cluster.WorkerReady {
 		t.Errorf("the worker's record after its rejoin: %+v (%v)", rec.Workers[w.Name], err)
 	}
 	if _, err := w.Run(ctx, sshx.Command("test", "!", "-e", k3s.FenceDropIn)); err != nil {
@@ -579,7 +579,7 @@ func servicesOnWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home stri
 	done := make(chan struct{})
 	console := &consolestandin.Standin{Kube: c.Kube, Dynamic: c.Dynamic, Image: busyboxImage,
 		Command:     []string{"sh", "-c", appendLine},
-		CopyHolders: node.CopyHolders, Interval: 5 * time.Second, Delay: 10 * time.Second, Logf: t.Logf}
+		CopyHolders: cluster.CopyHolders, Interval: 5 * time.Second, Delay: 10 * time.Second, Logf: t.Logf}
 	go func() { defer close(done); console.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	on := onWorker{current: service.Ref{Project: "fence", Environment: "prod", Name: "db"},
@@ -811,10 +811,10 @@ func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 	// hold them.
 	recorded := func(want string) {
 		t.Helper()
-		if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Copies != want {
+		if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].Copies != want {
 			t.Errorf("the worker's copies after the disk check: %+v (%v), want %s", rec.Workers[w.Name], err, want)
 		}
-		allow := want == node.CopiesEligible || want == node.CopiesOverridden
+		allow := want == cluster.CopiesEligible || want == cluster.CopiesOverridden
 		if n, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Get(ctx, w.Name, metav1.GetOptions{}); err != nil || n.Spec.AllowScheduling != allow {
 			t.Errorf("the worker's Longhorn node after the disk check (%s): %v, want allowScheduling %v", want, err, allow)
 		}
@@ -831,7 +831,7 @@ func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 		if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Worker "+w.Name+" may hold copies of volumes: 128 synced 4 KiB writes on kip-fast-disk (tmpfs)") {
 			t.Errorf("disk check on a tmpfs: exit %d\n%s", r.ExitCode, r.Stderr)
 		}
-		recorded(node.CopiesEligible)
+		recorded(cluster.CopiesEligible)
 	}
 	onTmpfs()
 	t.Cleanup(func() { _ = w.ThrottleLonghornDisk(0) })
@@ -843,12 +843,12 @@ func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 		t.Errorf("disk check on a slow disk: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	t.Logf("measured on the disk held to 25 writes a second: %s", r.LastLine())
-	recorded(node.CopiesRefused)
+	recorded(cluster.CopiesRefused)
 	r = s.Kip(t, home, append(check, "--ignore-slow-disk")...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "accepted with --ignore-slow-disk") {
 		t.Errorf("disk check on a slow disk with --ignore-slow-disk: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	recorded(node.CopiesOverridden)
+	recorded(cluster.CopiesOverridden)
 	if err := w.ThrottleLonghornDisk(2); err != nil {
 		t.Fatal(err)
 	}
@@ -856,7 +856,7 @@ func diskCheck(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "reaches half of Longhorn's replica timeout (8s)") {
 		t.Errorf("disk check on a stalling disk: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	recorded(node.CopiesRefused)
+	recorded(cluster.CopiesRefused)
 	if err := w.ThrottleLonghornDisk(0); err != nil {
 		t.Fatal(err)
 	}
@@ -1066,7 +1066,7 @@ func TestNodeAddPublic(t *testing.T) {
 		"to join over it, run kip node add " + w.PublicIP.String() + " --private-network " + lab.PrivatePrefix; r.ExitCode != 1 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("first join over a private network that carries the default route: exit %d, want 1 and %q\n%s", r.ExitCode, want, r.Stderr)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Mode != "" || len(rec.Workers) != 0 {
 		t.Errorf("the stopped join recorded %+v (%v)", rec, err)
 	}
 	defaultRouteVia(ctx, t, w, lab.Gateway)
@@ -1086,11 +1086,11 @@ func TestNodeAddPublic(t *testing.T) {
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Network: public addresses (server "+srv.PublicIP.String()+", node "+w.PublicIP.String()+")") {
 		t.Fatalf("join with --public: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	rec, err := node.ReadNodes(ctx, c.Dynamic)
+	rec, err := cluster.ReadNodes(ctx, c.Dynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wr := rec.Workers[w.Name]; rec.Mode != node.ModePublic || wr.Path.Node != w.PublicIP || wr.Path.Server != srv.PublicIP || wr.State != node.WorkerReady {
+	if wr := rec.Workers[w.Name]; rec.Mode != cluster.ModePublic || wr.Path.Node != w.PublicIP || wr.Path.Server != srv.PublicIP || wr.State != cluster.WorkerReady {
 		t.Errorf("nodes record %+v", rec)
 	}
 	if n, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); err != nil || nodeAddress(n, corev1.NodeInternalIP) != w.PublicIP.String() {
@@ -1149,7 +1149,7 @@ func forceRemove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node %s after the forced remove: %v", w.Name, err)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 {
 		t.Errorf("nodes record after the forced remove: %+v (%v)", rec, err)
 	}
 	rules, err := srv.Run(ctx, "ufw status")
@@ -1225,7 +1225,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "ufw is active on "+w2.PublicIP.String()+" and kip does not manage it: a join stops at an unmanaged ufw, even with the ports open") {
 		t.Fatalf("join with an unmanaged ufw: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
 		t.Errorf("the refused join recorded %+v (%v)", rec, err)
 	}
 	if _, err := w2.Run(ctx, "ufw --force reset && test ! -e /usr/local/bin/k3s"); err != nil {
@@ -1273,7 +1273,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, w2.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the second worker's node after its forced remove: %v", err)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 1 {
 		t.Errorf("the workers recorded after the second worker's forced remove: %+v (%v)", rec.Workers, err)
 	}
 	if out, err := w2.Run(ctx, k3s.AgentGoneCommand()); err != nil {
@@ -1304,7 +1304,7 @@ func secondWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 func placement(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w, w2 *lab.Host) {
 	t.Helper()
 	lhNodes := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system")
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w2.Name].Copies != node.CopiesUnchecked || rec.Workers[w2.Name].CopiesWhy != "joined with --no-copies" {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w2.Name].Copies != cluster.CopiesUnchecked || rec.Workers[w2.Name].CopiesWhy != "joined with --no-copies" {
 		t.Errorf("the second worker's copies after a join with --no-copies: %+v (%v)", rec.Workers[w2.Name], err)
 	}
 	if n, err := lhNodes.Get(ctx, w2.Name, metav1.GetOptions{}); err != nil || n.Spec.AllowScheduling {
@@ -1410,7 +1410,7 @@ func addressMoved(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	t.Helper()
 	setHost := func(host string) {
 		t.Helper()
-		if _, err := node.UpdateNodes(ctx, c.Dynamic, func(n *node.Nodes) error {
+		if _, err := cluster.UpdateNodes(ctx, c.Dynamic, func(n *cluster.Nodes) error {
 			rec := n.Workers[w.Name]
 			rec.Host = host
 			n.Workers[w.Name] = rec
@@ -1435,7 +1435,7 @@ func addressMoved(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 		if bootAfter, err := other.Run(ctx, "cat /proc/sys/kernel/random/boot_id"); err != nil || bootAfter != bootBefore {
 			t.Errorf("host %s's boot %q before, %q after (%v)", other.Name, bootBefore, bootAfter, err)
 		}
-		if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != node.WorkerReady {
+		if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != cluster.WorkerReady {
 			t.Errorf("the refusals changed the worker's record: %+v (%v)", rec.Workers[w.Name], err)
 		}
 	})
@@ -1448,7 +1448,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "runs pods that no controller manages") || !strings.Contains(r.Stderr, "default/ordinary") {
 		t.Fatalf("remove with a bare pod on the worker: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != node.WorkerReady {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || rec.Workers[w.Name].State != cluster.WorkerReady {
 		t.Errorf("the refused remove changed the record: %+v (%v)", rec, err)
 	}
 	for _, name := range []string{"ordinary", "listener"} {
@@ -1520,7 +1520,7 @@ func removeWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if _, err := c.Longhorn.LonghornV1beta2().Nodes("longhorn-system").Get(ctx, w.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Longhorn's node %s after the remove: %v", w.Name, err)
 	}
-	if rec, err := node.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 || rec.Mode != node.ModePrivate {
+	if rec, err := cluster.ReadNodes(ctx, c.Dynamic); err != nil || len(rec.Workers) != 0 || rec.Mode != cluster.ModePrivate {
 		t.Errorf("nodes record after the remove: %+v (%v)", rec, err)
 	}
 	if _, err := w.Run(ctx, "! systemctl is-active --quiet k3s-agent && test ! -e /var/lib/rancher/k3s && test ! -e /usr/local/bin/k3s && ! pgrep -f '[c]ontainerd-shim'"); err != nil {

@@ -1,8 +1,7 @@
-// Package node is kip's worker nodes: the record of the workers kip joined and how the nodes reach
-// each other, and kip node list.
-package node
+package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -10,10 +9,11 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/service"
 )
 
 // The network modes of a cluster's nodes, decided on its first join and kept.
@@ -49,9 +49,9 @@ const (
 	CopiesUnchecked  = "not checked" // joined with --no-copies, or the check has not run
 )
 
-// mayHoldCopies reports whether a worker whose disk check recorded copies may hold copies of
+// MayHoldCopies reports whether a worker whose disk check recorded copies may hold copies of
 // volumes: Longhorn places new copies only on such workers (and the server).
-func mayHoldCopies(copies string) bool {
+func MayHoldCopies(copies string) bool {
 	return copies == CopiesEligible || copies == CopiesOverridden
 }
 
@@ -104,10 +104,14 @@ type FenceRecord struct {
 	Suspended []string         `json:"suspended,omitempty"` // namespace/name
 }
 
-// StoppedService is a service a fence stopped, and why (longhorn.DataStale or DataOnlyThere).
+// StoppedService is a service a fence stopped, named as service.Ref names it (whose fields it
+// spells out: the service package imports this one), and why (longhorn.DataStale or
+// DataOnlyThere).
 type StoppedService struct {
-	service.Ref
-	Why string `json:"why"`
+	Project     string `json:"project"`
+	Environment string `json:"environment"`
+	Name        string `json:"name"`
+	Why         string `json:"why"`
 }
 
 // Nodes is the record kipper.run/nodes on kipper-records (format 1): the cluster's network mode
@@ -133,26 +137,39 @@ func (n Nodes) WorkerAddresses(skip string) []netip.Addr {
 	return addrs
 }
 
+// The record of the nodes, kipper.run/nodes on kube.ClusterRecords(), and its format.
+// PeerAddrs are the addresses of the nodes a recorded worker's firewall admits: the server
+// first, then every other recorded worker but skip's, then extra.
+func (n Nodes) PeerAddrs(worker, skip string, extra ...netip.Addr) []netip.Addr {
+	others := []netip.Addr{n.Server}
+	for _, name := range slices.Sorted(maps.Keys(n.Workers)) {
+		if name != worker && name != skip {
+			others = append(others, n.Workers[name].Path.Node)
+		}
+	}
+	return append(others, extra...)
+}
+
 const (
-	recordName    = "nodes"
-	recordVersion = 1
+	nodesRecordName    = "nodes"
+	nodesRecordVersion = 1
 )
 
 // ReadNodes reads the record; a cluster no worker joined yet has an empty one.
 func ReadNodes(ctx context.Context, dyn dynamic.Interface) (Nodes, error) {
-	rec, _, err := kube.ReadRecord[Nodes](ctx, dyn, kube.ClusterRecords(), recordName, recordVersion)
+	rec, _, err := kube.ReadRecord[Nodes](ctx, dyn, kube.ClusterRecords(), nodesRecordName, nodesRecordVersion)
 	return rec, err
 }
 
 // NodesIn decodes the record from the annotations of kube.ClusterRecords() (see
 // kube.ReadAnnotations).
 func NodesIn(annotations map[string]string) (Nodes, error) {
-	rec, _, err := kube.RecordFrom[Nodes](kube.ClusterRecords(), annotations, recordName, recordVersion)
+	rec, _, err := kube.RecordFrom[Nodes](kube.ClusterRecords(), annotations, nodesRecordName, nodesRecordVersion)
 	return rec, err
 }
 
-// updateWorker changes one recorded worker with mutate, refusing a worker no longer recorded.
-func updateWorker(ctx context.Context, dyn dynamic.Interface, name string, mutate func(w *Worker)) error {
+// UpdateWorker changes one recorded worker with mutate, refusing a worker no longer recorded.
+func UpdateWorker(ctx context.Context, dyn dynamic.Interface, name string, mutate func(w *Worker)) error {
 	_, err := UpdateNodes(ctx, dyn, func(n *Nodes) error {
 		w, ok := n.Workers[name]
 		if !ok {
@@ -167,10 +184,50 @@ func updateWorker(ctx context.Context, dyn dynamic.Interface, name string, mutat
 
 // UpdateNodes changes the record under the API's optimistic concurrency.
 func UpdateNodes(ctx context.Context, dyn dynamic.Interface, mutate func(n *Nodes) error) (Nodes, error) {
-	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), recordName, recordVersion, func(n *Nodes, _ bool) error {
+	return kube.UpdateRecord(ctx, dyn, kube.ClusterRecords(), nodesRecordName, nodesRecordVersion, func(n *Nodes, _ bool) error {
 		if n.Workers == nil {
 			n.Workers = map[string]Worker{}
 		}
 		return mutate(n)
 	})
+}
+
+// WorkerHost is the address kip reaches worker name at, as the operator gave it to kip node add;
+// "" when kip keeps no record of that worker.
+func WorkerHost(ctx context.Context, cl *kube.Clients, name string) (string, error) {
+	workers, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		return "", err
+	}
+	return workers.Workers[name].Host, nil
+}
+
+// CopyHolders are the nodes that can hold a copy of a service's data now, server first: each
+// Ready node that may hold copies (the server always; a worker kip recorded ready whose disk
+// passed the disk check or was accepted with --ignore-slow-disk). A fenced node is never Ready.
+func CopyHolders(ctx context.Context, cl *kube.Clients) ([]string, error) {
+	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	workers, err := ReadNodes(ctx, cl.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	var holders []*corev1.Node
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		w := workers.Workers[n.Name]
+		if NodeStatus(n) == NodeReady && (NodeRole(n) == RoleServer || w.State == WorkerReady && MayHoldCopies(w.Copies)) {
+			holders = append(holders, n)
+		}
+	}
+	slices.SortFunc(holders, func(a, b *corev1.Node) int {
+		return cmp.Or(cmp.Compare(RoleOrder(NodeRole(a)), RoleOrder(NodeRole(b))), cmp.Compare(a.Name, b.Name))
+	})
+	var names []string
+	for _, n := range holders {
+		names = append(names, n.Name)
+	}
+	return names, nil
 }
