@@ -154,6 +154,10 @@ type Options struct {
 	// ExistingDexConfig is the cluster's current Dex config (ReadDexConfig) when install runs again
 	// on a cluster; nil on a fresh install. Its static users are kept.
 	ExistingDexConfig []byte
+	// LonghornRelease is the Longhorn release the cluster runs (ReadLonghornRelease), "" when it
+	// runs none: Longhorn is re-applied at that release, with the settings kip pins, and moves to
+	// the pinned one only one minor at a time (kip upgrade --longhorn), never by a re-apply.
+	LonghornRelease string
 }
 
 // BackupStorage is an S3-compatible bucket Velero keeps backups in. Endpoint is empty for AWS S3;
@@ -338,7 +342,12 @@ func checkBackups(b *BackupStorage) error {
 }
 
 func (r *renderer) pin(name string) (manifests.Component, error) {
-	return r.o.Pinned.Component(name)
+	pin, err := r.o.Pinned.Component(name)
+	if err == nil && name == "longhorn" && r.o.LonghornRelease != "" {
+		// Longhorn's chart versions are its releases without the v.
+		pin.Version, pin.ChartVersion = r.o.LonghornRelease, strings.TrimPrefix(r.o.LonghornRelease, "v")
+	}
+	return pin, err
 }
 
 // --- kip's own objects -------------------------------------------------------------------------

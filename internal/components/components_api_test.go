@@ -414,3 +414,30 @@ func TestApplyReplacesClass(t *testing.T) {
 		t.Errorf("the one-copy class after Apply run again: %v %v", one, err)
 	}
 }
+
+// TestReadLonghornRelease reads the release a cluster's Longhorn HelmChart installs, on the real
+// API server: none without the HelmChart, then the release of the chart version kip applied.
+func TestReadLonghornRelease(t *testing.T) {
+	_, cl := apiTestClients(t)
+	ctx := context.Background()
+	charts := cl.Dynamic.Resource(HelmCharts).Namespace(HelmChartNamespace)
+	// Another test of this package applies every component, Longhorn's HelmChart among them.
+	if err := charts.Delete(ctx, "longhorn", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if v, err := ReadLonghornRelease(ctx, cl); err != nil || v != "" {
+		t.Fatalf("without Longhorn's HelmChart: %q, %v", v, err)
+	}
+	chart := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",
+		"metadata": map[string]any{"name": "longhorn", "namespace": HelmChartNamespace},
+		"spec":     map[string]any{"chart": "longhorn", "repo": "https://charts.longhorn.io", "version": "1.9.2", "targetNamespace": "longhorn-system"},
+	}}
+	if _, err := charts.Create(ctx, chart, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = charts.Delete(context.Background(), "longhorn", metav1.DeleteOptions{}) })
+	if v, err := ReadLonghornRelease(ctx, cl); err != nil || v != "v1.9.2" {
+		t.Errorf("with Longhorn's HelmChart at 1.9.2: %q, %v", v, err)
+	}
+}

@@ -235,6 +235,37 @@ func TestChartsArePinned(t *testing.T) {
 	}
 }
 
+// TestLonghornStaysAtItsRelease renders a cluster that runs an older Longhorn release: its
+// HelmChart keeps that release, with the settings kip pins;
+// a cluster without Longhorn gets the pinned release.
+func TestLonghornStaysAtItsRelease(t *testing.T) {
+	o := testOptions(t, "small", cluster.StorageLonghorn)
+	o.LonghornRelease = "v1.9.2"
+	pinned := testPinned(t)
+	for _, c := range renderComponents(t, o) {
+		if c.Name != "longhorn" {
+			continue
+		}
+		hc, values := chartValues(t, c)
+		if c.Version != "v1.9.2" || hc.Spec.Version != "1.9.2" || nestedValue(values, "defaultSettings", "nodeDrainPolicy") != "block-for-eviction-if-contains-last-replica" {
+			t.Errorf("Longhorn on a cluster that runs v1.9.2: component %s, chart %s, settings %v", c.Version, hc.Spec.Version, nestedValue(values, "defaultSettings"))
+		}
+	}
+	o.LonghornRelease = ""
+	pin, err := pinned.Component("longhorn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range renderComponents(t, o) {
+		if c.Name != "longhorn" {
+			continue
+		}
+		if hc, _ := chartValues(t, c); c.Version != pin.Version || hc.Spec.Version != pin.ChartVersion {
+			t.Errorf("Longhorn on a cluster without it: component %s, chart %s; want the pin %s", c.Version, hc.Spec.Version, pin.ChartVersion)
+		}
+	}
+}
+
 func TestEverythingIsLabelled(t *testing.T) {
 	o := testOptions(t, "small", cluster.StorageLonghorn)
 	o.Backups = &BackupStorage{Bucket: "b", AccessKeyID: "id", SecretAccessKey: "key"}

@@ -163,6 +163,10 @@ func (in *installer) componentOptions(ctx context.Context) (components.Options, 
 			return o, err
 		}
 		o.ExistingDexConfig = dex
+		// A re-run keeps the Longhorn release the cluster runs: kip upgrade --longhorn moves it.
+		if o.LonghornRelease, err = components.ReadLonghornRelease(ctx, in.clients); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }

@@ -69,9 +69,11 @@ type platform struct {
 	cl     *kube.Clients
 	rec    cluster.Record
 	pinned *manifests.Versions
-	// dex is the cluster's Dex config, read once (dexRead) for every render of this command.
-	dex     []byte
-	dexRead bool
+	// dex is the cluster's Dex config and longhorn the Longhorn release it runs ("" for none),
+	// read once (dexRead) for every render of this command.
+	dex      []byte
+	longhorn string
+	dexRead  bool
 }
 
 func loadPlatform(ctx context.Context, o Options) (*platform, error) {
@@ -98,13 +100,18 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 		if err != nil {
 			return nil, err
 		}
-		pl.dex, pl.dexRead = dex, true
+		// The Longhorn release the cluster runs stays: kip upgrade --longhorn moves it.
+		release, err := components.ReadLonghornRelease(ctx, pl.cl)
+		if err != nil {
+			return nil, err
+		}
+		pl.dex, pl.longhorn, pl.dexRead = dex, release, true
 	}
 	o, err := components.Recorded(pl.rec, pl.pinned, pl.o.KipVersion)
 	if err != nil {
 		return nil, err
 	}
-	o.Sizing.Profile, o.Sizing.Storage, o.Monitoring, o.ExistingDexConfig = profile, storage, mon, pl.dex
+	o.Sizing.Profile, o.Sizing.Storage, o.Monitoring, o.ExistingDexConfig, o.LonghornRelease = profile, storage, mon, pl.dex, pl.longhorn
 	return components.Render(o)
 }
 

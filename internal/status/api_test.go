@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/service"
@@ -465,11 +466,11 @@ func (f *fixture) longhorn(t *testing.T) {
 		"metadata": map[string]any{"name": "longhorn", "namespace": "kube-system"},
 		"spec":     map[string]any{"chart": "longhorn", "version": "1.11.3"},
 	}}
-	_, err := f.c.Dynamic.Resource(helmCharts).Namespace("kube-system").Create(ctx, chart, metav1.CreateOptions{})
+	_, err := f.c.Dynamic.Resource(components.HelmCharts).Namespace("kube-system").Create(ctx, chart, metav1.CreateOptions{})
 	switch {
 	case err == nil:
 		t.Cleanup(func() {
-			f.c.Dynamic.Resource(helmCharts).Namespace("kube-system").Delete(context.Background(), "longhorn", metav1.DeleteOptions{})
+			f.c.Dynamic.Resource(components.HelmCharts).Namespace("kube-system").Delete(context.Background(), "longhorn", metav1.DeleteOptions{})
 		})
 	case !apierrors.IsNotFound(err) && !apierrors.IsAlreadyExists(err):
 		t.Fatal(err)

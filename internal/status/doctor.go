@@ -16,12 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
@@ -458,9 +458,6 @@ func pinnedK3s() (string, error) {
 	return comp.Version, nil
 }
 
-// helmCharts are k3s's HelmChart objects (helm.cattle.io/v1).
-var helmCharts = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
-
 // LonghornCRD is the CustomResourceDefinition whose presence shows Longhorn's CRDs are installed.
 const LonghornCRD = "volumes.longhorn.io"
 
@@ -501,7 +498,7 @@ func readStorageFacts(ctx context.Context, c *kube.Clients) (storageFacts, error
 	case !apierrors.IsNotFound(err):
 		return f, fmt.Errorf("read CRD %s: %w", LonghornCRD, err)
 	}
-	charts, err := c.Dynamic.Resource(helmCharts).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=longhorn"})
+	charts, err := c.Dynamic.Resource(components.HelmCharts).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=longhorn"})
 	switch {
 	case err == nil:
 		f.helmKnown, f.helmChart = true, len(charts.Items) > 0
