@@ -80,7 +80,10 @@ type Worker struct {
 	// storage set it: a resumed join finds its check done.
 	CopiesJoin string `json:"copiesJoin,omitempty"`
 	// State is joining, ready or removing.
-	State    string    `json:"state"`
+	State string `json:"state"`
+	// Join is the join (its verification ID) that last recorded the worker joining: that join,
+	// run again once it recorded the worker ready, does not record it joining again.
+	Join     string    `json:"join,omitempty"`
 	JoinedAt time.Time `json:"joinedAt,omitzero"`
 	// Fence is set from the moment kip node fence records it until a rejoin lifts it.
 	Fence *FenceRecord `json:"fence,omitempty"`

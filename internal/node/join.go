@@ -94,11 +94,12 @@ func (j *joiner) peerRules(p *peer) []host.Rule {
 func (j *joiner) recordStep() workflow.Step {
 	return workflow.Step{
 		Name: "record", Title: "Record worker " + j.intent.Node + " as joining",
-		Done: "Recorded worker " + j.intent.Node + " as joining", Already: "Worker " + j.intent.Node + " already recorded as joining",
+		Done: "Recorded worker " + j.intent.Node + " as joining", Already: "Worker " + j.intent.Node + " already recorded by this join",
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := cluster.ReadNodes(ctx, j.cl.Dynamic)
 			w, ok := n.Workers[j.intent.Node]
-			return ok && w.State == cluster.WorkerJoining && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == cluster.CopiesUnchecked), err
+			recorded := w.State == cluster.WorkerJoining || w.State == cluster.WorkerReady && w.Join == j.intent.VerifyID
+			return ok && recorded && w.Path == j.intent.Path && n.Mode == j.intent.Path.Mode && (!j.o.NoCopies || w.Copies == cluster.CopiesUnchecked), err
 		},
 		Apply: func(ctx context.Context) error {
 			_, err := cluster.UpdateNodes(ctx, j.cl.Dynamic, func(n *cluster.Nodes) error {
@@ -107,7 +108,7 @@ func (j *joiner) recordStep() workflow.Step {
 				}
 				w := n.Workers[j.intent.Node]
 				w.Host, w.SSHPort, w.SSHUser = j.o.Host, sshPort(j.node), j.node.User()
-				w.Path, w.FirewallManaged, w.State = j.intent.Path, j.intent.Firewall, cluster.WorkerJoining
+				w.Path, w.FirewallManaged, w.State, w.Join = j.intent.Path, j.intent.Firewall, cluster.WorkerJoining, j.intent.VerifyID
 				if w.Copies == "" || j.o.NoCopies {
 					w.Copies = cluster.CopiesUnchecked
 				}
