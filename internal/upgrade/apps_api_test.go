@@ -1,0 +1,145 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/service"
+	"kipper.run/kip/test/testenv"
+)
+
+// countingClients are clients whose requests are counted in n.
+func countingClients(t testing.TB, cfg *rest.Config) (*kube.Clients, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) { n.Add(1); return rt.RoundTrip(req) })
+	})
+	cl, err := kube.NewClients(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, &n
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// addApp creates the App name in ns with spec, and its Deployment at desired replicas (none
+// when desired is negative).
+func addApp(t testing.TB, cl *kube.Clients, ns, name string, spec map[string]any, desired int32) {
+	t.Helper()
+	ctx := context.Background()
+	app := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "App",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
+	if _, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Create(ctx, app, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if desired < 0 {
+		return
+	}
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(desired), Paused: true, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "registry.example/" + name + ":1"}}}}}}
+	if _, err := cl.Kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// projectNamespace creates the namespace of project p's environment e, labelled as console-api
+// labels it.
+func projectNamespace(t testing.TB, cl *kube.Clients, p, e string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p + "-" + e, Labels: map[string]string{service.ProjectLabel: p}}}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// TestAutoscalingCheck reads the apps of a real API server (Apps and Deployments) and prints
+// spec 002's example word for word; the read takes three requests, however many apps there are.
+func TestAutoscalingCheck(t *testing.T) {
+	env := testenv.Get(t)
+	cl, n := countingClients(t, env.Config)
+	ns := projectNamespace(t, cl, "shop", "prod")
+	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
+	addApp(t, cl, ns, "api", map[string]any{"replicas": int64(1), "autoscale": bounds}, 3)
+	off := map[string]any{"enabled": false, "minReplicas": int64(2), "maxReplicas": int64(5)}
+	addApp(t, cl, ns, "worker", map[string]any{"replicas": int64(3), "autoscale": off}, 4)
+	addApp(t, cl, ns, "fine", map[string]any{"replicas": int64(3), "autoscale": off}, 3)
+	ctx := context.Background()
+
+	n.Store(0)
+	apps, outside, err := ReadApps(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := n.Load()
+	var out bytes.Buffer
+	CheckApps(apps, outside, "v0.24.0").Write(&out)
+	want := `  !   The new rules refuse these apps' autoscaling settings. Once the new console-api
+      is running, kip upgrade changes them as shown, and nothing running changes:
+      - shop-prod/api: autoscaling is on and it stores replicas 1, outside its bounds of 2 to 5, so the stored count becomes the running count when the fix is written.
+          replicas: 1 → 3 (the running count when the fix is written)
+  ✗   These apps need a decision, and kip upgrade does not change them:
+      - shop-prod/worker: autoscaling is off, but its Deployment is set to 4 while it stores 3. Any reconcile restores 3.
+          Set the count you want with 'kip app scale worker --project shop --environment prod --replicas N', with N from 2 to 5.
+`
+	if out.String() != want {
+		t.Errorf("the check printed\n%s\nwant\n%s", out.String(), want)
+	}
+
+	// Fifty more apps in another project: the same three requests.
+	more := projectNamespace(t, cl, "many", "test")
+	for i := range 50 {
+		addApp(t, cl, more, fmt.Sprintf("app%02d", i), map[string]any{"replicas": int64(1)}, 1)
+	}
+	n.Store(0)
+	if apps, _, err = ReadApps(ctx, cl); err != nil || len(apps) != 53 {
+		t.Fatalf("read %d apps, %v", len(apps), err)
+	}
+	if got := n.Load(); requests != 3 || got != requests {
+		t.Errorf("ReadApps made %d requests with 3 apps, %d with 53; want 3 each", requests, got)
+	}
+}
+
+// BenchmarkAutoscalingCheck reads and judges 2,000 apps, each with its Deployment, in 20
+// project namespaces: wall time and API requests per run (spec 002's check on a large cluster).
+func BenchmarkAutoscalingCheck(b *testing.B) {
+	env := testenv.Get(b)
+	cl, n := countingClients(b, env.Config)
+	for p := range 20 {
+		ns := projectNamespace(b, cl, fmt.Sprintf("bench%02d", p), "prod")
+		for i := range 100 {
+			spec := map[string]any{"replicas": int64(2), "autoscale": map[string]any{"enabled": true, "minReplicas": int64(1), "maxReplicas": int64(4), "cpuTarget": int64(80)}}
+			addApp(b, cl, ns, fmt.Sprintf("app%03d", i), spec, 2)
+		}
+	}
+	ctx := context.Background()
+	n.Store(0)
+	for b.Loop() {
+		apps, outside, err := ReadApps(ctx, cl)
+		if err != nil || len(apps) != 2000 {
+			b.Fatalf("read %d apps, %v", len(apps), err)
+		}
+		CheckApps(apps, outside, "v0.24.0")
+	}
+	b.ReportMetric(float64(n.Load())/float64(b.N), "requests/op")
+}
