@@ -2,7 +2,6 @@ package move
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,21 +91,12 @@ func Run(ctx context.Context, o *Options) error {
 
 // recorded reads the intent of an unfinished move of ref.
 func recorded(ctx context.Context, cl *kube.Clients, ref service.Ref) (*Intent, bool, error) {
-	unfinished, err := workflow.ListUnfinished(ctx, cl.Dynamic, kube.ClusterRecords())
-	if err != nil {
+	in := &Intent{}
+	p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), service.MoveWorkflow(ref), in)
+	if err != nil || p == nil || len(p.Intent) == 0 {
 		return nil, false, err
 	}
-	for _, p := range unfinished {
-		if p.Workflow != service.MoveWorkflow(ref) || len(p.Intent) == 0 {
-			continue
-		}
-		in := &Intent{}
-		if err := json.Unmarshal(p.Intent, in); err != nil {
-			return nil, false, fmt.Errorf("the record of the move of %s: %w", ref, err)
-		}
-		return in, true, nil
-	}
-	return nil, false, nil
+	return in, true, nil
 }
 
 // prepare checks a new move and asks the operator; nil without error means they said no.

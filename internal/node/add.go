@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -363,19 +362,13 @@ func (j *joiner) checkNodes(ctx context.Context) error {
 // decide settles, before anything changes, the path, the firewalls, the k3s release and the
 // token; a resumed join must repeat the options it started with.
 func (j *joiner) decide(ctx context.Context) error {
-	unfinished, err := workflow.ListUnfinished(ctx, j.cl.Dynamic, kube.ClusterRecords())
+	var before joinIntent
+	p, err := workflow.Unfinished(ctx, j.cl.Dynamic, kube.ClusterRecords(), workflowName(j.o.Host), &before)
 	if err != nil {
 		return err
 	}
 	j.intent.Options, j.intent.VerifyID, j.intent.Fresh = j.o.flags(), rand.String(5), !j.existed
-	for _, p := range unfinished {
-		if p.Workflow != workflowName(j.o.Host) {
-			continue
-		}
-		var before joinIntent
-		if err := json.Unmarshal(p.Intent, &before); err != nil {
-			return fmt.Errorf("read the unfinished join's record: %w", err)
-		}
+	if p != nil {
 		if d := before.Options.differences(j.o.flags()); len(d) > 0 {
 			return fmt.Errorf("an unfinished kip node add of %s (%s) started with other options (%s): run it again with the options it started with to resume it",
 				j.o.Host, p.StartedBy, strings.Join(d, "; "))

@@ -153,11 +153,11 @@ func (f *fencer) examine(ctx context.Context) error {
 		return fmt.Errorf("worker %s has no node in the cluster, so nothing runs there to fence: run kip node remove %s --force to deregister it", name, name)
 	}
 	f.worker, f.rec = w, t.rec
-	unfinished, err := workflow.ListUnfinished(ctx, f.cl.Dynamic, kube.ClusterRecords())
+	p, err := workflow.Unfinished(ctx, f.cl.Dynamic, kube.ClusterRecords(), fenceWorkflow(name), nil)
 	if err != nil {
 		return err
 	}
-	resumed := slices.ContainsFunc(unfinished, func(p workflow.Progress) bool { return p.Workflow == fenceWorkflow(name) })
+	resumed := p != nil
 	if !resumed && w.Fence == nil {
 		if err := checkNotReady(n, time.Now()); err != nil {
 			return err

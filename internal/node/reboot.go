@@ -172,11 +172,8 @@ func (r *rebooter) examine(ctx context.Context) error {
 
 // resumed reports whether an unfinished reboot of the worker is recorded.
 func (r *rebooter) resumed(ctx context.Context) (bool, error) {
-	unfinished, err := workflow.ListUnfinished(ctx, r.cl.Dynamic, kube.ClusterRecords())
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(unfinished, func(p workflow.Progress) bool { return p.Workflow == rebootWorkflow(r.o.Worker) }), nil
+	p, err := workflow.Unfinished(ctx, r.cl.Dynamic, kube.ClusterRecords(), rebootWorkflow(r.o.Worker), nil)
+	return p != nil, err
 }
 
 // checkCopies decides what the reboot does about the volumes whose every current copy (a

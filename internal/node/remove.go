@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -198,20 +197,8 @@ func (r *remover) checkResume(ctx context.Context) error {
 // progress when there is none.
 func (r *remover) unfinished(ctx context.Context) (removeIntent, *workflow.Progress, error) {
 	var before removeIntent
-	unfinished, err := workflow.ListUnfinished(ctx, r.cl.Dynamic, kube.ClusterRecords())
-	if err != nil {
-		return before, nil, err
-	}
-	for _, p := range unfinished {
-		if p.Workflow != removeWorkflow(r.o.Worker) {
-			continue
-		}
-		if err := json.Unmarshal(p.Intent, &before); err != nil {
-			return before, nil, fmt.Errorf("read the unfinished remove's record: %w", err)
-		}
-		return before, &p, nil
-	}
-	return before, nil, nil
+	p, err := workflow.Unfinished(ctx, r.cl.Dynamic, kube.ClusterRecords(), removeWorkflow(r.o.Worker), &before)
+	return before, p, err
 }
 
 // finishForgotten decides, for a worker neither recorded nor a node (gone, readWorker's

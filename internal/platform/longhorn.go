@@ -49,14 +49,11 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 	if err != nil {
 		return err
 	}
-	unfinished, err := workflow.ListUnfinished(ctx, pl.cl.Dynamic, kube.ClusterRecords())
+	p, err := workflow.Unfinished(ctx, pl.cl.Dynamic, kube.ClusterRecords(), longhornWorkflow, nil)
 	if err != nil {
 		return err
 	}
-	resumed := false
-	for _, p := range unfinished {
-		resumed = resumed || p.Workflow == longhornWorkflow
-	}
+	resumed := p != nil
 	if pl.rec.Storage == cluster.StorageLonghorn && !resumed {
 		pl.p.StepAlready("The cluster's storage is already Longhorn")
 		return pl.listLocalServices(ctx)

@@ -222,13 +222,30 @@ const (
 	timeLayout  = time.DateTime + " MST"
 )
 
-// ListUnfinished returns the progress of every workflow recorded on the object (usually
 // Forget removes the progress record of workflow name, unfinished or not: its operation was
 // undone, and the next run of it starts afresh.
 func Forget(ctx context.Context, dyn dynamic.Interface, records kube.ObjectRef, name string) error {
 	return kube.DeleteRecord(ctx, dyn, records, progressPrefix+name)
 }
 
+// Unfinished returns the progress of workflow name recorded on the object (usually
+// kube.ClusterRecords()) when it has not finished, nil otherwise, and decodes the intent it
+// recorded into intent (when intent is not nil and one was recorded): what a command checks
+// before it resumes, or runs again with other options.
+func Unfinished(ctx context.Context, dyn dynamic.Interface, records kube.ObjectRef, name string, intent any) (*Progress, error) {
+	p, found, err := kube.ReadRecord[Progress](ctx, dyn, records, progressPrefix+name, progressVersion)
+	if err != nil || !found || p.Status == StatusFinished {
+		return nil, err
+	}
+	if intent != nil && len(p.Intent) > 0 {
+		if err := json.Unmarshal(p.Intent, intent); err != nil {
+			return nil, fmt.Errorf("read what the unfinished %s recorded: %w", name, err)
+		}
+	}
+	return &p, nil
+}
+
+// ListUnfinished returns the progress of every workflow recorded on the object (usually
 // kube.ClusterRecords()) that has not finished, oldest first.
 func ListUnfinished(ctx context.Context, dyn dynamic.Interface, records kube.ObjectRef) ([]Progress, error) {
 	all, err := kube.ReadRecords[Progress](ctx, dyn, records, progressPrefix, progressVersion)

@@ -385,6 +385,18 @@ func TestListUnfinished(t *testing.T) {
 	if len(list) != 1 || list[0].Workflow != "demo" || list[0].Status != workflow.StatusFailed || list[0].StartedBy != testHolder {
 		t.Errorf("unfinished = %+v, want the failed demo only", list)
 	}
+	// One workflow by its name: the failed demo with its intent; the finished one and one never
+	// run are not unfinished.
+	records := kube.ConfigMapRef(ns, "kipper-records")
+	var intent demoIntent
+	if p, err := workflow.Unfinished(t.Context(), dyn, records, "demo", &intent); err != nil || p == nil || p.Status != workflow.StatusFailed || intent.Replicas != 3 {
+		t.Errorf("Unfinished(demo) = %+v, intent %+v, %v; want the failed run and its 3 replicas", p, intent, err)
+	}
+	for _, name := range []string{"other", "never"} {
+		if p, err := workflow.Unfinished(t.Context(), dyn, records, name, nil); err != nil || p != nil {
+			t.Errorf("Unfinished(%s) = %+v, %v; want none", name, p, err)
+		}
+	}
 }
 
 // TestRunWithoutRecords: a runner with no API client (steps before the cluster exists) keeps
