@@ -500,17 +500,21 @@ func fenceWorker(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Each node's plugin removes the data of the copies on its disk once their volumes go.
-	if err := poll(ctx, time.Minute, "no copy's data left on "+srv.Name+" or "+w.Name, func(context.Context) (bool, error) {
-		left := 0
+	// Each node's plugin removes the data of the copies on its disk once their volumes go, which
+	// waits for Kubernetes to detach them: the attach-detach controller detaches a volume once
+	// the node's kubelet reports it unmounted, which on a busy machine takes minutes.
+	if err := kube.Poll(ctx, 5*time.Minute, "no copy's data left on "+srv.Name+" or "+w.Name, func(context.Context) (bool, string, error) {
+		var left []string
 		for _, h := range []*lab.Host{srv, w} {
 			m, err := filepath.Glob(h.Path(standin.DataPath + "/replicas/*"))
 			if err != nil {
-				return false, err
+				return false, "", err
 			}
-			left += len(m)
+			for _, dir := range m {
+				left = append(left, h.Name+":"+filepath.Base(dir))
+			}
 		}
-		return left == 0, nil
+		return len(left) == 0, "left: " + strings.Join(left, ", "), nil
 	}); err != nil {
 		t.Error(err)
 	}
