@@ -115,7 +115,11 @@ func (r *remover) examine(ctx context.Context) error {
 	status := ""
 	if !r.forgotten {
 		r.worker = w
-		if err := r.checkResume(ctx); err != nil {
+		before, p, err := r.unfinished(ctx)
+		if err != nil {
+			return err
+		}
+		if err := r.checkResume(before, p); err != nil {
 			return err
 		}
 		if r.apiNode != nil {
@@ -182,11 +186,11 @@ func (r *remover) checkFenced(status string) error {
 		"and asks whether its host is powered off), then run kip node remove %s --force", name, status, name, name)
 }
 
-// checkResume refuses to resume an unfinished remove with the other --force.
-func (r *remover) checkResume(ctx context.Context) error {
-	before, p, err := r.unfinished(ctx)
-	if err != nil || p == nil || before.Force == r.o.Force {
-		return err
+// checkResume refuses to resume an unfinished remove (p, its intent before) with the other
+// --force.
+func (r *remover) checkResume(before removeIntent, p *workflow.Progress) error {
+	if p == nil || before.Force == r.o.Force {
+		return nil
 	}
 	was := map[bool]string{true: "with --force", false: "without --force"}
 	return fmt.Errorf("an unfinished kip node remove of %s (%s) started %s: run it again %s to resume it",
@@ -212,7 +216,7 @@ func (r *remover) finishForgotten(ctx context.Context, gone error) (forgotten bo
 	case p == nil:
 		return false, gone
 	case before.Force != r.o.Force:
-		return false, r.checkResume(ctx)
+		return false, r.checkResume(before, p)
 	}
 	r.worker = cluster.Worker{Host: before.Host, Path: cluster.Path{Node: before.Address}}
 	return true, nil

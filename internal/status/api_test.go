@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/cluster"
@@ -520,60 +516,19 @@ func (f *fixture) longhorn(t *testing.T) {
 	})
 }
 
-// requestLog counts the API requests of clients, and keeps what they asked for.
-type requestLog struct {
-	n     atomic.Int64
-	mu    sync.Mutex
-	paths []string
-}
-
-// take returns the count and the requests since the last take, and starts again.
-func (l *requestLog) take() (int64, []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	paths := l.paths
-	l.paths = nil
-	return l.n.Swap(0), paths
-}
-
-// countingClients returns API clients whose requests are counted.
-func countingClients(tb testing.TB, cfg *rest.Config) (*kube.Clients, *requestLog) {
-	tb.Helper()
-	l := &requestLog{}
-	cfg = rest.CopyConfig(cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			l.n.Add(1)
-			l.mu.Lock()
-			l.paths = append(l.paths, req.Method+" "+req.URL.RequestURI())
-			l.mu.Unlock()
-			return rt.RoundTrip(req)
-		})
-	}
-	c, err := kube.NewClients(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c, l
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
 // requests counts the API requests of one status and one doctor run, on clients of their own
 // (nothing discovered beforehand), and returns what status asked for.
 func (f *fixture) requests(tb testing.TB) (status, doctor int64, statusPaths []string) {
 	tb.Helper()
 	ctx := context.Background()
-	c, l := countingClients(tb, f.env.Config)
+	c, l := testenv.CountingClients(tb, f.env.Config)
 	o := &Options{Out: &bytes.Buffer{}, Kube: func() (*kube.Clients, error) { return c, nil }, KipVersion: recordKip}
 	if _, err := Collect(ctx, o); err != nil {
 		tb.Fatal(err)
 	}
-	status, statusPaths = l.take()
+	status, statusPaths = l.Take()
 	Diagnose(ctx, o)
-	doctor, _ = l.take()
+	doctor, _ = l.Take()
 	return status, doctor, statusPaths
 }
 
@@ -661,24 +616,24 @@ func BenchmarkStatus(b *testing.B) {
 	f := newFixture(b)
 	f.addNamespaces(b, 500)
 	ctx := context.Background()
-	c, l := countingClients(b, f.env.Config)
+	c, l := testenv.CountingClients(b, f.env.Config)
 	o := &Options{Out: &bytes.Buffer{}, Kube: func() (*kube.Clients, error) { return c, nil }, KipVersion: recordKip}
 	b.Run("status", func(b *testing.B) {
-		l.take()
+		l.Take()
 		for b.Loop() {
 			if _, err := Collect(ctx, o); err != nil {
 				b.Fatal(err)
 			}
 		}
-		n, _ := l.take()
+		n, _ := l.Take()
 		b.ReportMetric(float64(n)/float64(b.N), "requests/op")
 	})
 	b.Run("doctor", func(b *testing.B) {
-		l.take()
+		l.Take()
 		for b.Loop() {
 			Diagnose(ctx, o)
 		}
-		n, _ := l.take()
+		n, _ := l.Take()
 		b.ReportMetric(float64(n)/float64(b.N), "requests/op")
 	})
 }

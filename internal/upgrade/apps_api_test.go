@@ -4,40 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
-	"sync/atomic"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 	"kipper.run/kip/test/testenv"
 )
-
-// countingClients are clients whose requests are counted in n.
-func countingClients(t testing.TB, cfg *rest.Config) (*kube.Clients, *atomic.Int64) {
-	t.Helper()
-	var n atomic.Int64
-	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) { n.Add(1); return rt.RoundTrip(req) })
-	})
-	cl, err := kube.NewClients(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl, &n
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // addApp creates the App name in ns with spec, and its Deployment at desired replicas (none
 // when desired is negative).
@@ -77,7 +55,7 @@ func projectNamespace(t testing.TB, cl *kube.Clients, p, e string) string {
 // spec 002's example word for word; the read takes three requests, however many apps there are.
 func TestAutoscalingCheck(t *testing.T) {
 	env := testenv.Get(t)
-	cl, n := countingClients(t, env.Config)
+	cl, n := testenv.CountingClients(t, env.Config)
 	ns := projectNamespace(t, cl, "shop", "prod")
 	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
 	addApp(t, cl, ns, "api", map[string]any{"replicas": int64(1), "autoscale": bounds}, 3)
@@ -86,12 +64,12 @@ func TestAutoscalingCheck(t *testing.T) {
 	addApp(t, cl, ns, "fine", map[string]any{"replicas": int64(3), "autoscale": off}, 3)
 	ctx := context.Background()
 
-	n.Store(0)
+	n.Take()
 	apps, outside, err := ReadApps(ctx, cl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests := n.Load()
+	requests, _ := n.Take()
 	var out bytes.Buffer
 	CheckApps(apps, outside, "v0.24.0").Write(&out)
 	want := `  !   The new rules refuse these apps' autoscaling settings. Once the new console-api
@@ -111,11 +89,11 @@ func TestAutoscalingCheck(t *testing.T) {
 	for i := range 50 {
 		addApp(t, cl, more, fmt.Sprintf("app%02d", i), map[string]any{"replicas": int64(1)}, 1)
 	}
-	n.Store(0)
+	n.Take()
 	if apps, _, err = ReadApps(ctx, cl); err != nil || len(apps) != 53 {
 		t.Fatalf("read %d apps, %v", len(apps), err)
 	}
-	if got := n.Load(); requests != 3 || got != requests {
+	if got, _ := n.Take(); requests != 3 || got != requests {
 		t.Errorf("ReadApps made %d requests with 3 apps, %d with 53; want 3 each", requests, got)
 	}
 }
@@ -124,7 +102,7 @@ func TestAutoscalingCheck(t *testing.T) {
 // project namespaces: wall time and API requests per run (spec 002's check on a large cluster).
 func BenchmarkAutoscalingCheck(b *testing.B) {
 	env := testenv.Get(b)
-	cl, n := countingClients(b, env.Config)
+	cl, n := testenv.CountingClients(b, env.Config)
 	for p := range 20 {
 		ns := projectNamespace(b, cl, fmt.Sprintf("bench%02d", p), "prod")
 		for i := range 100 {
@@ -133,7 +111,7 @@ func BenchmarkAutoscalingCheck(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	n.Store(0)
+	n.Take()
 	for b.Loop() {
 		apps, outside, err := ReadApps(ctx, cl)
 		if err != nil || len(apps) != 2000 {
@@ -141,5 +119,6 @@ func BenchmarkAutoscalingCheck(b *testing.B) {
 		}
 		CheckApps(apps, outside, "v0.24.0")
 	}
-	b.ReportMetric(float64(n.Load())/float64(b.N), "requests/op")
+	total, _ := n.Take()
+	b.ReportMetric(float64(total)/float64(b.N), "requests/op")
 }

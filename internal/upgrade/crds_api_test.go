@@ -2,12 +2,13 @@ package upgrade
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -80,15 +81,16 @@ func TestCheckCRDs(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: "kipper.run", Version: "v1beta1", Resource: "functions"}
 	fn := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1beta1", "kind": "Function", "metadata": map[string]any{"name": "f", "namespace": ns}, "spec": map[string]any{}}}
 	if err := kube.Poll(ctx, time.Minute, "a function stored as v1beta1", func(ctx context.Context) (bool, string, error) {
+		// The API server serves a new version a moment after the CRD's update.
 		_, err := cl.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, fn, metav1.CreateOptions{})
-		return err == nil, errString(err), nil
+		return err == nil, fmt.Sprint(err), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// The API server itself refuses this kip's schema now (it would drop a stored version), so
 	// an upgrade that applied the CRDs one by one would stop half-way: the guard refuses first.
 	stored, err := crds.Get(ctx, name, metav1.GetOptions{})
-	if err != nil || !containsVersion(stored, "v1beta1") {
+	if err != nil || !slices.Contains(stored.Status.StoredVersions, "v1beta1") {
 		t.Fatalf("storedVersions of %s: %v (%v)", name, stored.Status.StoredVersions, err)
 	}
 	back := stored.DeepCopy()
@@ -101,20 +103,4 @@ func TestCheckCRDs(t *testing.T) {
 		!strings.Contains(err.Error(), "Nothing was changed") {
 		t.Errorf("objects stored as v1beta1: %v", err)
 	}
-}
-
-func containsVersion(crd *apiextensionsv1.CustomResourceDefinition, v string) bool {
-	for _, s := range crd.Status.StoredVersions {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

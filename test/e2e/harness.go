@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"kipper.run/kip/internal/fault"
+	"kipper.run/kip/internal/fault/faulttest"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/need"
@@ -423,11 +424,10 @@ func (s *Suite) KillEveryWrite(t testing.TB, home string, env []string, killed f
 			t.Logf("kip %s: killed after each of its %d writes, resumed each time, and done", strings.Join(args, " "), len(writes))
 			return r, writes
 		}
-		_, what, ok := strings.Cut(r.Stderr, "kipfault: SIGKILL after write ")
-		if _, what, _ = strings.Cut(what, ": "); r.Signal != syscall.SIGKILL || !ok {
+		n, what := faulttest.KilledAfter(r.Stderr)
+		if r.Signal != syscall.SIGKILL || n < 1 {
 			t.Fatalf("kip %s, run %d: ended by %v, not killed after a write\n%s", strings.Join(args, " "), len(writes)+1, r.Signal, r.Stderr)
 		}
-		what, _, _ = strings.Cut(what, "\n")
 		writes = append(writes, what)
 		if killed != nil {
 			killed(what, r)

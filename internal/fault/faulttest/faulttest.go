@@ -135,9 +135,17 @@ func KillAfterMatching(pattern string) string {
 // killed is the number and description of the write after which r was killed, n < 1 when r
 // was not killed after a write.
 func killed(r Result) (n int, what string) {
-	const line = "kipfault: SIGKILL after write "
-	_, rest, found := strings.Cut(r.Stderr, line)
-	if r.Signal != syscall.SIGKILL || !found {
+	if r.Signal != syscall.SIGKILL {
+		return 0, ""
+	}
+	return KilledAfter(r.Stderr)
+}
+
+// KilledAfter reads, from what a kipfault build wrote to stderr, the number and description of
+// the write it killed itself after; n < 1 when it did not.
+func KilledAfter(stderr string) (n int, what string) {
+	_, rest, found := strings.Cut(stderr, "kipfault: SIGKILL after write ")
+	if !found {
 		return 0, ""
 	}
 	rest, _, _ = strings.Cut(rest, "\n")
