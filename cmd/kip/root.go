@@ -53,6 +53,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newProjectCmd(f),
 		newClusterCmd(f),
 		newNodeCmd(f, nodeRunners{}),
+		newUpgradeCmd(f, nil),
 	)
 	return cmd
 }

@@ -38,7 +38,7 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &usage), errors.Is(err, ErrYesRequired):
+	case errors.As(err, &usage), errors.Is(err, ErrYesRequired), errors.Is(err, ErrNoTerminal):
 		return ExitUsage
 	case errors.As(err, &decision):
 		return ExitDecision

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -152,13 +153,45 @@ func TestPrompter(t *testing.T) {
 	}
 }
 
+// TestAsk: a consent --yes does not give is asked on a terminal even under --yes, and refused
+// off one.
+func TestAsk(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		interactive bool
+		yes         bool
+		input       string
+		want        bool
+		wantErr     error
+	}{
+		{"tty yes", true, false, "y\n", true, nil},
+		{"tty no", true, false, "n\n", false, nil},
+		{"tty --yes still asks", true, true, "\n", false, nil},
+		{"no tty", false, false, "y\n", false, ErrNoTerminal},
+		{"no tty --yes", false, true, "y\n", false, ErrNoTerminal},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			io, buf := streams(tt.interactive, nil)
+			io.In = strings.NewReader(tt.input)
+			got, err := NewPrompter(io, tt.yes).Ask("Apply these fixes?")
+			if !errors.Is(err, tt.wantErr) || got != tt.want {
+				t.Fatalf("Ask() = %v, %v; want %v, %v", got, err, tt.want, tt.wantErr)
+			}
+			if shown := strings.Contains(buf.String(), "Apply these fixes? [y/N]"); shown != tt.interactive {
+				t.Fatalf("prompt shown = %v, want %v: %q", shown, tt.interactive, buf.String())
+			}
+		})
+	}
+}
+
 func TestExitCode(t *testing.T) {
 	for err, want := range map[error]int{
 		nil:             ExitOK,
 		errors.New("x"): ExitFailed,
 		Usagef("bad"):   ExitUsage,
 		ErrYesRequired:  ExitUsage,
-		&DecisionError{Err: errors.New("findings")}: ExitDecision,
+		fmt.Errorf("fixes to apply: %w", ErrNoTerminal): ExitUsage,
+		&DecisionError{Err: errors.New("findings")}:     ExitDecision,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("ExitCode(%v) = %d, want %d", err, got, want)

@@ -11,6 +11,10 @@ import (
 // ErrYesRequired refuses a destructive step when nobody can answer a prompt.
 var ErrYesRequired = errors.New("--yes is required when not running interactively")
 
+// ErrNoTerminal refuses a question that --yes does not answer (its own flag does) when there is
+// no terminal to ask it on.
+var ErrNoTerminal = errors.New("there is no terminal to ask on")
+
 // Prompter asks yes/no questions on a terminal. The default answer is always No.
 type Prompter struct {
 	in          *bufio.Reader
@@ -44,6 +48,15 @@ func (p *Prompter) CanConfirm() error {
 func (p *Prompter) Consent(question string) (bool, error) {
 	if !p.interactive {
 		return false, nil
+	}
+	return p.ask(question)
+}
+
+// Ask asks question on a terminal even under --yes, for a consent that its own flag gives rather
+// than --yes (the caller checks that flag first); off a terminal it returns ErrNoTerminal.
+func (p *Prompter) Ask(question string) (bool, error) {
+	if !p.interactive {
+		return false, ErrNoTerminal
 	}
 	return p.ask(question)
 }

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"kipper.run/kip/internal/buildinfo"
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/upgrade"
+)
+
+func newUpgradeCmd(f *cli.Factory, runF func(*upgrade.Options) error) *cobra.Command {
+	opts := &upgrade.Options{}
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Upgrade the cluster to this kip's Kipper CRDs, console and system components",
+		Long: `Upgrade the cluster to what this kip pins, in order: (1) the Kipper CRDs, (2) console-api
+(with this kip's pod hardening) and the console restarted onto their images, each waited for
+until its new pods run alone, (3) the system components (Traefik, Longhorn at the release the
+cluster runs, KEDA, Velero, Zot, monitoring when enabled) re-applied at their pins, after a
+prompt. cert-manager's version, Dex and the initial admin binding are not touched.
+
+It first checks the cluster's data against this kip's rules: the Kipper schemas' guards and
+every app's autoscaling settings. Fixes are written only on consent ("Apply these fixes?", or
+--repair-autoscaling), late, once the new console-api serves alone; an app that needs a decision
+stops the upgrade unless --skip-autoscaling-check. --check reports all this and changes
+nothing; it exits 3 when something needs a decision or the upgrade would refuse. A stopped or
+failed upgrade resumes where it was when run again. See docs/upgrade.md.`,
+		Example: `  kip upgrade --check
+  kip upgrade
+  kip upgrade --skip-system
+  kip upgrade --yes --repair-autoscaling`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Kube, opts.Printer, opts.Prompter, opts.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
+			opts.Holder, opts.KipVersion = f.CommandLine(), buildinfo.Version
+			if runF != nil {
+				return runF(opts)
+			}
+			return upgrade.Run(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&opts.Check, "check", false, "report what the upgrade would fix and change nothing; exits 3 when something needs a decision")
+	fl.BoolVar(&opts.SkipSystem, "skip-system", false, "skip the system components: only the Kipper CRDs and the console layer")
+	fl.BoolVar(&opts.RepairAutoscaling, "repair-autoscaling", false, "apply the autoscaling fixes the upgrade lists without asking (needed off a terminal when there are fixes)")
+	fl.BoolVar(&opts.SkipAutoscalingCheck, "skip-autoscaling-check", false, "upgrade although some apps need a decision, leaving those apps as they are")
+	fl.StringVar(&opts.ImageTag, "image-tag", "", "run a commit's console images, by its full 40-character SHA (needs --skip-system)")
+	return cmd
+}

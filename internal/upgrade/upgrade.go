@@ -1,0 +1,361 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/clock"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+)
+
+// Options are kip upgrade's; cmd/kip fills them.
+type Options struct {
+	Kube     func() (*kube.Clients, error)
+	Printer  *cli.Printer
+	Prompter *cli.Prompter
+	// Out is where the check's report goes.
+	Out io.Writer
+	// Holder is the command line, which the cluster lock and the progress record name.
+	Holder     string
+	KipVersion string
+
+	// Check reports what the upgrade would fix and changes nothing (--check).
+	Check bool
+	// SkipSystem leaves the system components as they are (--skip-system).
+	SkipSystem bool
+	// RepairAutoscaling applies the autoscaling fixes without asking (--repair-autoscaling).
+	RepairAutoscaling bool
+	// SkipAutoscalingCheck upgrades although apps need a decision, leaving them as they are
+	// (--skip-autoscaling-check).
+	SkipAutoscalingCheck bool
+	// ImageTag runs the console's images of a commit, by its full SHA (--image-tag).
+	ImageTag string
+}
+
+// Workflow is the name of the upgrade's progress record.
+const Workflow = "upgrade"
+
+var commitSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// validate refuses flags that do not go together, before anything connects.
+func (o *Options) validate() error {
+	if o.ImageTag != "" {
+		if !commitSHA.MatchString(o.ImageTag) {
+			return cli.Usagef("--image-tag %q is not a commit's full 40-character SHA (lower-case hex), as its images are tagged", o.ImageTag)
+		}
+		if !o.SkipSystem {
+			return cli.Usagef("--image-tag needs --skip-system: the system components' step would restore the released images")
+		}
+	}
+	if o.Check && (o.RepairAutoscaling || o.ImageTag != "") {
+		return cli.Usagef("--check changes nothing: drop --repair-autoscaling and --image-tag, or drop --check to upgrade")
+	}
+	return nil
+}
+
+// upgrader is one kip upgrade or kip upgrade --check.
+type upgrader struct {
+	o      *Options
+	p      *cli.Printer
+	cl     *kube.Clients
+	rec    cluster.Record
+	pinned *manifests.Versions
+	// longhorn is the Longhorn release the cluster runs, "" for none.
+	longhorn string
+}
+
+// findings is what the check found.
+type findings struct {
+	// crds is the CRD guards' refusal, nil when the schemas may move; crdsSkipped says which
+	// guard a build from source skipped.
+	crds        error
+	crdsSkipped string
+	apps        Autoscaling
+}
+
+// blocked reports whether the check fails: kip upgrade would refuse, or an app needs a decision.
+func (f findings) blocked() error {
+	var why []string
+	if f.crds != nil {
+		why = append(why, "the Kipper schemas cannot move")
+	}
+	if n := len(f.apps.Decisions); n > 0 {
+		why = append(why, fmt.Sprintf("%d %s a decision", n, plural(n, "app needs", "apps need")))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return &cli.DecisionError{Err: errors.New(strings.Join(why, ", and ") + " (listed above)")}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// Run is kip upgrade, and with Check kip upgrade --check.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	if !o.Check && !o.SkipSystem {
+		// The system components' step asks first: refuse before connecting when nobody could answer.
+		if err := o.Prompter.CanConfirm(); err != nil {
+			return fmt.Errorf("kip upgrade asks before it reconciles the system components: %w; pass --yes to confirm it, or --skip-system to upgrade only the Kipper CRDs and the console", err)
+		}
+	}
+	cl, err := o.Kube()
+	if err != nil {
+		return err
+	}
+	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
+	if err != nil {
+		return err
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return err
+	}
+	u := &upgrader{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned}
+	if u.longhorn, err = components.ReadLonghornRelease(ctx, cl); err != nil {
+		return err
+	}
+	f, err := u.check(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Check {
+		return f.blocked()
+	}
+	return u.upgrade(ctx, f)
+}
+
+// check reads what the upgrade judges, through the API only, and reports it on Out.
+func (u *upgrader) check(ctx context.Context) (findings, error) {
+	var f findings
+	f.crdsSkipped, f.crds = CheckCRDs(ctx, u.cl, u.o.KipVersion)
+	apps, outside, err := ReadApps(ctx, u.cl)
+	if err != nil {
+		return f, err
+	}
+	f.apps = CheckApps(apps, outside, u.o.KipVersion)
+
+	w := u.o.Out
+	fmt.Fprintf(w, "Checking this cluster's data against the rules of kip %s...\n\n", u.o.KipVersion)
+	switch {
+	case f.crds != nil:
+		fmt.Fprintf(w, "  ✗   %v\n", f.crds)
+	case f.crdsSkipped != "":
+		fmt.Fprintf(w, "  !   Kipper schemas: %s\n", f.crdsSkipped)
+	default:
+		fmt.Fprintf(w, "  ✔   The Kipper schemas can move to this kip's\n")
+	}
+	if len(f.apps.Repairs)+len(f.apps.Decisions)+len(f.apps.AtZero) == 0 {
+		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), plural(len(apps), "app", "apps"))
+	}
+	f.apps.Write(w)
+	if u.longhorn != "" {
+		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != u.longhorn {
+			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", u.longhorn, pin.Version)
+		}
+	}
+	fmt.Fprintln(w)
+	return f, nil
+}
+
+// upgradeIntent is what the upgrade decided, kept in its progress record so that a resumed
+// upgrade restarts the console only once.
+type upgradeIntent struct {
+	// Restart marks the console Deployments' pod templates (upgradedAtAnnotation).
+	Restart string `json:"restart"`
+}
+
+// upgrade asks what it must, then runs the upgrade under the cluster lock.
+func (u *upgrader) upgrade(ctx context.Context, f findings) error {
+	if f.crds != nil {
+		return f.crds
+	}
+	if n := len(f.apps.Decisions); n > 0 {
+		if !u.o.SkipAutoscalingCheck {
+			return &cli.DecisionError{Err: fmt.Errorf("%d %s a decision (listed above). Nothing was changed: decide as shown, "+
+				"or pass --skip-autoscaling-check to upgrade and leave %s as %s", n, plural(n, "app needs", "apps need"),
+				plural(n, "it", "them"), plural(n, "it is", "they are"))}
+		}
+		u.p.Warn(fmt.Sprintf("Leaving %d %s that %s a decision as %s (--skip-autoscaling-check)", n, plural(n, "app", "apps"), plural(n, "needs", "need"), plural(n, "it is", "they are")))
+	}
+	approved := f.apps.Repairs
+	if len(approved) > 0 && !u.o.RepairAutoscaling {
+		ok, err := u.o.Prompter.Ask("Apply these fixes?")
+		if errors.Is(err, cli.ErrNoTerminal) {
+			return fmt.Errorf("the autoscaling fixes listed above need your consent, and %w. Nothing was changed: pass --repair-autoscaling to apply them", err)
+		}
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("the autoscaling fixes were not approved. Nothing was changed: set the apps as you want them with kip app scale or kip app autoscale, " +
+				"or run kip upgrade again and approve the fixes")
+		}
+	}
+	if !u.o.SkipSystem {
+		ok, err := u.o.Prompter.Confirm("Reconcile the system components at this kip's versions? Pods of a component that changes restart, which can briefly disrupt running workloads")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("the system components were not confirmed. Nothing was changed: run kip upgrade --skip-system to upgrade only the Kipper CRDs and the console")
+		}
+	}
+	r := &workflow.Runner{
+		Dynamic: u.cl.Dynamic, Lock: workflow.ClusterLock(u.cl.Kube, kube.LockOptions{}),
+		Holder: kube.HolderText(u.o.Holder), KipVersion: u.o.KipVersion, Report: u.p,
+	}
+	lock, release, err := r.TakeLock(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	r.Held = lock
+	// Under the lock, the guards again: another kip may have written the schemas meanwhile.
+	if _, err := CheckCRDs(ctx, u.cl, u.o.KipVersion); err != nil {
+		return err
+	}
+	intent := upgradeIntent{Restart: clock.Now().UTC().Format(time.RFC3339)}
+	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
+		return err
+	}
+	steps, err := u.steps(intent, approved)
+	if err != nil {
+		return err
+	}
+	if err := r.Run(ctx, &workflow.Workflow{Name: Workflow, Intent: &intent, Steps: steps}); err != nil {
+		return fmt.Errorf("kip upgrade: %w; run kip upgrade again to go on", err)
+	}
+	u.p.Success(fmt.Sprintf("Upgraded to kip %s", u.o.KipVersion))
+	return nil
+}
+
+// reconciled are the system components the upgrade re-applies at their pins (spec 002's scope
+// table), in install order as Render gives them: cert-manager's version and Dex are not moved
+// (a re-render of Dex's configuration would delete the console's users), and kip's own objects
+// and the console are the console layer's.
+var reconciled = map[string]bool{
+	"traefik": true, "longhorn": true, "zot": true, "keda": true, "minio": true, "velero": true,
+	"prometheus": true, "loki": true,
+}
+
+// steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
+// RBAC, console-api and the console restarted), the system components unless skipped, and the
+// approved autoscaling fixes last.
+func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.Step, error) {
+	o, err := components.Recorded(u.rec, u.pinned, u.o.KipVersion)
+	if err != nil {
+		return nil, err
+	}
+	// Longhorn stays at the release the cluster runs: kip upgrade --longhorn moves it.
+	o.LonghornRelease = u.longhorn
+	all, err := components.Render(o)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]components.Component{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	crds := components.Step(u.cl, byName["kipper-crds"])
+	crds.Title, crds.Done, crds.Already = "Update the Kipper CRDs", "Updated the Kipper CRDs", "The Kipper CRDs are up to date"
+	base := byName["kipper-base"]
+	// The initial admin binding is left alone: its subjects change as admins come and go.
+	base.CreateOnly = nil
+	rbac := components.Step(u.cl, base)
+	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC", "Updated console-api's RBAC", "console-api's RBAC is up to date"
+	steps := []workflow.Step{crds, rbac}
+	console, err := consoleSteps(u.cl, byName["console"], u.o.ImageTag, intent.Restart)
+	if err != nil {
+		return nil, err
+	}
+	steps = append(steps, console...)
+	if !u.o.SkipSystem {
+		for _, c := range all {
+			if !reconciled[c.Name] {
+				continue
+			}
+			s := components.Step(u.cl, c)
+			title := c.Name + " " + c.Version
+			s.Title, s.Done, s.Already = "Reconcile "+title, "Reconciled "+title, title+" already as this kip pins it"
+			steps = append(steps, s)
+		}
+	}
+	if len(approved) > 0 {
+		steps = append(steps, u.fixesStep(approved))
+	}
+	return steps, nil
+}
+
+// fixesStep writes the approved autoscaling fixes once the new console-api serves alone. When
+// that cannot be confirmed it writes none, says why, and lets the upgrade finish: the next kip
+// upgrade finds and offers them again.
+func (u *upgrader) fixesStep(approved []*Finding) workflow.Step {
+	deferred := false
+	return workflow.Step{
+		Name: "autoscaling-fixes", Title: "Write the approved autoscaling fixes",
+		Done: "Wrote the approved autoscaling fixes", Already: "The approved autoscaling fixes are written",
+		Check: func(ctx context.Context) (bool, error) {
+			if deferred {
+				return true, nil
+			}
+			for _, f := range approved {
+				fresh, _, err := readApp(ctx, u.cl, f.App)
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				if err != nil {
+					return false, fmt.Errorf("read app %s: %w", f.App, err)
+				}
+				if now := CheckApp(fresh, u.o.KipVersion); now != nil && now.Kind == Repair && sameFix(f.Fix, now.Fix) {
+					return false, nil
+				}
+			}
+			return true, nil
+		},
+		Apply: func(ctx context.Context) error {
+			alone, pending, err := kube.ServingAlone(ctx, u.cl, consoleNamespace, "console-api")
+			if err != nil || !alone {
+				why := pending
+				if err != nil {
+					why = err.Error()
+				}
+				u.p.Warn("Wrote no autoscaling fix: kip cannot confirm that the new console-api serves alone (" + why + "). Run kip upgrade again to apply them")
+				deferred = true
+				return nil
+			}
+			now := clock.Now()
+			for _, f := range approved {
+				out, err := writeFix(ctx, u.cl, f, u.o.KipVersion, now)
+				if err != nil {
+					return err
+				}
+				if out.written {
+					u.p.Info(fmt.Sprintf("Fixed %s: %s", out.app, strings.Join(f.Changes, ", ")))
+				} else {
+					u.p.Warn(fmt.Sprintf("Left %s as it is: %s", out.app, out.why))
+				}
+			}
+			return nil
+		},
+	}
+}
