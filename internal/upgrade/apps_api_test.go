@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -48,6 +50,21 @@ func projectNamespace(t testing.TB, cl *kube.Clients, p, e string) string {
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The tests share one cluster, and every check reads all its apps: a test's apps go with it.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete namespace %s: %v", ns.Name, err)
+			return
+		}
+		if err := kube.Poll(ctx, 2*time.Minute, "namespace "+ns.Name+" to go", func(ctx context.Context) (bool, string, error) {
+			_, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
 	return ns.Name
 }
 

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
@@ -77,6 +79,9 @@ func TestCheckCRDs(t *testing.T) {
 	if _, err := crds.Update(ctx, beta, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The tests share one cluster: put the schema back as Kubernetes documents a stored
+	// version's removal (storage back on v1alpha1, the objects gone, storedVersions edited).
+	t.Cleanup(func() { restoreCRD(t, cl, orig) })
 	ns := env.Namespace(t)
 	gvr := schema.GroupVersionResource{Group: "kipper.run", Version: "v1beta1", Resource: "functions"}
 	fn := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1beta1", "kind": "Function", "metadata": map[string]any{"name": "f", "namespace": ns}, "spec": map[string]any{}}}
@@ -102,5 +107,34 @@ func TestCheckCRDs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), name+" stores objects as v1beta1, which this kip's schema does not declare (it declares v1alpha1)") ||
 		!strings.Contains(err.Error(), "Nothing was changed") {
 		t.Errorf("objects stored as v1beta1: %v", err)
+	}
+}
+
+// restoreCRD puts back orig, a Kipper CRD whose schema a test gave a stored v1beta1.
+func restoreCRD(t *testing.T, cl *kube.Clients, orig *apiextensionsv1.CustomResourceDefinition) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	crds := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := crds.Get(ctx, orig.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range crd.Spec.Versions {
+			crd.Spec.Versions[i].Storage = crd.Spec.Versions[i].Name == orig.Spec.Versions[0].Name
+		}
+		if crd, err = crds.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		crd.Status.StoredVersions = []string{orig.Spec.Versions[0].Name}
+		if crd, err = crds.UpdateStatus(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		crd.Spec.Versions = orig.Spec.Versions
+		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Errorf("restore CRD %s: %v", orig.Name, err)
 	}
 }

@@ -1,0 +1,319 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/workflow"
+	"kipper.run/kip/manifests"
+	"kipper.run/kip/test/testenv"
+)
+
+const (
+	installedBy  = "v0.23.0" // the kip that installed the test's cluster
+	upgradeKip   = "v0.24.0" // the kip that upgrades it
+	upgradeNode  = "upgrade-node"
+	holdFinalize = "kipper.run/test-hold"
+)
+
+// installed is a cluster kip installed as far as the API tier can hold one: the Kipper CRDs
+// marked by an older kip, kipper-base (with the initial admin binding) and the console, whose
+// Deployments run on a kwok node; the cluster record of a nano cluster on local storage.
+func installed(ctx context.Context, t *testing.T) *kube.Clients {
+	t.Helper()
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.AddNode(t, upgradeNode, testenv.NodeOptions{})
+	rec := cluster.Record{Profile: "nano", Storage: cluster.StorageLocal, Backups: cluster.BackupsNone, Server: "192.0.2.20",
+		KipVersion: installedBy, AdminEmail: "admin@example.com"}
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(r *cluster.Record, _ bool) error { *r = rec; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := components.Recorded(rec, pinned, installedBy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := components.Render(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		switch c.Name {
+		case "kipper-crds", "kipper-base", "console":
+			if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
+				t.Fatal(err)
+			}
+			for _, obj := range c.CreateOnly {
+				ri, obj, err := kube.ResourceFor(ctx, cl, obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"console-api", "console"} {
+		if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, name, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cl
+}
+
+// quietOptions are a kip upgrade run off a terminal, its report in out.
+func quietOptions(cl *kube.Clients, out *bytes.Buffer) *Options {
+	ios := &cli.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: out, Getenv: func(string) string { return "" }}
+	return &Options{Kube: func() (*kube.Clients, error) { return cl, nil }, Printer: cli.NewPrinter(ios), Prompter: cli.NewPrompter(ios, false),
+		Out: out, Holder: "kip upgrade (test)", KipVersion: upgradeKip}
+}
+
+// TestUpgradeConsoleLayer upgrades an installed cluster with --skip-system --repair-autoscaling
+// against a real API server, kube-controller-manager, scheduler and kwok's pods:
+//   - an app that needs a decision stops it first with nothing changed (exit 3), as --check
+//     reports;
+//   - then the CRDs move (the marker names the new kip), console-api is restarted with its pod
+//     hardening and keeps the volume an operator added by hand, the console is restarted, each
+//     waited for until its new pods serve alone; the initial admin binding an operator deleted
+//     stays deleted;
+//   - the autoscaling fix is written late: while an old console-api pod remains (held by a
+//     finalizer, as a slow shutdown holds it), the fix is not written, and it is once the pod
+//     goes;
+//   - the progress record is finished.
+func TestUpgradeConsoleLayer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl := installed(ctx, t)
+	deployments := cl.Kube.AppsV1().Deployments(consoleNamespace)
+
+	// What an operator did since the install: a volume added to console-api by hand, the
+	// initial admin binding deleted (admins are managed in the console).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := deployments.Get(ctx, "console-api", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Volumes = append(d.Spec.Template.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra"})
+		// An install from before the hardening: no read-only root filesystem.
+		c.SecurityContext.ReadOnlyRootFilesystem = nil
+		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, "kipper-admins", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := projectNamespace(t, cl, "upg", "prod")
+	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
+	addApp(t, cl, ns, "api", map[string]any{"replicas": int64(1), "autoscale": bounds}, 3)
+	off := map[string]any{"enabled": false, "minReplicas": int64(2), "maxReplicas": int64(5)}
+	addApp(t, cl, ns, "worker", map[string]any{"replicas": int64(3), "autoscale": off}, 4)
+
+	// The decision stops the upgrade, and --check says so: nothing changes.
+	var out bytes.Buffer
+	o := quietOptions(cl, &out)
+	o.Check = true
+	err := Run(ctx, o)
+	var decision *cli.DecisionError
+	if !errors.As(err, &decision) || cli.ExitCode(err) != cli.ExitDecision || !strings.Contains(err.Error(), "1 app needs a decision") {
+		t.Fatalf("--check with an app that needs a decision: %v (exit %d)\n%s", err, cli.ExitCode(err), out.String())
+	}
+	for _, want := range []string{"Checking this cluster's data against the rules of kip v0.24.0...",
+		"upg-prod/api: autoscaling is on and it stores replicas 1, outside its bounds of 2 to 5",
+		"upg-prod/worker: autoscaling is off, but its Deployment is set to 4 while it stores 3"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--check printed no %q:\n%s", want, out.String())
+		}
+	}
+	before := template(ctx, t, cl, "console-api")
+	out.Reset()
+	o = quietOptions(cl, &out)
+	o.SkipSystem, o.RepairAutoscaling = true, true
+	if err := Run(ctx, o); !errors.As(err, &decision) || !strings.Contains(err.Error(), "Nothing was changed") || !strings.Contains(err.Error(), "--skip-autoscaling-check") {
+		t.Fatalf("an upgrade with an app that needs a decision: %v\n%s", err, out.String())
+	}
+	if after := template(ctx, t, cl, "console-api"); after.Annotations[upgradedAtAnnotation] != before.Annotations[upgradedAtAnnotation] {
+		t.Fatal("an upgrade refused for a decision restarted console-api")
+	}
+
+	// The operator decides: the worker at 4.
+	patchApp(ctx, t, cl, ns, "worker", `{"spec":{"replicas":4}}`)
+
+	// An old console-api pod that takes its time to go.
+	old := podsOf(ctx, t, cl, "console-api")
+	if len(old) != 1 {
+		t.Fatalf("console-api runs %d pods before the upgrade, want 1", len(old))
+	}
+	if _, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(ctx, old[0].Name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":["`+holdFinalize+`"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releasePod(t, cl, old[0].Name) })
+
+	out.Reset()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	// The new pod runs while the old one terminates: the upgrade waits, and writes no fix.
+	if err := kube.Poll(ctx, 2*time.Minute, "console-api's new pod running beside the old one", func(ctx context.Context) (bool, string, error) {
+		pods := podsOf(ctx, t, cl, "console-api")
+		var oldGoing, newReady bool
+		for _, p := range pods {
+			if p.Name == old[0].Name {
+				oldGoing = p.DeletionTimestamp != nil
+			} else if p.Status.Phase == corev1.PodRunning && ready(&p) {
+				newReady = true
+			}
+		}
+		return oldGoing && newReady, "", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the upgrade ended while an old console-api pod remained: %v\n%s", err, out.String())
+	default:
+	}
+	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 1 {
+		t.Fatalf("the fix was written (replicas %d) while an old console-api pod remained", n)
+	}
+	releasePod(t, cl, old[0].Name)
+	if err := <-done; err != nil {
+		t.Fatalf("upgrade: %v\n%s", err, out.String())
+	}
+	t.Logf("kip upgrade --skip-system --repair-autoscaling:\n%s", out.String())
+
+	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 3 {
+		t.Errorf("the approved fix stored replicas %d, want the Deployment's 3", n)
+	}
+	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, components.AppCRD, metav1.GetOptions{})
+	if err != nil || crd.Annotations[components.KipVersionAnnotation] != upgradeKip {
+		t.Errorf("the App CRD's marker after the upgrade: %v (%v)", crd.Annotations[components.KipVersionAnnotation], err)
+	}
+	api := template(ctx, t, cl, "console-api")
+	if api.Annotations[upgradedAtAnnotation] == "" {
+		t.Error("console-api's pod template carries no restart mark")
+	}
+	c := api.Spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || api.Spec.SecurityContext == nil || api.Spec.SecurityContext.RunAsNonRoot == nil {
+		t.Errorf("console-api's hardening after the upgrade: pod %+v, container %+v", api.Spec.SecurityContext, sc)
+	}
+	var volumes, mounts []string
+	for _, v := range api.Spec.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	for _, m := range c.VolumeMounts {
+		mounts = append(mounts, m.MountPath)
+	}
+	if !slices.Contains(volumes, "extra") || !slices.Contains(volumes, "tmp") || !slices.Contains(mounts, "/extra") || !slices.Contains(mounts, "/tmp") {
+		t.Errorf("console-api's volumes %v and mounts %v: want the hand-added extra at /extra kept beside tmp", volumes, mounts)
+	}
+	if ui := template(ctx, t, cl, "console"); ui.Annotations[upgradedAtAnnotation] != api.Annotations[upgradedAtAnnotation] {
+		t.Errorf("the console's restart mark %q, console-api's %q", ui.Annotations[upgradedAtAnnotation], api.Annotations[upgradedAtAnnotation])
+	}
+	for _, name := range []string{"console-api", "console"} {
+		if alone, pending, err := kube.ServingAlone(ctx, cl, consoleNamespace, name); !alone {
+			t.Errorf("%s after the upgrade: %s %v", name, pending, err)
+		}
+	}
+	if _, err := cl.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "kipper-admins", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the initial admin binding an operator deleted: %v, want it left deleted", err)
+	}
+	if _, err := cl.Kube.RbacV1().ClusterRoles().Get(ctx, "kipper-console-api", metav1.GetOptions{}); err != nil {
+		t.Errorf("console-api's ClusterRole: %v", err)
+	}
+	if p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), Workflow, nil); err != nil || p != nil {
+		t.Errorf("the upgrade's progress record: %+v, %v; want it finished", p, err)
+	}
+	for _, want := range []string{"Restart console-api on ghcr.io/getkipper/kipper-console-api:latest", "Fixed upg-prod/api"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the upgrade printed no %q", want)
+		}
+	}
+}
+
+func template(ctx context.Context, t *testing.T, cl *kube.Clients, name string) corev1.PodTemplateSpec {
+	t.Helper()
+	d, err := cl.Kube.AppsV1().Deployments(consoleNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template
+}
+
+func podsOf(ctx context.Context, t *testing.T, cl *kube.Clients, app string) []corev1.Pod {
+	t.Helper()
+	pods, err := cl.Kube.CoreV1().Pods(consoleNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// releasePod lets a held pod go.
+func releasePod(t *testing.T, cl *kube.Clients, name string) {
+	t.Helper()
+	_, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(context.Background(), name, types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("release pod %s: %v", name, err)
+	}
+}
+
+func patchApp(ctx context.Context, t *testing.T, cl *kube.Clients, ns, name, patch string) {
+	t.Helper()
+	if _, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func storedReplicas(ctx context.Context, t *testing.T, cl *kube.Clients, ns, name string) int64 {
+	t.Helper()
+	u, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+	return n
+}
