@@ -3,7 +3,6 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -20,9 +19,6 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/testenv"
 )
-
-// TestMain shares one API test environment among this package's tests (testenv.Get).
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // TestCheckCRDs runs both CRD guards against a real API server holding this kip's Kipper CRDs:
 // they pass as installed; a marker of a newer kip refuses (an older one passes), and a kip built

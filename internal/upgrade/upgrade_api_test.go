@@ -28,21 +28,20 @@ import (
 const (
 	installedBy  = "v0.23.0" // the kip that installed the test's cluster
 	upgradeKip   = "v0.24.0" // the kip that upgrades it
-	upgradeNode  = "upgrade-node"
 	holdFinalize = "kipper.run/test-hold"
 )
 
 // installed is a cluster kip installed as far as the API tier can hold one: the Kipper CRDs
 // marked by an older kip, kipper-base (with the initial admin binding) and the console, whose
 // Deployments run on a kwok node; the cluster record of a nano cluster on local storage.
-func installed(ctx context.Context, t *testing.T) *kube.Clients {
+func installed(ctx context.Context, t *testing.T, node string) (*testenv.Env, *kube.Clients) {
 	t.Helper()
 	env := testenv.Get(t)
 	cl, err := kube.NewClients(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.AddNode(t, upgradeNode, testenv.NodeOptions{})
+	env.AddNode(t, node, testenv.NodeOptions{})
 	rec := cluster.Record{Profile: "nano", Storage: cluster.StorageLocal, Backups: cluster.BackupsNone, Server: "192.0.2.20",
 		KipVersion: installedBy, AdminEmail: "admin@example.com"}
 	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(r *cluster.Record, _ bool) error { *r = rec; return nil }); err != nil {
@@ -82,7 +81,7 @@ func installed(ctx context.Context, t *testing.T) *kube.Clients {
 			t.Fatal(err)
 		}
 	}
-	return cl
+	return env, cl
 }
 
 // quietOptions are a kip upgrade run off a terminal, its report in out.
@@ -107,32 +106,9 @@ func quietOptions(cl *kube.Clients, out *bytes.Buffer) *Options {
 func TestUpgradeConsoleLayer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl := installed(ctx, t)
-	deployments := cl.Kube.AppsV1().Deployments(consoleNamespace)
+	_, cl := installed(ctx, t, "upgrade-node")
 
-	// What an operator did since the install: a volume added to console-api by hand, the
-	// initial admin binding deleted (admins are managed in the console).
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		d, err := deployments.Get(ctx, "console-api", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		d.Spec.Template.Spec.Volumes = append(d.Spec.Template.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		c := &d.Spec.Template.Spec.Containers[0]
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra"})
-		// An install from before the hardening: no read-only root filesystem.
-		c.SecurityContext.ReadOnlyRootFilesystem = nil
-		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, "kipper-admins", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	operatorEdits(ctx, t, cl)
 
 	ns := projectNamespace(t, cl, "upg", "prod")
 	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
@@ -213,50 +189,7 @@ func TestUpgradeConsoleLayer(t *testing.T) {
 	}
 	t.Logf("kip upgrade --skip-system --repair-autoscaling:\n%s", out.String())
 
-	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 3 {
-		t.Errorf("the approved fix stored replicas %d, want the Deployment's 3", n)
-	}
-	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, components.AppCRD, metav1.GetOptions{})
-	if err != nil || crd.Annotations[components.KipVersionAnnotation] != upgradeKip {
-		t.Errorf("the App CRD's marker after the upgrade: %v (%v)", crd.Annotations[components.KipVersionAnnotation], err)
-	}
-	api := template(ctx, t, cl, "console-api")
-	if api.Annotations[upgradedAtAnnotation] == "" {
-		t.Error("console-api's pod template carries no restart mark")
-	}
-	c := api.Spec.Containers[0]
-	sc := c.SecurityContext
-	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
-		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || api.Spec.SecurityContext == nil || api.Spec.SecurityContext.RunAsNonRoot == nil {
-		t.Errorf("console-api's hardening after the upgrade: pod %+v, container %+v", api.Spec.SecurityContext, sc)
-	}
-	var volumes, mounts []string
-	for _, v := range api.Spec.Volumes {
-		volumes = append(volumes, v.Name)
-	}
-	for _, m := range c.VolumeMounts {
-		mounts = append(mounts, m.MountPath)
-	}
-	if !slices.Contains(volumes, "extra") || !slices.Contains(volumes, "tmp") || !slices.Contains(mounts, "/extra") || !slices.Contains(mounts, "/tmp") {
-		t.Errorf("console-api's volumes %v and mounts %v: want the hand-added extra at /extra kept beside tmp", volumes, mounts)
-	}
-	if ui := template(ctx, t, cl, "console"); ui.Annotations[upgradedAtAnnotation] != api.Annotations[upgradedAtAnnotation] {
-		t.Errorf("the console's restart mark %q, console-api's %q", ui.Annotations[upgradedAtAnnotation], api.Annotations[upgradedAtAnnotation])
-	}
-	for _, name := range []string{"console-api", "console"} {
-		if alone, pending, err := kube.ServingAlone(ctx, cl, consoleNamespace, name); !alone {
-			t.Errorf("%s after the upgrade: %s %v", name, pending, err)
-		}
-	}
-	if _, err := cl.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "kipper-admins", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the initial admin binding an operator deleted: %v, want it left deleted", err)
-	}
-	if _, err := cl.Kube.RbacV1().ClusterRoles().Get(ctx, "kipper-console-api", metav1.GetOptions{}); err != nil {
-		t.Errorf("console-api's ClusterRole: %v", err)
-	}
-	if p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), Workflow, nil); err != nil || p != nil {
-		t.Errorf("the upgrade's progress record: %+v, %v; want it finished", p, err)
-	}
+	checkUpgraded(ctx, t, cl, ns)
 	for _, want := range []string{"Restart console-api on ghcr.io/getkipper/kipper-console-api:latest", "Fixed upg-prod/api"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the upgrade printed no %q", want)
@@ -316,4 +249,84 @@ func storedReplicas(ctx context.Context, t *testing.T, cl *kube.Clients, ns, nam
 	}
 	n, _, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
 	return n
+}
+
+// operatorEdits are what an operator did since the install: a volume added to console-api by
+// hand, the read-only root filesystem of an install from before the hardening, the initial
+// admin binding deleted (admins are managed in the console).
+func operatorEdits(ctx context.Context, t *testing.T, cl *kube.Clients) {
+	t.Helper()
+	deployments := cl.Kube.AppsV1().Deployments(consoleNamespace)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := deployments.Get(ctx, "console-api", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := &d.Spec.Template.Spec.Containers[0]
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "extra" }) { // an earlier test's
+			d.Spec.Template.Spec.Volumes = append(d.Spec.Template.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra"})
+		}
+		c.SecurityContext.ReadOnlyRootFilesystem = nil
+		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Kube.RbacV1().ClusterRoleBindings().Delete(ctx, "kipper-admins", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkUpgraded checks the end state of an upgrade with --skip-system --repair-autoscaling of
+// the installed cluster with operatorEdits, whose app ns/api's stored count was to become 3.
+func checkUpgraded(ctx context.Context, t *testing.T, cl *kube.Clients, ns string) {
+	t.Helper()
+	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 3 {
+		t.Errorf("the approved fix stored replicas %d, want the Deployment's 3", n)
+	}
+	crd, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, components.AppCRD, metav1.GetOptions{})
+	if err != nil || crd.Annotations[components.KipVersionAnnotation] != upgradeKip {
+		t.Errorf("the App CRD's marker after the upgrade: %v (%v)", crd.Annotations[components.KipVersionAnnotation], err)
+	}
+	api := template(ctx, t, cl, "console-api")
+	if api.Annotations[upgradedAtAnnotation] == "" {
+		t.Error("console-api's pod template carries no restart mark")
+	}
+	c := api.Spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || api.Spec.SecurityContext == nil || api.Spec.SecurityContext.RunAsNonRoot == nil {
+		t.Errorf("console-api's hardening after the upgrade: pod %+v, container %+v", api.Spec.SecurityContext, sc)
+	}
+	var volumes, mounts []string
+	for _, v := range api.Spec.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	for _, m := range c.VolumeMounts {
+		mounts = append(mounts, m.MountPath)
+	}
+	if !slices.Contains(volumes, "extra") || !slices.Contains(volumes, "tmp") || !slices.Contains(mounts, "/extra") || !slices.Contains(mounts, "/tmp") {
+		t.Errorf("console-api's volumes %v and mounts %v: want the hand-added extra at /extra kept beside tmp", volumes, mounts)
+	}
+	if ui := template(ctx, t, cl, "console"); ui.Annotations[upgradedAtAnnotation] != api.Annotations[upgradedAtAnnotation] {
+		t.Errorf("the console's restart mark %q, console-api's %q", ui.Annotations[upgradedAtAnnotation], api.Annotations[upgradedAtAnnotation])
+	}
+	for _, name := range []string{"console-api", "console"} {
+		if alone, pending, err := kube.ServingAlone(ctx, cl, consoleNamespace, name); !alone {
+			t.Errorf("%s after the upgrade: %s %v", name, pending, err)
+		}
+	}
+	if _, err := cl.Kube.RbacV1().ClusterRoleBindings().Get(ctx, "kipper-admins", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the initial admin binding an operator deleted: %v, want it left deleted", err)
+	}
+	if _, err := cl.Kube.RbacV1().ClusterRoles().Get(ctx, "kipper-console-api", metav1.GetOptions{}); err != nil {
+		t.Errorf("console-api's ClusterRole: %v", err)
+	}
+	if p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), Workflow, nil); err != nil || p != nil {
+		t.Errorf("the upgrade's progress record: %+v, %v; want it finished", p, err)
+	}
 }

@@ -417,29 +417,17 @@ func (s *Suite) Paused(t testing.TB, home string, env []string, point string, ar
 func (s *Suite) KillEveryWrite(t testing.TB, home string, env []string, killed func(write string, r Result), args ...string) (Result, []string) {
 	t.Helper()
 	env = append(env[:len(env):len(env)], fault.KillNewWriteEnv+"="+filepath.Join(t.TempDir(), "made"))
-	var writes []string
-	for range maxKilledRuns {
-		r := s.KipEnv(t, home, env, args...)
-		if r.Signal == 0 {
-			t.Logf("kip %s: killed after each of its %d writes, resumed each time, and done", strings.Join(args, " "), len(writes))
-			return r, writes
-		}
-		n, what := faulttest.KilledAfter(r.Stderr)
-		if r.Signal != syscall.SIGKILL || n < 1 {
-			t.Fatalf("kip %s, run %d: ended by %v, not killed after a write\n%s", strings.Join(args, " "), len(writes)+1, r.Signal, r.Stderr)
-		}
-		writes = append(writes, what)
+	var last Result
+	writes := faulttest.KillEveryWrite(t, "kip "+strings.Join(args, " "), func() (syscall.Signal, string) {
+		last = s.KipEnv(t, home, env, args...)
+		return last.Signal, last.Stderr
+	}, func(write string) {
 		if killed != nil {
-			killed(what, r)
+			killed(write, last)
 		}
-	}
-	t.Fatalf("kip %s was still writing after %d runs, each killed after a new write:\n%s", strings.Join(args, " "), maxKilledRuns, strings.Join(writes, "\n"))
-	return Result{}, nil
+	})
+	return last, writes
 }
-
-// maxKilledRuns bounds KillEveryWrite: a command that writes something new at every run never
-// ends.
-const maxKilledRuns = 200
 
 // Wait waits for kip to end and returns its output and exit code.
 func (p *Process) Wait(t testing.TB, timeout time.Duration) Result {

@@ -166,6 +166,39 @@ func Killed(t testing.TB, r Result, n int) string {
 	return what
 }
 
+// MaxKilledRuns bounds KillEveryWrite: a command that writes something new at every run never
+// ends.
+const MaxKilledRuns = 200
+
+// KillEveryWrite runs run again and again, run giving the command fault.KillNewWriteEnv naming
+// one file for all the runs, so that each run is killed right after the first write no run
+// before it made, until a run ends by itself; it returns what each killed run wrote last, in
+// order. run returns the signal that ended the command (0 when it exited) and its stderr;
+// killed, when not nil, is called after each kill with that write, for the test to look at the
+// state it left. A run ended otherwise fails the test, as does a command still writing
+// something new after MaxKilledRuns runs.
+func KillEveryWrite(t testing.TB, what string, run func() (syscall.Signal, string), killed func(write string)) []string {
+	t.Helper()
+	var writes []string
+	for range MaxKilledRuns {
+		sig, stderr := run()
+		if sig == 0 {
+			t.Logf("%s: killed after each of its %d writes, resumed each time, and done", what, len(writes))
+			return writes
+		}
+		n, write := KilledAfter(stderr)
+		if sig != syscall.SIGKILL || n < 1 {
+			t.Fatalf("%s, run %d: ended by %v, not killed after a write\n%s", what, len(writes)+1, sig, stderr)
+		}
+		writes = append(writes, write)
+		if killed != nil {
+			killed(write)
+		}
+	}
+	t.Fatalf("%s was still writing after %d runs, each killed after a new write:\n%s", what, MaxKilledRuns, strings.Join(writes, "\n"))
+	return nil
+}
+
 // KilledMatching checks that r ended killed right after a write that matches pattern, and
 // returns what that write was.
 func KilledMatching(t testing.TB, r Result, pattern string) string {
