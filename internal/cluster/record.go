@@ -75,7 +75,7 @@ type Record struct {
 	Network string `json:"network"`
 	// Server is the address kip reaches the server at over SSH and the API.
 	Server string `json:"server"`
-	// KipVersion is the kip that installed or last re-ran install on the cluster.
+	// KipVersion is the kip that installed the cluster, or last re-ran install or upgraded it.
 	KipVersion string `json:"kipVersion"`
 	// Versions are the component versions that kip installed, by component name.
 	Versions map[string]string `json:"versions"`

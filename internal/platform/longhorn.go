@@ -60,8 +60,8 @@ func SwitchToLonghorn(ctx context.Context, o *LonghornOptions) error {
 	}
 	if !resumed && pl.rec.KipVersion != pl.o.KipVersion {
 		return fmt.Errorf("the platform was installed or last upgraded by kip %s and this is kip %s: the move relies on admission policies this kip installs, "+
-			"so bring the platform up to date first by running 'kip install --host %s' with this kip (a re-run keeps every recorded choice)",
-			pl.rec.KipVersion, pl.o.KipVersion, pl.rec.Server)
+			"so bring the platform up to date first by running 'kip upgrade' with this kip ('kip upgrade --check' says what it would fix)",
+			pl.rec.KipVersion, pl.o.KipVersion)
 	}
 	addr, err := pl.rec.ServerHost(o.Server)
 	if err != nil {

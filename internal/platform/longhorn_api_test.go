@@ -52,7 +52,7 @@ func TestSwitchToLonghornRefusalsAndList(t *testing.T) {
 	setRecord(cluster.StorageLocal, "v0.1.0")
 	err = SwitchToLonghorn(ctx, o)
 	want := "the platform was installed or last upgraded by kip v0.1.0 and this is kip v0.2.0: the move relies on admission policies this kip installs, " +
-		"so bring the platform up to date first by running 'kip install --host 203.0.113.10' with this kip"
+		"so bring the platform up to date first by running 'kip upgrade' with this kip"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("an older platform: %v\nwant %q", err, want)
 	}

@@ -670,10 +670,12 @@ func checkKipVersion(this, recorded string) Check {
 		c.Detail = fmt.Sprintf("this kip is %s and the cluster was installed by kip %s: not comparable (a development build)", this, recorded)
 	case cmp < 0:
 		c.Status = StatusWarn
-		c.Detail = fmt.Sprintf("this kip (%s) is older than kip %s, which last installed the cluster", this, recorded)
+		c.Detail = fmt.Sprintf("this kip (%s) is older than kip %s, which last installed or upgraded the cluster", this, recorded)
 		c.Fix = fmt.Sprintf("upgrade kip to %s or later", recorded)
 	case cmp > 0:
-		c.Detail = fmt.Sprintf("this kip (%s) is newer than kip %s, which last installed the cluster: the cluster runs what kip %s installed until kip install is run again on the server (read \"Re-running install\" in docs/install.md first)", this, recorded, recorded)
+		c.Status = StatusWarn
+		c.Detail = fmt.Sprintf("this kip (%s) is newer than kip %s, which last installed or upgraded the cluster: the cluster runs what kip %s installed until it is upgraded", this, recorded, recorded)
+		c.Fix = "run 'kip upgrade --check' to see what the upgrade would fix, then 'kip upgrade'"
 	default:
 		c.Detail = "this kip installed the cluster (" + this + ")"
 	}

@@ -825,7 +825,7 @@ func longhornStorage(ctx context.Context, v *view, storage func(string) *NodeSto
 	}
 	for _, u := range longhorn.UnpinnedVolumes(vols.Items, replicas.Items) {
 		r.NotPinned = append(r.NotPinned, u)
-		r.Warnings = append(r.Warnings, u.Sentence()+": running '"+rerunInstall(v.rec.Server)+"' again pins it")
+		r.Warnings = append(r.Warnings, u.Sentence()+": running 'kip upgrade' pins it")
 	}
 	seen := map[[2]string]bool{}
 	for _, rep := range replicas.Items {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -289,6 +291,7 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.
 		return nil, err
 	}
 	steps = append(steps, console...)
+	moved := []components.Component{byName["kipper-crds"], base, byName["console"]}
 	if !u.o.SkipSystem {
 		for _, c := range all {
 			if !reconciled[c.Name] {
@@ -298,12 +301,52 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.
 			title := c.Name + " " + c.Version
 			s.Title, s.Done, s.Already = "Reconcile "+title, "Reconciled "+title, title+" already as this kip pins it"
 			steps = append(steps, s)
+			if c.Name == "longhorn" {
+				// As install does: single-copy volumes stay on the server.
+				steps = append(steps, longhorn.PlacementStep(u.cl))
+			}
+			moved = append(moved, c)
 		}
 	}
+	steps = append(steps, u.recordStep(moved))
 	if len(approved) > 0 {
 		steps = append(steps, u.fixesStep(approved))
 	}
 	return steps, nil
+}
+
+// recordStep records on the cluster record the kip that upgraded the cluster and the versions
+// of the components it moved.
+func (u *upgrader) recordStep(moved []components.Component) workflow.Step {
+	mutate := func(r *cluster.Record) {
+		r.KipVersion = u.o.KipVersion
+		if r.Versions == nil {
+			r.Versions = map[string]string{}
+		}
+		for _, c := range moved {
+			if c.Version != "" {
+				r.Versions[c.Name] = c.Version
+			}
+		}
+	}
+	return workflow.Step{
+		Name: "cluster-record", Title: "Record the upgrade on the cluster record", Done: "Recorded the upgrade",
+		Already: "The cluster record already names this upgrade",
+		Check: func(ctx context.Context) (bool, error) {
+			rec, err := cluster.ReadInstalled(ctx, u.cl.Dynamic)
+			if err != nil {
+				return false, err
+			}
+			want := rec
+			want.Versions = maps.Clone(rec.Versions)
+			mutate(&want)
+			return rec.Same(want), nil
+		},
+		Apply: func(ctx context.Context) error {
+			_, err := cluster.UpdateRecord(ctx, u.cl.Dynamic, func(r *cluster.Record, _ bool) error { mutate(r); return nil })
+			return err
+		},
+	}
 }
 
 // fixesStep writes the approved autoscaling fixes once the new console-api serves alone. When

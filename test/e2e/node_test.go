@@ -1385,7 +1385,7 @@ func placement(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *
 	if !slices.Equal(loose, []string{"placed-loose"}) {
 		t.Errorf("kip status lists as not pinned %v, want the claim placed-loose", loose)
 	}
-	if want := "is not pinned to the server: a rebuild can place it on a worker: running 'kip install --host " + srv.PublicIP.String() + "' again pins it"; !slices.ContainsFunc(st.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
+	if want := "is not pinned to the server: a rebuild can place it on a worker: running 'kip upgrade' pins it"; !slices.ContainsFunc(st.Warnings, func(w string) bool { return strings.Contains(w, want) }) {
 		t.Errorf("kip status warns %q, want %q", st.Warnings, want)
 	}
 	// Gone again, so that the worker's remove has no copy to move.
