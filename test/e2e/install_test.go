@@ -554,6 +554,7 @@ func TestInstallLonghorn(t *testing.T) {
 	}
 
 	externalBackupsKept(ctx, t, s, home, h, c)
+	upgradeOnLab(ctx, t, s, home, c)
 }
 
 // externalBackupsKept re-runs install with external backup storage, then again without the
