@@ -76,6 +76,8 @@ type upgrader struct {
 	pinned *manifests.Versions
 	// longhorn is the Longhorn release the cluster runs, "" for none.
 	longhorn string
+	// id is the gateway identity of a *.kipper.run cluster.
+	id identity
 }
 
 // findings is what the check found.
@@ -155,6 +157,9 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		return f, err
 	}
 	f.apps = CheckApps(apps, outside, u.o.KipVersion)
+	if u.id, err = readIdentity(ctx, u.cl, u.rec); err != nil {
+		return f, err
+	}
 
 	w := u.o.Out
 	fmt.Fprintf(w, "Checking this cluster's data against the rules of kip %s...\n\n", u.o.KipVersion)
@@ -174,6 +179,13 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != u.longhorn {
 			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", u.longhorn, pin.Version)
 		}
+	}
+	if msg, warn := u.id.say(); msg != "" {
+		mark := "·"
+		if warn {
+			mark = "!"
+		}
+		fmt.Fprintf(w, "  %s   %s\n", mark, msg)
 	}
 	fmt.Fprintln(w)
 	return f, nil
@@ -291,6 +303,9 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.
 		return nil, err
 	}
 	steps = append(steps, console...)
+	if id := identityStep(u.cl, u.id); id != nil {
+		steps = append(steps, *id)
+	}
 	moved := []components.Component{byName["kipper-crds"], base, byName["console"]}
 	if !u.o.SkipSystem {
 		for _, c := range all {
