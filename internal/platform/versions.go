@@ -403,6 +403,32 @@ func chartVersion(c *kube.Clients, ch components.Chart, helmCharts map[string]he
 	return v
 }
 
+// FailedReleases returns the charts of cs whose Helm release's latest revision failed, each with
+// the recovery docs/platform.md gives (Fix) for the server at server: kip upgrade stops before
+// re-applying them, since helm-controller would hang resetting such a release. One request lists
+// the HelmCharts, and one more per chart reads its release history.
+func FailedReleases(ctx context.Context, c *kube.Clients, cs []components.Component, server string) ([]ChartVersion, error) {
+	charts, err := components.Charts(cs)
+	if err != nil {
+		return nil, err
+	}
+	helmCharts, err := listHelmCharts(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var failed []ChartVersion
+	for _, ch := range charts {
+		v := chartVersion(c, ch, helmCharts, server)
+		switch v.State {
+		case ChartFailed:
+			failed = append(failed, v)
+		case ChartError:
+			return nil, errors.New(v.Error)
+		}
+	}
+	return failed, nil
+}
+
 type metadata struct{ Version, AppVersion string }
 
 func chartMetadata(r *release.Release) *metadata {

@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/mod/semver"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -27,18 +26,24 @@ func CheckCRDs(ctx context.Context, cl *kube.Clients, kipVersion string) (skippe
 	if err != nil {
 		return "", err
 	}
+	// One request, however many schemas kip declares.
+	list, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list the CRDs: %w", err)
+	}
+	live := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for i := range list.Items {
+		live[list.Items[i].Name] = &list.Items[i]
+	}
 	var stranded []string
 	for _, doc := range docs {
 		var want apiextensionsv1.CustomResourceDefinition
 		if err := yaml.Unmarshal(doc, &want); err != nil {
 			return "", fmt.Errorf("read kip's Kipper schemas: %w", err)
 		}
-		have, err := cl.APIExt.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, want.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		have, ok := live[want.Name]
+		if !ok {
 			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("read CRD %s: %w", want.Name, err)
 		}
 		declared := make([]string, 0, len(want.Spec.Versions))
 		for _, v := range want.Spec.Versions {

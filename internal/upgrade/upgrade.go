@@ -18,6 +18,7 @@ import (
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
+	"kipper.run/kip/internal/platform"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -78,6 +79,9 @@ type upgrader struct {
 	longhorn string
 	// id is the gateway identity of a *.kipper.run cluster.
 	id identity
+	// all are the cluster's components as its record describes them, Longhorn at the release
+	// the cluster runs.
+	all []components.Component
 }
 
 // findings is what the check found.
@@ -87,6 +91,9 @@ type findings struct {
 	crds        error
 	crdsSkipped string
 	apps        Autoscaling
+	// failed are the system components whose Helm release failed, each with its recovery;
+	// not read with --skip-system.
+	failed []platform.ChartVersion
 }
 
 // blocked reports whether the check fails: kip upgrade would refuse, or an app needs a decision.
@@ -97,6 +104,9 @@ func (f findings) blocked() error {
 	}
 	if n := len(f.apps.Decisions); n > 0 {
 		why = append(why, fmt.Sprintf("%d %s a decision", n, plural(n, "app needs", "apps need")))
+	}
+	if n := len(f.failed); n > 0 {
+		why = append(why, fmt.Sprintf("%d %s failed", n, plural(n, "system component's Helm release", "system components' Helm releases")))
 	}
 	if len(why) == 0 {
 		return nil
@@ -138,6 +148,9 @@ func Run(ctx context.Context, o *Options) error {
 	if u.longhorn, err = components.ReadLonghornRelease(ctx, cl); err != nil {
 		return err
 	}
+	if u.all, err = u.render(); err != nil {
+		return err
+	}
 	f, err := u.check(ctx)
 	if err != nil {
 		return err
@@ -160,6 +173,11 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	if u.id, err = readIdentity(ctx, u.cl, u.rec); err != nil {
 		return f, err
 	}
+	if !u.o.SkipSystem {
+		if f.failed, err = platform.FailedReleases(ctx, u.cl, u.system(), u.rec.Server); err != nil {
+			return f, err
+		}
+	}
 
 	w := u.o.Out
 	fmt.Fprintf(w, "Checking this cluster's data against the rules of kip %s...\n\n", u.o.KipVersion)
@@ -178,6 +196,12 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	if u.longhorn != "" {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != u.longhorn {
 			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", u.longhorn, pin.Version)
+		}
+	}
+	for _, c := range f.failed {
+		fmt.Fprintf(w, "  ✗   The Helm release of %s (%s) failed, and helm-controller would hang resetting it. Recover it first, on the server:\n", c.Component, c.Namespace)
+		for _, line := range c.Fix {
+			fmt.Fprintf(w, "          %s\n", line)
 		}
 	}
 	if msg, warn := u.id.say(); msg != "" {
@@ -202,6 +226,11 @@ type upgradeIntent struct {
 func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if f.crds != nil {
 		return f.crds
+	}
+	if n := len(f.failed); n > 0 {
+		return fmt.Errorf("%d %s failed (listed above). Nothing was changed: recover %s as shown, then run kip upgrade again, "+
+			"or run kip upgrade --skip-system to upgrade only the Kipper CRDs and the console", n,
+			plural(n, "system component's Helm release", "system components' Helm releases"), plural(n, "it", "them"))
 	}
 	if n := len(f.apps.Decisions); n > 0 {
 		if !u.o.SkipAutoscalingCheck {
@@ -272,22 +301,34 @@ var reconciled = map[string]bool{
 	"prometheus": true, "loki": true,
 }
 
-// steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
-// RBAC, console-api and the console restarted), the system components unless skipped, and the
-// approved autoscaling fixes last.
-func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.Step, error) {
+// render renders the cluster's components as its record describes them, Longhorn at the release
+// the cluster runs: kip upgrade --longhorn moves it.
+func (u *upgrader) render() ([]components.Component, error) {
 	o, err := components.Recorded(u.rec, u.pinned, u.o.KipVersion)
 	if err != nil {
 		return nil, err
 	}
-	// Longhorn stays at the release the cluster runs: kip upgrade --longhorn moves it.
 	o.LonghornRelease = u.longhorn
-	all, err := components.Render(o)
-	if err != nil {
-		return nil, err
+	return components.Render(o)
+}
+
+// system are the system components the upgrade reconciles, in install order.
+func (u *upgrader) system() []components.Component {
+	var out []components.Component
+	for _, c := range u.all {
+		if reconciled[c.Name] {
+			out = append(out, c)
+		}
 	}
+	return out
+}
+
+// steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
+// RBAC, console-api and the console restarted), the system components unless skipped, and the
+// approved autoscaling fixes last.
+func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.Step, error) {
 	byName := map[string]components.Component{}
-	for _, c := range all {
+	for _, c := range u.all {
 		byName[c.Name] = c
 	}
 	crds := components.Step(u.cl, byName["kipper-crds"])
@@ -308,10 +349,7 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.
 	}
 	moved := []components.Component{byName["kipper-crds"], base, byName["console"]}
 	if !u.o.SkipSystem {
-		for _, c := range all {
-			if !reconciled[c.Name] {
-				continue
-			}
+		for _, c := range u.system() {
 			s := components.Step(u.cl, c)
 			title := c.Name + " " + c.Version
 			s.Title, s.Done, s.Already = "Reconcile "+title, "Reconciled "+title, title+" already as this kip pins it"
