@@ -59,8 +59,11 @@ func projectNamespace(t testing.TB, cl *kube.Clients, p, e string) string {
 			return
 		}
 		if err := kube.Poll(ctx, 2*time.Minute, "namespace "+ns.Name+" to go", func(ctx context.Context) (bool, string, error) {
-			_, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+			live, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
+			if err != nil {
+				return apierrors.IsNotFound(err), err.Error(), nil
+			}
+			return false, fmt.Sprintf("%+v", live.Status.Conditions), nil
 		}); err != nil {
 			t.Error(err)
 		}

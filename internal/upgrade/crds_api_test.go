@@ -75,9 +75,6 @@ func TestCheckCRDs(t *testing.T) {
 	if _, err := crds.Update(ctx, beta, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The tests share one cluster: put the schema back as Kubernetes documents a stored
-	// version's removal (storage back on v1alpha1, the objects gone, storedVersions edited).
-	t.Cleanup(func() { restoreCRD(t, cl, orig) })
 	ns := env.Namespace(t)
 	gvr := schema.GroupVersionResource{Group: "kipper.run", Version: "v1beta1", Resource: "functions"}
 	fn := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1beta1", "kind": "Function", "metadata": map[string]any{"name": "f", "namespace": ns}, "spec": map[string]any{}}}
@@ -88,6 +85,16 @@ func TestCheckCRDs(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The tests share one cluster: put the schema back as Kubernetes documents a stored
+	// version's removal (the objects stored as v1beta1 gone, storage back on v1alpha1,
+	// storedVersions edited). An object left stored as a version no longer served could not be
+	// read, nor any namespace holding it deleted.
+	t.Cleanup(func() {
+		if err := cl.Dynamic.Resource(gvr).Namespace(ns).Delete(context.Background(), "f", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete the function stored as v1beta1: %v", err)
+		}
+		restoreCRD(t, cl, orig)
+	})
 	// The API server itself refuses this kip's schema now (it would drop a stored version), so
 	// an upgrade that applied the CRDs one by one would stop half-way: the guard refuses first.
 	stored, err := crds.Get(ctx, name, metav1.GetOptions{})
