@@ -405,26 +405,34 @@ func chartVersion(c *kube.Clients, ch components.Chart, helmCharts map[string]he
 
 // FailedReleases returns the charts of cs whose Helm release's latest revision failed, each with
 // the recovery docs/platform.md gives (Fix) for the server at server: kip upgrade stops before
-// re-applying them, since helm-controller would hang resetting such a release. One request lists
-// the HelmCharts, and one more per chart reads its release history.
+// re-applying them, since helm-controller would hang resetting such a release. It reads every
+// release Helm keeps in one request, however many charts there are.
 func FailedReleases(ctx context.Context, c *kube.Clients, cs []components.Component, server string) ([]ChartVersion, error) {
 	charts, err := components.Charts(cs)
 	if err != nil {
 		return nil, err
 	}
-	helmCharts, err := listHelmCharts(ctx, c)
+	// Helm's Secrets driver makes its request without a context, as in chartVersion.
+	all, err := storage.Init(driver.NewSecrets(c.Kube.CoreV1().Secrets(""))).ListReleases()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the Helm releases: %w", err)
+	}
+	latest := map[[2]string]*release.Release{}
+	for _, r := range all {
+		key := [2]string{r.Namespace, r.Name}
+		if l := latest[key]; l == nil || r.Version > l.Version {
+			latest[key] = r
+		}
 	}
 	var failed []ChartVersion
 	for _, ch := range charts {
-		v := chartVersion(c, ch, helmCharts, server)
-		switch v.State {
-		case ChartFailed:
-			failed = append(failed, v)
-		case ChartError:
-			return nil, errors.New(v.Error)
+		r := latest[[2]string{ch.Namespace, ch.Release}]
+		if r == nil || r.Info == nil || r.Info.Status != release.StatusFailed {
+			continue
 		}
+		failed = append(failed, ChartVersion{Component: ch.Component, Release: ch.Release, Namespace: ch.Namespace, Chart: ch.Chart,
+			Pinned: ch.Version, Revision: r.Version, Status: r.Info.Status.String(), Description: r.Info.Description,
+			State: ChartFailed, Fix: failedReleaseFix(server, ch.Release, ch.Namespace)})
 	}
 	return failed, nil
 }

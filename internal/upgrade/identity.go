@@ -65,15 +65,17 @@ func readIdentity(ctx context.Context, cl *kube.Clients, rec cluster.Record) (id
 	default:
 		id.recorded, _, _ = unstructured.NestedString(u.Object, "spec", "address")
 	}
-	_, err = cl.Kube.CoreV1().Secrets(hopCertNamespace).Get(ctx, hopCertSecret, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return id, fmt.Errorf("read Secret %s/%s: %w", hopCertNamespace, hopCertSecret, err)
-	default:
-		id.registered = true
+	id.registered = id.recorded != ""
+	if !id.registered {
+		_, err = cl.Kube.CoreV1().Secrets(hopCertNamespace).Get(ctx, hopCertSecret, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return id, fmt.Errorf("read Secret %s/%s: %w", hopCertNamespace, hopCertSecret, err)
+		default:
+			id.registered = true
+		}
 	}
-	id.registered = id.registered || id.recorded != ""
 	server, err := cluster.ServerNode(ctx, cl.Kube)
 	if err != nil {
 		return id, err

@@ -94,6 +94,7 @@ type findings struct {
 	// failed are the system components whose Helm release failed, each with its recovery;
 	// not read with --skip-system.
 	failed []platform.ChartVersion
+	routes RouteCheck
 }
 
 // blocked reports whether the check fails: kip upgrade would refuse, or an app needs a decision.
@@ -107,6 +108,9 @@ func (f findings) blocked() error {
 	}
 	if n := len(f.failed); n > 0 {
 		why = append(why, fmt.Sprintf("%d %s failed", n, plural(n, "system component's Helm release", "system components' Helm releases")))
+	}
+	if n := len(f.routes.Conflicts); n > 0 {
+		why = append(why, fmt.Sprintf("%d %s with an installed Kipper component", n, plural(n, "route conflicts", "routes conflict")))
 	}
 	if len(why) == 0 {
 		return nil
@@ -173,6 +177,11 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	if u.id, err = readIdentity(ctx, u.cl, u.rec); err != nil {
 		return f, err
 	}
+	routes, installed, err := ReadRoutes(ctx, u.cl)
+	if err != nil {
+		return f, err
+	}
+	f.routes = CheckRoutes(routes, installed)
 	if !u.o.SkipSystem {
 		if f.failed, err = platform.FailedReleases(ctx, u.cl, u.system(), u.rec.Server); err != nil {
 			return f, err
@@ -198,6 +207,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", u.longhorn, pin.Version)
 		}
 	}
+	f.routes.Write(w)
 	for _, c := range f.failed {
 		fmt.Fprintf(w, "  ✗   The Helm release of %s (%s) failed, and helm-controller would hang resetting it. Recover it first, on the server:\n", c.Component, c.Namespace)
 		for _, line := range c.Fix {
@@ -240,6 +250,18 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 		}
 		u.p.Warn(fmt.Sprintf("Leaving %d %s that %s a decision as %s (--skip-autoscaling-check)", n, plural(n, "app", "apps"), plural(n, "needs", "need"), plural(n, "it is", "they are")))
 	}
+	if removals := f.routes.Removals(); len(removals) > 0 {
+		ok, err := u.o.Prompter.Confirm(fmt.Sprintf("Remove the %d conflicting %s Kipper manages (listed above)?", len(removals), plural(len(removals), "route", "routes")))
+		if errors.Is(err, cli.ErrYesRequired) {
+			return fmt.Errorf("removing the conflicting routes listed above needs confirmation: %w. Nothing was changed", err)
+		}
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("the conflicting routes were not to be removed. Nothing was changed: rename the apps or services as shown, then run kip upgrade again")
+		}
+	}
 	approved := f.apps.Repairs
 	if len(approved) > 0 && !u.o.RepairAutoscaling {
 		ok, err := u.o.Prompter.Ask("Apply these fixes?")
@@ -281,7 +303,7 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
 		return err
 	}
-	steps, err := u.steps(intent, approved)
+	steps, err := u.steps(intent, approved, f.routes.Removals())
 	if err != nil {
 		return err
 	}
@@ -326,7 +348,7 @@ func (u *upgrader) system() []components.Component {
 // steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
 // RBAC, console-api and the console restarted), the system components unless skipped, and the
 // approved autoscaling fixes last.
-func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.Step, error) {
+func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []IngressRef) ([]workflow.Step, error) {
 	byName := map[string]components.Component{}
 	for _, c := range u.all {
 		byName[c.Name] = c
@@ -339,6 +361,16 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding) ([]workflow.
 	rbac := components.Step(u.cl, base)
 	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC", "Updated console-api's RBAC", "console-api's RBAC is up to date"
 	steps := []workflow.Step{crds, rbac}
+	// A conflicting route takes the requests of a Kipper component's: it goes before the console
+	// restarts.
+	for _, ref := range removals {
+		steps = append(steps, workflow.Step{
+			Name: "remove-route-" + ref.Namespace + "-" + ref.Name, Title: "Remove the conflicting route " + ref.String(),
+			Done: "Removed the conflicting route " + ref.String(), Already: "The conflicting route " + ref.String() + " is gone",
+			Check: func(ctx context.Context) (bool, error) { return RouteRemoved(ctx, u.cl, ref) },
+			Apply: func(ctx context.Context) error { return RemoveRoute(ctx, u.cl, ref) },
+		})
+	}
 	console, err := consoleSteps(u.cl, byName["console"], u.o.ImageTag, intent.Restart)
 	if err != nil {
 		return nil, err

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -328,5 +333,79 @@ func checkUpgraded(ctx context.Context, t *testing.T, cl *kube.Clients, ns strin
 	}
 	if p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), Workflow, nil); err != nil || p != nil {
 		t.Errorf("the upgrade's progress record: %+v, %v; want it finished", p, err)
+	}
+}
+
+// TestCheckRequestsAndFailedRelease runs kip upgrade --check on a Longhorn cluster with backups
+// in MinIO, monitoring on and a *.kipper.run name, whose Traefik release failed (written with
+// Helm's own storage driver, as helm-controller's Job leaves it): the check names the release
+// with the recovery to run on the server and exits 3, in at most 20 API requests (each kind of
+// object is listed once, whatever the cluster's size: TestAutoscalingCheck and the route test
+// prove it for the apps and the routes); the upgrade refuses before anything changes, and
+// --skip-system, which leaves the charts alone, does not read them.
+func TestCheckRequestsAndFailedRelease(t *testing.T) {
+	env := testenv.Get(t)
+	cl, n := testenv.CountingClients(t, env.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env.ReadyNode(t, "requests-server", map[string]string{"node-role.kubernetes.io/control-plane": "true"})
+	rec := cluster.Record{Profile: "small", Storage: cluster.StorageLonghorn, Backups: cluster.BackupsInCluster, Server: "shop.kipper.run",
+		KipVersion: installedBy, Monitoring: cluster.Monitoring{Prometheus: true, Loki: true}}
+	if _, err := cluster.UpdateRecord(ctx, cl.Dynamic, func(r *cluster.Record, _ bool) error { *r = rec; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "traefik"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	secrets := cl.Kube.CoreV1().Secrets("traefik")
+	store := storage.Init(driver.NewSecrets(secrets))
+	for rev, status := range []release.Status{release.StatusDeployed, release.StatusFailed} {
+		rel := &release.Release{Name: "traefik", Namespace: "traefik", Version: rev + 1,
+			Chart: &chart.Chart{Metadata: &chart.Metadata{APIVersion: "v2", Name: "traefik", Version: "41.6.0"}},
+			Info:  &release.Info{Status: status, Description: "Upgrade \"traefik\" failed: timed out waiting for the condition"}}
+		if err := store.Create(rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		secrets.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "owner=helm,name=traefik"})
+	})
+
+	var out bytes.Buffer
+	o := quietOptions(cl, &out)
+	o.Check = true
+	n.Take()
+	err := Run(ctx, o)
+	requests, what := n.Take()
+	t.Logf("kip upgrade --check: %d API requests:\n%s", requests, strings.Join(what, "\n"))
+	if requests > 20 {
+		t.Errorf("kip upgrade --check made %d API requests, want at most 20", requests)
+	}
+	if cli.ExitCode(err) != cli.ExitDecision || !strings.Contains(fmt.Sprint(err), "1 system component's Helm release failed") {
+		t.Errorf("--check with a failed release: %v (exit %d)", err, cli.ExitCode(err))
+	}
+	for _, want := range []string{"✗   The Helm release of traefik (traefik) failed, and helm-controller would hang resetting it. Recover it first, on the server:",
+		"ssh root@shop.kipper.run", "kubectl -n traefik delete secret -l owner=helm,name=traefik",
+		`kubectl -n kube-system annotate helmchart traefik kip.kipper/reapply="$(date +%s)" --overwrite`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--check printed no %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	ios := &cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out, Getenv: func(string) string { return "" }}
+	o = quietOptions(cl, &out)
+	o.Prompter = cli.NewPrompter(ios, true)
+	if err := Run(ctx, o); err == nil || !strings.Contains(err.Error(), "Nothing was changed: recover it as shown, then run kip upgrade again, or run kip upgrade --skip-system") {
+		t.Errorf("kip upgrade --yes with a failed release: %v", err)
+	}
+	if p, err := workflow.Unfinished(ctx, cl.Dynamic, kube.ClusterRecords(), Workflow, nil); err != nil || p != nil {
+		t.Errorf("an upgrade refused before it started left a progress record: %+v %v", p, err)
+	}
+	out.Reset()
+	o = quietOptions(cl, &out)
+	o.Check, o.SkipSystem = true, true
+	if err := Run(ctx, o); err != nil || strings.Contains(out.String(), "Helm release") {
+		t.Errorf("--check --skip-system with a failed release it does not touch: %v\n%s", err, out.String())
 	}
 }
