@@ -62,10 +62,9 @@ func (in *installer) runCluster(ctx context.Context) error {
 
 // clusterRunner runs a workflow on the cluster under the cluster lock, recording its progress.
 func (in *installer) clusterRunner() *workflow.Runner {
-	return &workflow.Runner{
-		Dynamic: in.clients.Dynamic, Lock: workflow.ClusterLock(in.clients.Kube, kube.LockOptions{}), Held: in.lock,
-		Holder: kube.HolderText(in.env.CommandLine), KipVersion: buildinfo.Version, Report: in.p,
-	}
+	r := workflow.OnCluster(in.clients, in.env.CommandLine, buildinfo.Version, in.p)
+	r.Held = in.lock
+	return r
 }
 
 // planWorkers decides, before the server's k3s moves, what happens to the recorded workers

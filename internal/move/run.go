@@ -46,8 +46,7 @@ func Run(ctx context.Context, o *Options) error {
 	if o.Ref, err = service.Find(ctx, cl.Dynamic, o.Ref); err != nil {
 		return err
 	}
-	r := &workflow.Runner{Dynamic: cl.Dynamic, Lock: workflow.ClusterLock(cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(o.Holder), KipVersion: o.KipVersion, Report: o.Printer}
+	r := workflow.OnCluster(cl, o.Holder, o.KipVersion, o.Printer)
 	// What the move does, it decides under the cluster lock: another kip cannot start the same
 	// move, or roll it back, from what it read before this one recorded its intent.
 	lock, release, err := r.TakeLock(ctx)

@@ -40,8 +40,7 @@ func (e Env) dialServer(ctx context.Context, rec cluster.Record, why string) (*s
 
 // runner runs a node command's workflow under the cluster lock.
 func (e Env) runner(cl *kube.Clients, dryRun bool, lock kube.LockOptions) *workflow.Runner {
-	return &workflow.Runner{
-		Dynamic: cl.Dynamic, Holder: kube.HolderText(e.CommandLine), KipVersion: e.KipVersion, Report: e.Printer, DryRun: dryRun,
-		Lock: workflow.ClusterLock(cl.Kube, lock),
-	}
+	r := workflow.OnCluster(cl, e.CommandLine, e.KipVersion, e.Printer)
+	r.DryRun, r.Lock = dryRun, workflow.ClusterLock(cl.Kube, lock)
+	return r
 }

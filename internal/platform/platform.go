@@ -130,11 +130,7 @@ func (pl *platform) run(ctx context.Context, name string, steps []workflow.Step,
 			return err
 		},
 	})
-	r := &workflow.Runner{
-		Dynamic: pl.cl.Dynamic, Lock: workflow.ClusterLock(pl.cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(pl.o.Holder), KipVersion: pl.o.KipVersion, Report: pl.p,
-	}
-	return r.Run(ctx, &workflow.Workflow{Name: name, Steps: steps})
+	return workflow.OnCluster(pl.cl, pl.o.Holder, pl.o.KipVersion, pl.p).Run(ctx, &workflow.Workflow{Name: name, Steps: steps})
 }
 
 // SetMonitoring turns Prometheus (with Grafana) or Loki on or off.

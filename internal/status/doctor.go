@@ -204,6 +204,7 @@ func (d *doctor) apiChecks(ctx context.Context) *view {
 		d.add(checkKipVersion(d.o.KipVersion, v.rec.KipVersion))
 	}
 	d.add(d.operationChecks(ctx, c)...)
+	d.add(hopCertCheck(ctx, c)...)
 	return v
 }
 

@@ -285,10 +285,7 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 			return errors.New("the system components were not confirmed. Nothing was changed: run kip upgrade --skip-system to upgrade only the Kipper CRDs and the console")
 		}
 	}
-	r := &workflow.Runner{
-		Dynamic: u.cl.Dynamic, Lock: workflow.ClusterLock(u.cl.Kube, kube.LockOptions{}),
-		Holder: kube.HolderText(u.o.Holder), KipVersion: u.o.KipVersion, Report: u.p,
-	}
+	r := workflow.OnCluster(u.cl, u.o.Holder, u.o.KipVersion, u.p)
 	lock, release, err := r.TakeLock(ctx)
 	if err != nil {
 		return err

@@ -165,6 +165,15 @@ type Runner struct {
 	DryRun bool
 }
 
+// OnCluster is the Runner of a command's workflow on the cluster: its progress recorded, under
+// the cluster lock, which names command (the command line) as its holder.
+func OnCluster(cl *kube.Clients, command, kipVersion string, report Reporter) *Runner {
+	return &Runner{
+		Dynamic: cl.Dynamic, Lock: ClusterLock(cl.Kube, kube.LockOptions{}),
+		Holder: kube.HolderText(command), KipVersion: kipVersion, Report: report,
+	}
+}
+
 // TakeLock takes the cluster lock with r.Lock for r.Holder, saying when it took over a stale
 // one; release releases it, warning when that fails. A command that must decide what to do under
 // the lock takes it so and hands it to the run as Held.
