@@ -71,8 +71,16 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 }
 
 // chartJobs are the install Jobs of HelmCharts about to change, by Job, with the UID each had
-// before ("" when there was none).
-type chartJobs map[types.NamespacedName]types.UID
+// before ("" when there was none) and the generation of its HelmChart before the change.
+type chartJobs map[types.NamespacedName]chartJob
+
+type chartJob struct {
+	uid types.UID
+	// chart is the HelmChart, and generation its generation before the apply (0 when it did not
+	// exist).
+	chart      types.NamespacedName
+	generation int64
+}
 
 // changedCharts finds the HelmCharts among objs that applying them would change, and notes
 // their install Jobs.
@@ -89,25 +97,57 @@ func changedCharts(ctx context.Context, cl *kube.Clients, objs []*unstructured.U
 			}
 			continue
 		}
+		cj := chartJob{chart: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
+		if cj.generation, err = chartGeneration(ctx, cl, cj.chart); err != nil {
+			return nil, err
+		}
 		name := types.NamespacedName{Namespace: o.GetNamespace(), Name: "helm-install-" + o.GetName()}
 		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			jobs[name] = ""
 		case err != nil:
 			return nil, fmt.Errorf("read Job %s: %w", name, err)
 		default:
-			jobs[name] = job.UID
+			cj.uid = job.UID
 		}
+		jobs[name] = cj
 	}
 	return jobs, nil
 }
 
+// chartGeneration is the generation of the HelmChart name, 0 when there is none.
+func chartGeneration(ctx context.Context, cl *kube.Clients, name types.NamespacedName) (int64, error) {
+	hc, err := cl.Dynamic.Resource(HelmCharts).Namespace(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read HelmChart %s: %w", name, err)
+	}
+	return hc.GetGeneration(), nil
+}
+
+// unchanged drops the charts whose HelmChart the apply did not change (the same generation): a
+// field another manager had set to the same value is taken over without a change, and
+// helm-controller starts no Job for it.
+func (jobs chartJobs) unchanged(ctx context.Context, cl *kube.Clients) error {
+	for name, cj := range jobs {
+		g, err := chartGeneration(ctx, cl, cj.chart)
+		if err != nil {
+			return err
+		}
+		if g == cj.generation {
+			delete(jobs, name)
+		}
+	}
+	return nil
+}
+
 // pending names a changed chart whose install Job helm-controller has not replaced yet.
 func (jobs chartJobs) pending(ctx context.Context, cl *kube.Clients) (string, error) {
-	for name, old := range jobs {
+	for name, cj := range jobs {
 		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && job.UID == old {
+		if apierrors.IsNotFound(err) || err == nil && job.UID == cj.uid {
 			return "k3s's helm-controller has not started Job " + name.String() + " for the new chart yet", nil
 		}
 		if err != nil {
@@ -237,6 +277,9 @@ func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
 	}
 	// kip owns its components' fields: a field someone else changed is taken back.
 	if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
+		return err
+	}
+	if err := replaced.unchanged(ctx, cl); err != nil {
 		return err
 	}
 	if err := createMissing(ctx, cl, c.CreateOnly); err != nil {
