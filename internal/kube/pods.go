@@ -78,6 +78,11 @@ func ServingAlone(ctx context.Context, c *Clients, namespace, name string) (done
 		pending, err := PendingGet("Deployment "+namespace+"/"+name, err)
 		return false, pending, err
 	}
+	if d.Generation > d.Status.ObservedGeneration {
+		// Until the controller has seen the latest spec, its revision and pods are the last one's:
+		// a pod of that revision failing says nothing about the new one.
+		return false, fmt.Sprintf("Deployment %s/%s: spec update not yet observed (generation %d, observed %d)", namespace, name, d.Generation, d.Status.ObservedGeneration), nil
+	}
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
 		return false, "", fmt.Errorf("Deployment %s/%s: %w", namespace, name, err)
