@@ -53,23 +53,7 @@ func projectNamespace(t testing.TB, cl *kube.Clients, p, e string) string {
 		t.Fatal(err)
 	}
 	// The tests share one cluster, and every check reads all its apps: a test's apps go with it.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete namespace %s: %v", ns.Name, err)
-			return
-		}
-		if err := kube.Poll(ctx, 2*time.Minute, "namespace "+ns.Name+" to go", func(ctx context.Context) (bool, string, error) {
-			live, err := cl.Kube.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{})
-			if err != nil {
-				return apierrors.IsNotFound(err), err.Error(), nil
-			}
-			return false, fmt.Sprintf("%+v", live.Status.Conditions), nil
-		}); err != nil {
-			t.Error(err)
-		}
-	})
+	deleteAtCleanup(t, cl, ns.Name)
 	return ns.Name
 }
 
@@ -118,6 +102,27 @@ func TestAutoscalingCheck(t *testing.T) {
 	if got, _ := n.Take(); requests != 3 || got != requests {
 		t.Errorf("ReadApps made %d requests with 3 apps, %d with 53; want 3 each", requests, got)
 	}
+}
+
+// deleteAtCleanup deletes namespace name when t ends, and waits until it is gone.
+func deleteAtCleanup(t testing.TB, cl *kube.Clients, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete namespace %s: %v", name, err)
+			return
+		}
+		if err := kube.Poll(ctx, 2*time.Minute, "namespace "+name+" to go", func(ctx context.Context) (bool, string, error) {
+			live, err := cl.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return apierrors.IsNotFound(err), err.Error(), nil
+			}
+			return false, fmt.Sprintf("%+v", live.Status.Conditions), nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 // BenchmarkCheck runs kip upgrade --check on a cluster with 2,000 apps, each with its

@@ -56,6 +56,7 @@ func addNamespace(t testing.TB, cl *kube.Clients, name string) {
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	deleteAtCleanup(t, cl, name)
 }
 
 // TestRouteCheck reads the routes of a real API server (Ingresses, Apps and Kipper Services) in
