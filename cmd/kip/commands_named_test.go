@@ -28,12 +28,6 @@ var (
 // notYet are commands kip's messages and docs name that kip does not have yet, each with the
 // work that builds it. The test fails once one exists, so that it leaves this list.
 var notYet = map[string]string{
-	"kip app scale":          "issue 31: the kip app commands the upgrade's check names",
-	"kip app info":           "issue 31: the kip app commands the upgrade's check names",
-	"kip app restart":        "issue 31: the kip app commands the upgrade's check names",
-	"kip app stop":           "issue 31: the kip app commands the upgrade's check names",
-	"kip app start":          "issue 31: the kip app commands the upgrade's check names",
-	"kip app autoscale":      "issue 31: the kip app commands the upgrade's check names",
 	"kip upgrade --longhorn": "issues 31 and 33: kip upgrade, and its Longhorn steps",
 }
 

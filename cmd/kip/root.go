@@ -50,6 +50,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newDoctorCmd(f, nil),
 		newBackupCmd(f, backupRunners{}),
 		newServiceCmd(f),
+		newAppCmd(f),
 		newProjectCmd(f),
 		newClusterCmd(f),
 		newNodeCmd(f, nodeRunners{}),

@@ -57,7 +57,7 @@ func Add(ctx context.Context, o *AddOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkEnvironment(ctx, cl.Dynamic, o.Project, o.Environment); err != nil {
+	if err := CheckEnvironment(ctx, cl.Dynamic, o.Project, o.Environment); err != nil {
 		return err
 	}
 	services := cl.Dynamic.Resource(ServicesGVR).Namespace(o.Namespace())

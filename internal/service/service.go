@@ -132,7 +132,7 @@ func (s *Service) DumpClaim() string {
 // Get reads the service ref names, refusing a project, environment or service that does not
 // exist with the names that do.
 func Get(ctx context.Context, dyn dynamic.Interface, ref Ref) (*Service, error) {
-	if err := checkEnvironment(ctx, dyn, ref.Project, ref.Environment); err != nil {
+	if err := CheckEnvironment(ctx, dyn, ref.Project, ref.Environment); err != nil {
 		return nil, err
 	}
 	u, err := dyn.Resource(ServicesGVR).Namespace(ref.Namespace()).Get(ctx, ref.Name, metav1.GetOptions{})
@@ -320,7 +320,8 @@ func Find(ctx context.Context, dyn dynamic.Interface, ref Ref) (Ref, error) {
 	return ref, fmt.Errorf("services named %s are in %d environments: name one with --project and --environment (%s)", ref.Name, len(found), strings.Join(picks, "; "))
 }
 
-func checkEnvironment(ctx context.Context, dyn dynamic.Interface, project, env string) error {
+// CheckEnvironment refuses a project or an environment that does not exist, naming those that do.
+func CheckEnvironment(ctx context.Context, dyn dynamic.Interface, project, env string) error {
 	p, err := Project(ctx, dyn, project)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"kipper.run/kip/internal/app"
 )
 
 // App is what the autoscaling check reads of one Kipper App and its Deployment.
@@ -108,28 +110,11 @@ func (a *App) bounds() bounds {
 	return b
 }
 
-// invalid says how the App's autoscaling block breaks the rules, "" when it does not.
+// invalid says how the App's autoscaling block breaks the rules, "" when it does not: the rule
+// kip app autoscale applies too (app.Autoscale.Invalid).
 func (a *App) invalid() string {
-	switch {
-	case a.Min != nil && a.Max != nil && *a.Min > *a.Max:
-		return fmt.Sprintf("its minimum %d is above its maximum %d", *a.Min, *a.Max)
-	case a.Min != nil && *a.Min < 1:
-		return fmt.Sprintf("its minimum %d is below 1", *a.Min)
-	case a.Max != nil && *a.Max < 1:
-		return fmt.Sprintf("its maximum %d is below 1", *a.Max)
-	case a.Min != nil && *a.Min > 1 && a.Max == nil:
-		return fmt.Sprintf("its minimum %d is above 1 without a maximum", *a.Min)
-	case a.Enabled && a.Max == nil:
-		return "autoscaling is on without a maximum"
-	case a.Enabled && (a.CPUTarget != nil && *a.CPUTarget < 0 || a.MemoryTarget != nil && *a.MemoryTarget < 0):
-		return "autoscaling is on with a negative target"
-	case a.Enabled && !positive(a.CPUTarget) && !positive(a.MemoryTarget):
-		return "autoscaling is on without a target"
-	}
-	return ""
+	return app.Autoscale{Enabled: a.Enabled, Min: a.Min, Max: a.Max, CPUTarget: a.CPUTarget, MemoryTarget: a.MemoryTarget}.Invalid()
 }
-
-func positive(p *int32) bool { return p != nil && *p > 0 }
 
 // CheckApp applies the rules of the kip at kipVersion to a: nil when a meets them.
 func CheckApp(a *App, kipVersion string) *Finding {

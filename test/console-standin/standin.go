@@ -8,10 +8,15 @@
 // when spec.stopped, or while a move is unfinished), claims data and (postgres, mysql) dump,
 // spec.resources on its container, status.phase and status.observedGeneration. The data claim of
 // a service with spec.copies 2 is in the two-copy class, and its StatefulSet is created only once
-// two Ready nodes can hold copies (CopyHolders).
+// two Ready nodes can hold copies (CopyHolders). For every App it keeps a Deployment named as the
+// app (apps.go): none running while spec.stop is present; with autoscaling on, its count as it is
+// when within the bounds, else the nearest bound, the minimum from 0 (it has no autoscaler: the
+// count moves only when the bounds leave it outside); else spec.replicas. The app's restart request
+// goes onto the pod template; the App's status has its phase, replicas, ready replicas and
+// observedGeneration.
 //
-// A test can make it play a console-api that is slow (Delay: it acts on a Service only that long
-// after the Service last changed) or down (Down, until Up: it changes nothing).
+// A test can make it play a console-api that is slow (Delay: it acts on a Service or an App only
+// that long after it last changed) or down (Down, until Up: it changes nothing).
 package consolestandin
 
 import (
@@ -37,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
@@ -57,7 +63,8 @@ const dumpSize = "1Gi"
 type Standin struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
-	// Image and Command run each service's container.
+	// Image and Command run each service's container, and each app's (an App's spec.image, when
+	// set, instead of Image).
 	Image   string
 	Command []string
 	// Workloads run the services of the types they name otherwise: their own image, command,
@@ -68,13 +75,13 @@ type Standin struct {
 	// cluster.CopyHolders, given by the test. Only services with two copies need it.
 	CopyHolders func(context.Context, *kube.Clients) ([]string, error)
 	// Interval is how often it reconciles everything when nothing it watches changed (a second
-	// when zero): it reconciles on every change to Projects, Services, namespaces, StatefulSets
-	// and Nodes, as console-api's controllers react to their watches.
+	// when zero): it reconciles on every change to Projects, Services, Apps, namespaces,
+	// StatefulSets, Deployments and Nodes, as console-api's controllers react to their watches.
 	Interval time.Duration
-	// Delay is how long after a Service changed (created, its spec or its move annotation) the
-	// stand-in acts on it, playing a console-api slow to react: until then it leaves the
-	// Service's StatefulSet and status as they are. A change within the delay starts it again.
-	// Zero acts at once.
+	// Delay is how long after a Service or an App changed (created, its spec, a Service's move
+	// annotation or an App's restart request) the stand-in acts on it, playing a console-api
+	// slow to react: until then it leaves its StatefulSet or Deployment and its status as they
+	// are. A change within the delay starts it again. Zero acts at once.
 	Delay time.Duration
 	// Logf receives what it does and what fails.
 	Logf func(format string, args ...any)
@@ -82,13 +89,13 @@ type Standin struct {
 	// mu is held for each pass, so that Down returns only once no pass runs.
 	mu   sync.Mutex
 	down bool
-	// changed is when each Service (by UID) was first seen as it is now.
+	// changed is when each Service and App (by UID) was first seen as it is now.
 	changed map[types.UID]change
 	loop    *wake.Loop
-	due     *time.Timer // pokes loop when the next delayed Service is due
+	due     *time.Timer // pokes loop when the next delayed Service or App is due
 }
 
-// change is a Service as the stand-in acts on it, and when it first saw it so.
+// change is a Service or an App as the stand-in acts on it, and when it first saw it so.
 type change struct {
 	version string
 	at      time.Time
@@ -134,10 +141,12 @@ func (s *Standin) Run(ctx context.Context) {
 	}
 	l.WatchResource(ctx, s.Dynamic, service.ProjectsGVR, "")
 	l.WatchResource(ctx, s.Dynamic, service.ServicesGVR, "")
+	l.WatchResource(ctx, s.Dynamic, app.AppsGVR, "")
 	core := s.Kube.CoreV1().RESTClient()
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "namespaces", "", fields.Everything()), &corev1.Namespace{})
 	l.Watch(ctx, cache.NewListWatchFromClient(core, "nodes", "", fields.Everything()), &corev1.Node{})
 	l.Watch(ctx, cache.NewListWatchFromClient(s.Kube.AppsV1().RESTClient(), "statefulsets", "", fields.Everything()), &appsv1.StatefulSet{})
+	l.Watch(ctx, cache.NewListWatchFromClient(s.Kube.AppsV1().RESTClient(), "deployments", "", fields.Everything()), &appsv1.Deployment{})
 	l.Run(ctx, interval, func() {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.Logf("console stand-in: %v", err)
@@ -145,8 +154,8 @@ func (s *Standin) Run(ctx context.Context) {
 	})
 }
 
-// Reconcile makes one pass over every Project and Service; it changes nothing while the stand-in
-// is down.
+// Reconcile makes one pass over every Project, Service and App; it changes nothing while the
+// stand-in is down.
 func (s *Standin) Reconcile(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,29 +176,47 @@ func (s *Standin) Reconcile(ctx context.Context) error {
 	}
 	now := time.Now()
 	seen := map[types.UID]change{}
-	var next time.Duration // until the first delayed Service is due
+	var next time.Duration // until the first delayed Service or App is due
+	due := func(u *unstructured.Unstructured, annotation string) bool {
+		wait := s.delayed(u, annotation, now, seen)
+		if wait > 0 && (next == 0 || wait < next) {
+			next = wait
+		}
+		return wait <= 0
+	}
 	for i := range services.Items {
 		u := &services.Items[i]
-		if wait := s.delayed(u, now, seen); wait > 0 {
-			if next == 0 || wait < next {
-				next = wait
-			}
-			continue
+		if due(u, u.GetAnnotations()[service.MoveAnnotation]) {
+			errs = append(errs, s.service(ctx, u))
 		}
-		errs = append(errs, s.service(ctx, u))
+	}
+	apps, err := s.Dynamic.Resource(app.AppsGVR).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// A cluster without Kipper's App CRD has no apps.
+	case err != nil:
+		errs = append(errs, fmt.Errorf("list apps: %w", err))
+	default:
+		for i := range apps.Items {
+			u := &apps.Items[i]
+			if due(u, u.GetAnnotations()[app.RestartAnnotation]) {
+				errs = append(errs, s.app(ctx, u))
+			}
+		}
 	}
 	s.changed = seen
 	s.wakeIn(next)
 	return errors.Join(errs...)
 }
 
-// delayed records in seen when u was first seen as it is, and returns how long the stand-in
-// still waits before it acts on it (Delay after that), 0 once it acts.
-func (s *Standin) delayed(u *unstructured.Unstructured, now time.Time, seen map[types.UID]change) time.Duration {
+// delayed records in seen when u was first seen as it is (its generation and annotation, the one
+// annotation of its own the stand-in acts on), and returns how long the stand-in still waits
+// before it acts on it (Delay after that), 0 once it acts.
+func (s *Standin) delayed(u *unstructured.Unstructured, annotation string, now time.Time, seen map[types.UID]change) time.Duration {
 	if s.Delay <= 0 {
 		return 0
 	}
-	version := fmt.Sprintf("%d/%s", u.GetGeneration(), u.GetAnnotations()[service.MoveAnnotation])
+	version := fmt.Sprintf("%d/%s", u.GetGeneration(), annotation)
 	c, ok := s.changed[u.GetUID()]
 	if !ok || c.version != version {
 		c = change{version: version, at: now}
@@ -198,8 +225,8 @@ func (s *Standin) delayed(u *unstructured.Unstructured, now time.Time, seen map[
 	return c.at.Add(s.Delay).Sub(now)
 }
 
-// wakeIn asks Run for a pass after d, when the first delayed Service is due (none when d is 0).
-// Reconcile called on its own leaves the next pass to its caller.
+// wakeIn asks Run for a pass after d, when the first delayed Service or App is due (none when d
+// is 0). Reconcile called on its own leaves the next pass to its caller.
 func (s *Standin) wakeIn(d time.Duration) {
 	switch {
 	case d <= 0 || s.loop == nil:
