@@ -10,16 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 )
-
-// AppsGVR is Kipper's App (apps.kipper.run). console-api runs the App A of the namespace P-E
-// as the Deployment A there (docs/console.md).
-var AppsGVR = schema.GroupVersionResource{Group: "kipper.run", Version: "v1alpha1", Resource: "apps"}
 
 // ReadApps reads every App of the cluster's project namespaces with its Deployment, in three
 // API requests whatever the number of apps: the project namespaces, the Apps and the
@@ -34,7 +30,7 @@ func ReadApps(ctx context.Context, cl *kube.Clients) (apps []*App, outside int, 
 	for _, ns := range nss.Items {
 		project[ns.Name] = ns.Labels[service.ProjectLabel]
 	}
-	list, err := cl.Dynamic.Resource(AppsGVR).List(ctx, metav1.ListOptions{})
+	list, err := cl.Dynamic.Resource(app.AppsGVR).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, 0, nil // a cluster without Kipper's App CRD has no apps
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
@@ -26,9 +27,9 @@ import (
 func addApp(t testing.TB, cl *kube.Clients, ns, name string, spec map[string]any, desired int32) {
 	t.Helper()
 	ctx := context.Background()
-	app := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "App",
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kipper.run/v1alpha1", "kind": "App",
 		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
-	if _, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Create(ctx, app, metav1.CreateOptions{}); err != nil {
+	if _, err := cl.Dynamic.Resource(app.AppsGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if desired < 0 {

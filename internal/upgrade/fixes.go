@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/kube"
 )
 
@@ -30,7 +31,7 @@ type fixOutcome struct {
 
 // readApp reads one App and its Deployment again, as ReadApps reads them.
 func readApp(ctx context.Context, cl *kube.Clients, a *App) (*App, *unstructured.Unstructured, error) {
-	u, err := cl.Dynamic.Resource(AppsGVR).Namespace(a.Namespace()).Get(ctx, a.Name, metav1.GetOptions{})
+	u, err := cl.Dynamic.Resource(app.AppsGVR).Namespace(a.Namespace()).Get(ctx, a.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +110,7 @@ func writeFix(ctx context.Context, cl *kube.Clients, f *Finding, kipVersion stri
 	if err := unstructured.SetNestedMap(u.Object, spec, "spec"); err != nil {
 		return out, err
 	}
-	if _, err := cl.Dynamic.Resource(AppsGVR).Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
+	if _, err := cl.Dynamic.Resource(app.AppsGVR).Namespace(u.GetNamespace()).Update(ctx, u, metav1.UpdateOptions{FieldManager: kube.FieldManager}); err != nil {
 		return out, fmt.Errorf("write the autoscaling fix of app %s: %w", f.App, err)
 	}
 	out.written = true

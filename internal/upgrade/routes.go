@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
@@ -106,7 +107,7 @@ func ReadRoutes(ctx context.Context, cl *kube.Clients) (routes []Route, installe
 	for _, of := range []struct {
 		owner RouteOwner
 		gvr   schema.GroupVersionResource
-	}{{RouteOfApp, AppsGVR}, {RouteOfService, service.ServicesGVR}} {
+	}{{RouteOfApp, app.AppsGVR}, {RouteOfService, service.ServicesGVR}} {
 		names, err := listNames(ctx, cl, of.gvr)
 		if err != nil {
 			return nil, nil, err

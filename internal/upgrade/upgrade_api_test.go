@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
@@ -241,14 +242,14 @@ func releasePod(t *testing.T, cl *kube.Clients, name string) {
 
 func patchApp(ctx context.Context, t *testing.T, cl *kube.Clients, ns, name, patch string) {
 	t.Helper()
-	if _, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := cl.Dynamic.Resource(app.AppsGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func storedReplicas(ctx context.Context, t *testing.T, cl *kube.Clients, ns, name string) int64 {
 	t.Helper()
-	u, err := cl.Dynamic.Resource(AppsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := cl.Dynamic.Resource(app.AppsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
