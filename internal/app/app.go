@@ -22,7 +22,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 )
 
@@ -105,7 +105,7 @@ func Get(ctx context.Context, dyn dynamic.Interface, ref service.Ref) (*App, err
 	}
 	u, err := dyn.Resource(AppsGVR).Namespace(ref.Namespace()).Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		names, lerr := Names(ctx, dyn, ref.Namespace())
+		names, lerr := kube.Names(ctx, dyn, AppsGVR, ref.Namespace())
 		if lerr != nil {
 			return nil, lerr
 		}
@@ -116,20 +116,6 @@ func Get(ctx context.Context, dyn dynamic.Interface, ref service.Ref) (*App, err
 		return nil, fmt.Errorf("read app %s: %w", ref, err)
 	}
 	return FromObject(ref, u)
-}
-
-// Names lists the apps of a namespace, sorted.
-func Names(ctx context.Context, dyn dynamic.Interface, namespace string) ([]string, error) {
-	list, err := dyn.Resource(AppsGVR).Namespace(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list apps in %s: %w", namespace, err)
-	}
-	var names []string
-	for _, a := range list.Items {
-		names = append(names, a.GetName())
-	}
-	slices.Sort(names)
-	return names, nil
 }
 
 // FromObject reads an App object.

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,4 +56,18 @@ func CreateAs[T any](ctx context.Context, dyn dynamic.Interface, gvr schema.Grou
 		return nil, fmt.Errorf("decode %s %s: %w", gvr.Resource, u.GetName(), err)
 	}
 	return &out, nil
+}
+
+// Names lists the names of the objects of resource gvr in namespace, sorted.
+func Names(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string) ([]string, error) {
+	list, err := dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list %s in %s: %w", gvr.Resource, namespace, err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, o := range list.Items {
+		names = append(names, o.GetName())
+	}
+	slices.Sort(names)
+	return names, nil
 }

@@ -137,7 +137,7 @@ func Get(ctx context.Context, dyn dynamic.Interface, ref Ref) (*Service, error) 
 	}
 	u, err := dyn.Resource(ServicesGVR).Namespace(ref.Namespace()).Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		names, lerr := Names(ctx, dyn, ref.Namespace())
+		names, lerr := kube.Names(ctx, dyn, ServicesGVR, ref.Namespace())
 		if lerr != nil {
 			return nil, lerr
 		}
@@ -148,20 +148,6 @@ func Get(ctx context.Context, dyn dynamic.Interface, ref Ref) (*Service, error) 
 		return nil, fmt.Errorf("read service %s: %w", ref, err)
 	}
 	return FromObject(ref, u)
-}
-
-// Names lists the services of a namespace, sorted.
-func Names(ctx context.Context, dyn dynamic.Interface, namespace string) ([]string, error) {
-	list, err := dyn.Resource(ServicesGVR).Namespace(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list services in %s: %w", namespace, err)
-	}
-	var names []string
-	for _, s := range list.Items {
-		names = append(names, s.GetName())
-	}
-	slices.Sort(names)
-	return names, nil
 }
 
 // FromObject reads a Service object.
