@@ -469,7 +469,7 @@ func verificationFailures(ctx context.Context, t *testing.T, s *e2e.Suite, home 
 func TestInstallLonghorn(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	h := s.Own(t, longhornHost)[0]
 	e2e.LogK3sOnFailure(t, h)

@@ -535,7 +535,7 @@ func TestMoveToLonghorn(t *testing.T) {
 // the data: the move refuses to copy until it is gone.
 func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t, writesHost)
 	l.project(ctx, t, "shop", "staging")
@@ -666,7 +666,7 @@ func labWrites(all []string) []int {
 // own beside TestMoveToLonghorn.
 func TestMovePrunedAfterBackup(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	setUpMoveLab(ctx, t, backupMoveHost).prunedAfterBackup(ctx, t)
 }
