@@ -5,11 +5,10 @@
 #
 # The order puts the waiting beside the work. The lab's own tests (test/lab) boot hosts and wait
 # on them: they start as soon as the lab's image is there and run in the background while the
-# linter and the builds keep both cores busy; their output is printed when they end, after the
-# other tiers. The end-to-end tests start once test/lab has ended (one lab at a time: test/lab's
-# lock, below). The unit, API and SSH tiers run beside the end-to-end tests, and so
-# do the packages with fault-injection tests, again with -tags kipfault; their output is printed
-# at the end too.
+# linter and the builds keep both cores busy. Then the unit, API and SSH tiers run, and beside
+# them the packages with fault-injection tests again with -tags kipfault; then the packages with
+# lab hosts of their own, once test/lab has ended (one lab at a time: test/lab's lock, below).
+# The end-to-end tests run last, alone. The background jobs' output is printed at the end.
 set -u
 cd "$(dirname "$0")/.."
 GO=${GO:?tools/test.sh is make test: run make test}
@@ -60,29 +59,39 @@ step phase "build: Velero" sh tools/testenv.sh velero
 step phase "build: CSI sidecars" sh tools/testenv.sh csi
 step phase "build: PostgreSQL image" sh tools/testenv.sh postgres
 step phase "build: kip (bin/kip-fault) and the k3s stand-in" make --no-print-directory build-fault k3s-standin
-# The packages with fault-injection tests run again with -tags kipfault, beside the other tiers:
-# their kill-after-every-write tests run kip once per write and mostly wait on it.
-fault=$(grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
-if [ -n "$fault" ]; then
+# The end-to-end tests run alone, last: their lab's clusters keep both cores busy for most of
+# their run, and the tiers beside them (a fresh-clone run at 4c72fbd) stretched the whole to 50
+# minutes and their waits past their limits. Before them, side by side, the unit, API and SSH
+# tiers, the packages whose tests bring up lab hosts of their own (lab.ForTest), and the packages
+# with fault-injection tests again with -tags kipfault: their kill-after-every-write tests run kip
+# once per write and mostly wait on it. Only the tests of their kipfault files run again: the
+# rest of each package runs in the other tiers.
+faultfiles=$(grep -rl --include='*_test.go' '^//go:build kipfault' cmd internal test)
+if [ -n "$faultfiles" ]; then
+	fault=$(echo "$faultfiles" | xargs -n1 dirname | sort -u | sed 's|^|./|')
+	faulttests=$(echo "$faultfiles" | xargs sed -n 's/^func \(Test[A-Za-z0-9_]*\)(.*/\1/p' | grep -vx TestMain | sort -u | paste -sd'|' -)
 	# shellcheck disable=SC2086
-	background fault sh tools/gotest.sh "tests: fault-injection packages (-tags kipfault, beside the others)" $TESTFLAGS -tags kipfault $fault
+	background fault sh tools/gotest.sh "tests: the fault-injection tests (-tags kipfault, beside the API tier)" $TESTFLAGS -tags kipfault -run "^($faulttests)\$" $fault
 fi
-# test/lab's tests each take the lab's lock (one lab at a time) and release it: the end-to-end
-# package, started between two of them, would hold it for its whole run while the next one's wait
-# runs out (a warm run at fc4b705: TestLonghornDisk, "lock /run/kip-lab.lock: context deadline
-# exceeded"). So test/lab ends first; its output is still printed at the end.
-wait "$(cat "$tmp/lab.pid")"
-# The end-to-end package first: go test starts packages in the order it is given them, and the
-# end-to-end tests take longest; the other packages run beside them, two at a time in all. The
-# packages whose tests bring up lab hosts of their own (lab.ForTest) come after: they would wait
-# for the end-to-end tests' lab (one lab at a time) past their tests' limit.
 own_lab=$(grep -rl --include='*_test.go' '"kipper.run/kip/test/lab"' cmd internal | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
 # shellcheck disable=SC2086
-step sh tools/gotest.sh "tests: unit, API, SSH and end-to-end tiers" $TESTFLAGS ./test/e2e \
+step sh tools/gotest.sh "tests: unit, API and SSH tiers" $TESTFLAGS \
 	$($GO list ./... | grep -v -e '^kipper.run/kip/test/lab$' -e '^kipper.run/kip/test/e2e$' \
 		$(for d in $own_lab; do printf -- '-e ^kipper.run/kip/%s$ ' "${d#./}"; done))
+# test/lab's tests each take the lab's lock (one lab at a time) and release it: a package of lab
+# hosts started between two of them would hold it while the next one's wait runs out (a warm run
+# at fc4b705: TestLonghornDisk, "lock /run/kip-lab.lock: context deadline exceeded"). So test/lab
+# ends first; its output is still printed at the end.
+wait "$(cat "$tmp/lab.pid")"
 if [ -n "$own_lab" ]; then
 	# shellcheck disable=SC2086
 	step sh tools/gotest.sh "tests: packages with lab hosts of their own" $TESTFLAGS $own_lab
 fi
+# The end-to-end tests take longest: they do not start when the fault-injection tests failed.
+if [ -n "$faultfiles" ]; then
+	wait "$(cat "$tmp/fault.pid")"
+	[ "$(cat "$tmp/fault.rc")" = 0 ] || finish 0
+fi
+# shellcheck disable=SC2086
+step sh tools/gotest.sh "tests: end-to-end tier (alone)" $TESTFLAGS ./test/e2e
 finish 0

@@ -108,21 +108,25 @@ func TestAutoscalingCheck(t *testing.T) {
 // deleteAtCleanup deletes namespace name when t ends, and waits until it is gone.
 func deleteAtCleanup(t testing.TB, cl *kube.Clients, name string) {
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Errorf("delete namespace %s: %v", name, err)
-			return
-		}
-		if err := kube.Poll(ctx, 2*time.Minute, "namespace "+name+" to go", func(ctx context.Context) (bool, string, error) {
-			live, err := cl.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return apierrors.IsNotFound(err), err.Error(), nil
-			}
-			return false, fmt.Sprintf("%+v", live.Status.Conditions), nil
-		}); err != nil {
+		if err := deleteNamespace(cl, name); err != nil {
 			t.Error(err)
 		}
+	})
+}
+
+// deleteNamespace deletes namespace name, when there is one, and waits until it is gone.
+func deleteNamespace(cl *kube.Clients, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.Kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", name, err)
+	}
+	return kube.Poll(ctx, 2*time.Minute, "namespace "+name+" to go", func(ctx context.Context) (bool, string, error) {
+		live, err := cl.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return apierrors.IsNotFound(err), err.Error(), nil
+		}
+		return false, fmt.Sprintf("%+v", live.Status.Conditions), nil
 	})
 }
 

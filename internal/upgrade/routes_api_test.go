@@ -50,8 +50,13 @@ func addIngress(t testing.TB, cl *kube.Clients, ns, name, class string, labels m
 
 var byConsoleAPI = map[string]string{RouteManagedByLabel: RouteManagedBy}
 
+// addNamespace creates namespace name, deleted when t ends. The tests share one cluster: a
+// namespace of that name an earlier test left (the installed cluster's kipper-system) goes first.
 func addNamespace(t testing.TB, cl *kube.Clients, name string) {
 	t.Helper()
+	if err := deleteNamespace(cl, name); err != nil {
+		t.Fatal(err)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := cl.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
