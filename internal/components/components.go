@@ -8,6 +8,7 @@
 package components
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -20,14 +21,17 @@ import (
 
 	helmv1 "github.com/k3s-io/helm-controller/pkg/apis/helm.cattle.io/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/manifests"
 )
 
@@ -154,11 +158,17 @@ type Options struct {
 	// ExistingDexConfig is the cluster's current Dex config (ReadDexConfig) when install runs again
 	// on a cluster; nil on a fresh install. Its static users are kept.
 	ExistingDexConfig []byte
-	// LonghornRelease is the Longhorn release the cluster runs (ReadLonghornRelease), "" when it
-	// runs none: Longhorn is re-applied at that release, with the settings kip pins, and moves to
-	// the pinned one only one minor at a time (kip upgrade --longhorn), never by a re-apply.
-	LonghornRelease string
+	// Kept are the components re-applied at the release the cluster runs (ReadRelease), by
+	// name, with the values kip pins: Longhorn always (it moves to the pinned release only one
+	// minor at a time, with kip upgrade --longhorn, never by a re-apply), cert-manager on kip
+	// upgrade (a re-run of kip install moves its version, the upgrade only its values). A
+	// component missing here, or kept at "", gets the pinned release.
+	Kept map[string]string
 }
+
+// keepable are the components whose chart versions are their releases (Longhorn's without the
+// v), so that a release the cluster runs names its chart: the only ones Options.Kept may keep.
+var keepable = map[string]bool{"longhorn": true, "cert-manager": true}
 
 // BackupStorage is an S3-compatible bucket Velero keeps backups in. Endpoint is empty for AWS S3;
 // Region is us-east-1 when empty. Without credentials (a re-run without the backup flags), the
@@ -276,6 +286,14 @@ func newRenderer(o Options) (*renderer, error) {
 	default:
 		return nil, fmt.Errorf("unknown storage %q: choose local or longhorn", o.Sizing.Storage)
 	}
+	for name, kept := range o.Kept {
+		if !keepable[name] {
+			return nil, fmt.Errorf("%s cannot be kept at the release the cluster runs: only Longhorn and cert-manager can", name)
+		}
+		if kept != "" && !strings.HasPrefix(kept, "v") {
+			return nil, fmt.Errorf("%s release %q is not written as v<version>", name, kept)
+		}
+	}
 	p := o.Sizing.Profile
 	if p.Name == "" {
 		return nil, errors.New("no profile")
@@ -343,9 +361,14 @@ func checkBackups(b *BackupStorage) error {
 
 func (r *renderer) pin(name string) (manifests.Component, error) {
 	pin, err := r.o.Pinned.Component(name)
-	if err == nil && name == "longhorn" && r.o.LonghornRelease != "" {
-		// Longhorn's chart versions are its releases without the v.
-		pin.Version, pin.ChartVersion = r.o.LonghornRelease, strings.TrimPrefix(r.o.LonghornRelease, "v")
+	if kept := r.o.Kept[name]; err == nil && kept != "" {
+		// The chart version is the release, written as the pinned one is (cert-manager's with
+		// its v, Longhorn's without).
+		chart := strings.TrimPrefix(kept, "v")
+		if strings.HasPrefix(pin.ChartVersion, "v") {
+			chart = "v" + chart
+		}
+		pin.Version, pin.ChartVersion = kept, chart
 	}
 	return pin, err
 }
@@ -483,3 +506,24 @@ func setAnnotation(u *unstructured.Unstructured, key, value string) {
 }
 
 // --- readiness ---------------------------------------------------------------------------------
+
+// HelmCharts are k3s's HelmChart objects (helm.cattle.io/v1).
+var HelmCharts = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
+
+// ReadRelease reads the release of component name (one Options.Kept may keep) the cluster runs,
+// as kip last applied it: its HelmChart's chart version, v-prefixed; "" when the cluster has no
+// HelmChart of that name.
+func ReadRelease(ctx context.Context, cl *kube.Clients, name string) (string, error) {
+	hc, err := cl.Dynamic.Resource(HelmCharts).Namespace(HelmChartNamespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the HelmChart of %s: %w", name, err)
+	}
+	v, _, err := unstructured.NestedString(hc.Object, "spec", "version")
+	if err != nil || v == "" {
+		return "", fmt.Errorf("the HelmChart of %s names no chart version (%v): kip cannot tell which release of it the cluster runs", name, err)
+	}
+	return "v" + strings.TrimPrefix(v, "v"), nil
+}

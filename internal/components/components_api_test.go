@@ -415,9 +415,9 @@ func TestApplyReplacesClass(t *testing.T) {
 	}
 }
 
-// TestReadLonghornRelease reads the release a cluster's Longhorn HelmChart installs, on the real
-// API server: none without the HelmChart, then the release of the chart version kip applied.
-func TestReadLonghornRelease(t *testing.T) {
+// TestReadRelease reads the release a cluster's Longhorn HelmChart installs, on the real API
+// server: none without the HelmChart, then the release of the chart version kip applied.
+func TestReadRelease(t *testing.T) {
 	_, cl := apiTestClients(t)
 	ctx := context.Background()
 	charts := cl.Dynamic.Resource(HelmCharts).Namespace(HelmChartNamespace)
@@ -425,7 +425,7 @@ func TestReadLonghornRelease(t *testing.T) {
 	if err := charts.Delete(ctx, "longhorn", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	if v, err := ReadLonghornRelease(ctx, cl); err != nil || v != "" {
+	if v, err := ReadRelease(ctx, cl, "longhorn"); err != nil || v != "" {
 		t.Fatalf("without Longhorn's HelmChart: %q, %v", v, err)
 	}
 	chart := &unstructured.Unstructured{Object: map[string]any{
@@ -437,7 +437,7 @@ func TestReadLonghornRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = charts.Delete(context.Background(), "longhorn", metav1.DeleteOptions{}) })
-	if v, err := ReadLonghornRelease(ctx, cl); err != nil || v != "v1.9.2" {
+	if v, err := ReadRelease(ctx, cl, "longhorn"); err != nil || v != "v1.9.2" {
 		t.Errorf("with Longhorn's HelmChart at 1.9.2: %q, %v", v, err)
 	}
 }

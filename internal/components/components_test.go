@@ -240,7 +240,7 @@ func TestChartsArePinned(t *testing.T) {
 // a cluster without Longhorn gets the pinned release.
 func TestLonghornStaysAtItsRelease(t *testing.T) {
 	o := testOptions(t, "small", cluster.StorageLonghorn)
-	o.LonghornRelease = "v1.9.2"
+	o.Kept = map[string]string{"longhorn": "v1.9.2"}
 	pinned := testPinned(t)
 	for _, c := range renderComponents(t, o) {
 		if c.Name != "longhorn" {
@@ -251,7 +251,7 @@ func TestLonghornStaysAtItsRelease(t *testing.T) {
 			t.Errorf("Longhorn on a cluster that runs v1.9.2: component %s, chart %s, settings %v", c.Version, hc.Spec.Version, nestedValue(values, "defaultSettings"))
 		}
 	}
-	o.LonghornRelease = ""
+	o.Kept = nil
 	pin, err := pinned.Component("longhorn")
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +262,39 @@ func TestLonghornStaysAtItsRelease(t *testing.T) {
 		}
 		if hc, _ := chartValues(t, c); c.Version != pin.Version || hc.Spec.Version != pin.ChartVersion {
 			t.Errorf("Longhorn on a cluster without it: component %s, chart %s; want the pin %s", c.Version, hc.Spec.Version, pin.ChartVersion)
+		}
+	}
+}
+
+// TestCertManagerKeptWithItsResolvers renders cert-manager kept at an older release, as kip
+// upgrade does: its chart version keeps the v (cert-manager's charts are versioned so), and the
+// pinned DNS resolvers are in its values either way; a component whose chart version does not
+// name its release cannot be kept, nor a release written without its v.
+func TestCertManagerKeptWithItsResolvers(t *testing.T) {
+	o := testOptions(t, "nano", cluster.StorageLocal)
+	for _, kept := range []string{"", "v1.20.0"} {
+		o.Kept = map[string]string{"cert-manager": kept}
+		c := componentNamed(t, renderComponents(t, o), "cert-manager")
+		hc, values := chartValues(t, c)
+		want := testPinned(t)
+		pin, err := want.Component("cert-manager")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept != "" {
+			pin.Version, pin.ChartVersion = kept, kept
+		}
+		if c.Version != pin.Version || hc.Spec.Version != pin.ChartVersion {
+			t.Errorf("cert-manager kept at %q: component %s, chart %s; want %s, %s", kept, c.Version, hc.Spec.Version, pin.Version, pin.ChartVersion)
+		}
+		if nestedValue(values, "dns01RecursiveNameservers") != "1.1.1.1:53,9.9.9.9:53" || nestedValue(values, "dns01RecursiveNameserversOnly") != true {
+			t.Errorf("cert-manager kept at %q: values %v", kept, values)
+		}
+	}
+	for _, kept := range []map[string]string{{"traefik": "v3.6.0"}, {"longhorn": "1.9.2"}} {
+		o.Kept = kept
+		if _, err := Render(o); err == nil {
+			t.Errorf("Render kept %v", kept)
 		}
 	}
 }

@@ -21,9 +21,18 @@ func (r *renderer) traefik() (Component, error) {
 	})
 }
 
+// certManagerResolvers are the DNS resolvers of cert-manager's DNS-01 checks.
+const certManagerResolvers = "1.1.1.1:53,9.9.9.9:53"
+
 func (r *renderer) certManager() (Component, error) {
 	c, err := r.chartComponent("cert-manager", "cert-manager", map[string]any{
 		"crds": map[string]any{"enabled": true, "keep": true},
+		// The DNS resolvers of cert-manager's DNS-01 checks: public ones only, not the server's,
+		// whose answers for its own network (split-horizon DNS) or a cached missing record would
+		// keep a check failing once the record is out. kip upgrade re-applies them at the
+		// release the cluster runs.
+		"dns01RecursiveNameservers":     certManagerResolvers,
+		"dns01RecursiveNameserversOnly": true,
 	})
 	if err != nil {
 		return Component{}, err

@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -66,6 +67,12 @@ func (r *renderer) kipperBase() (Component, error) {
 	if err != nil {
 		return Component{}, err
 	}
+	// The project operator roles console-api binds in a project's namespaces to its members.
+	for _, role := range ProjectRoles() {
+		if err := collect(&c.Objects, typed("rbac.authorization.k8s.io/v1", "ClusterRole", role)); err != nil {
+			return Component{}, err
+		}
+	}
 	// The admission policies a move of a service's data to Longhorn relies on.
 	for _, p := range moveguard.Policies() {
 		gvk := p.GetObjectKind().GroupVersionKind()
@@ -87,8 +94,50 @@ func (r *renderer) kipperBase() (Component, error) {
 	return c, nil
 }
 
+// The project operator roles, from the least to the most: each holds the one before it.
+const (
+	ProjectViewerRole   = "kipper-project-viewer"
+	ProjectDeployerRole = "kipper-project-deployer"
+	ProjectOwnerRole    = "kipper-project-owner"
+)
+
+// ProjectRoles are the ClusterRoles console-api binds, with a RoleBinding in each namespace of a
+// project, to the project's members (docs/console.md): a viewer reads the project's objects and
+// what the console shows of them, never a Secret; a deployer also creates, changes and deletes
+// its apps, services and functions and restarts their pods; an owner also manages its Secrets,
+// its members' bindings and the Project itself.
+func ProjectRoles() []*rbacv1.ClusterRole {
+	read := []string{"get", "list", "watch"}
+	write := []string{"create", "update", "patch", "delete"}
+	viewer := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kipper.run"}, Resources: []string{"apps", "services", "functions", "projects"}, Verbs: read},
+		{APIGroups: []string{""}, Resources: []string{"pods", "pods/log", "services", "endpoints", "events", "configmaps", "persistentvolumeclaims"}, Verbs: read},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets", "replicasets"}, Verbs: read},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs", "cronjobs"}, Verbs: read},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: read},
+		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: read},
+	}
+	deployer := append(slices.Clone(viewer),
+		rbacv1.PolicyRule{APIGroups: []string{"kipper.run"}, Resources: []string{"apps", "services", "functions"}, Verbs: write},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}},
+	)
+	owner := append(slices.Clone(deployer),
+		rbacv1.PolicyRule{APIGroups: []string{"kipper.run"}, Resources: []string{"projects"}, Verbs: write},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: append(slices.Clone(read), write...)},
+		rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: append(slices.Clone(read), write...)},
+	)
+	var out []*rbacv1.ClusterRole
+	for _, r := range []struct {
+		name  string
+		rules []rbacv1.PolicyRule
+	}{{ProjectViewerRole, viewer}, {ProjectDeployerRole, deployer}, {ProjectOwnerRole, owner}} {
+		out = append(out, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: r.name}, Rules: r.rules})
+	}
+	return out
+}
+
 // consoleAPIRules is what console-api may do: run the projects' apps, services, functions and
-// builds, and read what the console shows.
+// builds, read what the console shows, and bind the project operator roles.
 func consoleAPIRules() []rbacv1.PolicyRule {
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	read := []string{"get", "list", "watch"}
@@ -103,6 +152,8 @@ func consoleAPIRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"autoscaling"}, Resources: []string{"horizontalpodautoscalers"}, Verbs: all},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: all},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: all},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"},
+			ResourceNames: []string{ProjectViewerRole, ProjectDeployerRole, ProjectOwnerRole}},
 		{APIGroups: []string{"keda.sh", "http.keda.sh"}, Resources: []string{"*"}, Verbs: all},
 		{APIGroups: []string{"traefik.io"}, Resources: []string{"middlewares", "ingressroutes", "tlsstores", "tlsoptions"}, Verbs: all},
 		{APIGroups: []string{"cert-manager.io"}, Resources: []string{"certificates", "issuers"}, Verbs: all},

@@ -9,7 +9,6 @@ import (
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,26 +47,6 @@ var longhornSettings = []struct {
 	{"node-down-pod-deletion-policy", "nodeDownPodDeletionPolicy", "do-nothing"},
 	// A single-node cluster creates volumes that want more copies than it has nodes.
 	{"allow-volume-creation-with-degraded-availability", "allowVolumeCreationWithDegradedAvailability", true},
-}
-
-// HelmCharts are k3s's HelmChart objects (helm.cattle.io/v1).
-var HelmCharts = schema.GroupVersionResource{Group: "helm.cattle.io", Version: "v1", Resource: "helmcharts"}
-
-// ReadLonghornRelease reads the Longhorn release the cluster runs, as kip last applied it (its
-// HelmChart's chart version, v-prefixed), "" when the cluster has no Longhorn HelmChart.
-func ReadLonghornRelease(ctx context.Context, cl *kube.Clients) (string, error) {
-	hc, err := cl.Dynamic.Resource(HelmCharts).Namespace(HelmChartNamespace).Get(ctx, "longhorn", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read Longhorn's HelmChart: %w", err)
-	}
-	v, _, err := unstructured.NestedString(hc.Object, "spec", "version")
-	if err != nil || v == "" {
-		return "", fmt.Errorf("Longhorn's HelmChart names no chart version (%v): kip cannot tell which Longhorn release the cluster runs", err)
-	}
-	return "v" + strings.TrimPrefix(v, "v"), nil
 }
 
 // SettingHolds reports whether a Longhorn setting's stored value is the value kip pins. From

@@ -163,9 +163,11 @@ func (in *installer) componentOptions(ctx context.Context) (components.Options, 
 		}
 		o.ExistingDexConfig = dex
 		// A re-run keeps the Longhorn release the cluster runs: kip upgrade --longhorn moves it.
-		if o.LonghornRelease, err = components.ReadLonghornRelease(ctx, in.clients); err != nil {
+		release, err := components.ReadRelease(ctx, in.clients, "longhorn")
+		if err != nil {
 			return o, err
 		}
+		o.Kept = map[string]string{"longhorn": release}
 	}
 	return o, nil
 }

@@ -101,7 +101,7 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 			return nil, err
 		}
 		// The Longhorn release the cluster runs stays: kip upgrade --longhorn moves it.
-		release, err := components.ReadLonghornRelease(ctx, pl.cl)
+		release, err := components.ReadRelease(ctx, pl.cl, "longhorn")
 		if err != nil {
 			return nil, err
 		}
@@ -111,7 +111,7 @@ func (pl *platform) components(ctx context.Context, profile cluster.Profile, mon
 	if err != nil {
 		return nil, err
 	}
-	o.Sizing.Profile, o.Sizing.Storage, o.Monitoring, o.ExistingDexConfig, o.LonghornRelease = profile, storage, mon, pl.dex, pl.longhorn
+	o.Sizing.Profile, o.Sizing.Storage, o.Monitoring, o.ExistingDexConfig, o.Kept = profile, storage, mon, pl.dex, map[string]string{"longhorn": pl.longhorn}
 	return components.Render(o)
 }
 

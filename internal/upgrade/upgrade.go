@@ -75,8 +75,9 @@ type upgrader struct {
 	cl     *kube.Clients
 	rec    cluster.Record
 	pinned *manifests.Versions
-	// longhorn is the Longhorn release the cluster runs, "" for none.
-	longhorn string
+	// kept are the releases the cluster runs of the components the upgrade keeps at theirs
+	// (Longhorn and cert-manager, keptAtRelease), "" for one it does not run.
+	kept map[string]string
 	// id is the gateway identity of a *.kipper.run cluster.
 	id identity
 	// all are the cluster's components as its record describes them, Longhorn at the release
@@ -149,8 +150,11 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	u := &upgrader{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned}
-	if u.longhorn, err = components.ReadLonghornRelease(ctx, cl); err != nil {
-		return err
+	u.kept = map[string]string{}
+	for _, name := range keptAtRelease {
+		if u.kept[name], err = components.ReadRelease(ctx, cl, name); err != nil {
+			return err
+		}
 	}
 	if u.all, err = u.render(); err != nil {
 		return err
@@ -202,9 +206,14 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), plural(len(apps), "app", "apps"))
 	}
 	f.apps.Write(w)
-	if u.longhorn != "" {
-		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != u.longhorn {
-			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", u.longhorn, pin.Version)
+	if runs := u.kept["longhorn"]; runs != "" {
+		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != runs {
+			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", runs, pin.Version)
+		}
+	}
+	if runs := u.kept["cert-manager"]; runs != "" && !u.o.SkipSystem {
+		if pin, err := u.pinned.Component("cert-manager"); err == nil && pin.Version != runs {
+			fmt.Fprintf(w, "  ·   cert-manager stays at %s, the release the cluster runs, with this kip's settings (its DNS resolvers); a re-run of kip install moves it to %s\n", runs, pin.Version)
 		}
 	}
 	f.routes.Write(w)
@@ -311,23 +320,29 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	return nil
 }
 
-// reconciled are the system components the upgrade re-applies at their pins (spec 002's scope
-// table), in install order as Render gives them: cert-manager's version and Dex are not moved
-// (a re-render of Dex's configuration would delete the console's users), and kip's own objects
-// and the console are the console layer's.
+// reconciled are the system components the upgrade re-applies (spec 002's scope table), in
+// install order as Render gives them: at their pins, but Longhorn and cert-manager at the
+// releases the cluster runs (keptAtRelease) with the values kip pins (Longhorn's settings,
+// cert-manager's DNS resolvers). Dex is not re-applied (a re-render of its configuration would
+// delete the console's users), and kip's own objects and the console are the console layer's.
 var reconciled = map[string]bool{
-	"traefik": true, "longhorn": true, "zot": true, "keda": true, "minio": true, "velero": true,
-	"prometheus": true, "loki": true,
+	"traefik": true, "cert-manager": true, "longhorn": true, "zot": true, "keda": true, "minio": true,
+	"velero": true, "prometheus": true, "loki": true,
 }
 
-// render renders the cluster's components as its record describes them, Longhorn at the release
-// the cluster runs: kip upgrade --longhorn moves it.
+// keptAtRelease are the components the upgrade re-applies at the release the cluster runs:
+// kip upgrade --longhorn moves Longhorn one minor at a time, and a re-run of kip install moves
+// cert-manager.
+var keptAtRelease = []string{"longhorn", "cert-manager"}
+
+// render renders the cluster's components as its record describes them, Longhorn and
+// cert-manager at the releases the cluster runs (keptAtRelease).
 func (u *upgrader) render() ([]components.Component, error) {
 	o, err := components.Recorded(u.rec, u.pinned, u.o.KipVersion)
 	if err != nil {
 		return nil, err
 	}
-	o.LonghornRelease = u.longhorn
+	o.Kept = u.kept
 	return components.Render(o)
 }
 
@@ -356,7 +371,7 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 	// The initial admin binding is left alone: its subjects change as admins come and go.
 	base.CreateOnly = nil
 	rbac := components.Step(u.cl, base)
-	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC", "Updated console-api's RBAC", "console-api's RBAC is up to date"
+	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC and the project roles", "Updated console-api's RBAC and the project roles", "console-api's RBAC and the project roles are up to date"
 	steps := []workflow.Step{crds, rbac}
 	// A conflicting route takes the requests of a Kipper component's: it goes before the console
 	// restarts.

@@ -410,3 +410,97 @@ func TestCheckRequestsAndFailedRelease(t *testing.T) {
 		t.Errorf("--check --skip-system with a failed release it does not touch: %v\n%s", err, out.String())
 	}
 }
+
+// TestFixesDeferredWhileConsoleAPIIsNotAlone runs the fixes step when console-api does not serve
+// alone as it starts (a rollout begun after the console step's wait, its old pod still
+// terminating): it writes no fix, says why and that the next kip upgrade applies them, and counts
+// as done, so that the upgrade finishes; the check still offers the fix. Run again once
+// console-api serves alone, it writes the fix.
+func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, cl := installed(ctx, t, "deferred-node")
+	ns := projectNamespace(t, cl, "deferred", "prod")
+	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
+	addApp(t, cl, ns, "api", map[string]any{"replicas": int64(1), "autoscale": bounds}, 3)
+	apps, outside, err := ReadApps(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var approved []*Finding
+	for _, f := range CheckApps(apps, outside, upgradeKip).Repairs {
+		if f.App.Namespace() == ns {
+			approved = append(approved, f)
+		}
+	}
+	if len(approved) != 1 {
+		t.Fatalf("%d repairs in %s, want 1", len(approved), ns)
+	}
+
+	// A new console-api rollout whose old pod takes its time to go.
+	old := podsOf(ctx, t, cl, "console-api")
+	if len(old) != 1 {
+		t.Fatalf("console-api runs %d pods, want 1", len(old))
+	}
+	if _, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(ctx, old[0].Name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":["`+holdFinalize+`"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releasePod(t, cl, old[0].Name) })
+	if _, err := cl.Kube.AppsV1().Deployments(consoleNamespace).Patch(ctx, "console-api", types.MergePatchType,
+		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"kipper.run/test-rollout":"deferred"}}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Poll(ctx, 2*time.Minute, "console-api's old pod terminating", func(ctx context.Context) (bool, string, error) {
+		p, err := cl.Kube.CoreV1().Pods(consoleNamespace).Get(ctx, old[0].Name, metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil, "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	o := quietOptions(cl, &out)
+	u := &upgrader{o: o, p: o.Printer, cl: cl}
+	step := u.fixesStep(approved)
+	if done, err := step.Check(ctx); err != nil || done {
+		t.Fatalf("the fixes step's check before it ran: done %v, %v", done, err)
+	}
+	if err := step.Apply(ctx); err != nil {
+		t.Fatalf("the fixes step while console-api does not serve alone: %v", err)
+	}
+	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 1 {
+		t.Fatalf("the fix was written (replicas %d) while console-api did not serve alone", n)
+	}
+	for _, want := range []string{"Wrote no autoscaling fix: kip cannot confirm that the new console-api serves alone (", old[0].Name, "Run kip upgrade again to apply them"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the deferred step printed no %q:\n%s", want, out.String())
+		}
+	}
+	if done, err := step.Check(ctx); err != nil || !done {
+		t.Fatalf("the deferred fixes step does not count as done (%v, %v): the upgrade would not finish", done, err)
+	}
+	apps, outside, err = ReadApps(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offered := false
+	for _, f := range CheckApps(apps, outside, upgradeKip).Repairs {
+		offered = offered || f.App.Namespace() == ns
+	}
+	if !offered {
+		t.Error("after the deferral the check no longer offers the fix")
+	}
+
+	releasePod(t, cl, old[0].Name)
+	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	again := u.fixesStep(approved)
+	if err := again.Apply(ctx); err != nil {
+		t.Fatalf("the fixes step once console-api serves alone: %v\n%s", err, out.String())
+	}
+	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 3 {
+		t.Errorf("once console-api serves alone the fix wrote replicas %d, want the Deployment's 3\n%s", n, out.String())
+	}
+}

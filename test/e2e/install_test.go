@@ -133,7 +133,7 @@ func killedAtEachStep(t *testing.T, s *e2e.Suite, home string, h *lab.Host) []st
 func TestInstallNano(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	h := s.Own(t, nanoHost)[0]
 	e2e.LogK3sOnFailure(t, h)
@@ -284,7 +284,7 @@ func TestInstallNano(t *testing.T) {
 func TestNanoAfterInstall(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	h := s.Own(t, nanoAfterHost)[0]
 	e2e.LogK3sOnFailure(t, h)
@@ -469,7 +469,7 @@ func verificationFailures(ctx context.Context, t *testing.T, s *e2e.Suite, home 
 func TestInstallLonghorn(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	h := s.Own(t, longhornHost)[0]
 	e2e.LogK3sOnFailure(t, h)

@@ -426,7 +426,7 @@ func manyFiles(t testing.TB, root string, n, size int) {
 // TestMovePrunedAfterBackup the moves and the prune on a cluster with backups.
 func TestMoveToLonghorn(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t, moveHost)
 	l.project(ctx, t, "shop", "staging")
@@ -535,7 +535,7 @@ func TestMoveToLonghorn(t *testing.T) {
 // the data: the move refuses to copy until it is gone.
 func TestMoveEveryWriteOfPodsAndClaimsKilled(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t, writesHost)
 	l.project(ctx, t, "shop", "staging")
@@ -666,7 +666,7 @@ func labWrites(all []string) []int {
 // own beside TestMoveToLonghorn.
 func TestMovePrunedAfterBackup(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	setUpMoveLab(ctx, t, backupMoveHost).prunedAfterBackup(ctx, t)
 }
@@ -724,7 +724,7 @@ func (l *moveLab) longhornQuota(ctx context.Context, t *testing.T, ns string, ex
 // rolled back; and the rollback refused after the commit.
 func TestMoveRolledBack(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t, rollbackHost)
 	l.project(ctx, t, "shop", "staging")

@@ -65,7 +65,7 @@ func TestNodeAdd(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	own := s.Own(t, nodeServerHost, nodeWorkerHost, nodeWorker2Host)
 	srv, w, outsider := own[0], own[1], s.Lab.Hosts[0]
@@ -245,7 +245,7 @@ func TestNodeAdd(t *testing.T) {
 func TestNodeFence(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	own := s.Own(t, fenceServer, fenceWorkerHost)
 	srv, w := own[0], own[1]
@@ -1052,7 +1052,7 @@ func podNodes(pods *corev1.PodList) []string {
 func TestNodeAddPublic(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	own := s.Own(t, publicServer, publicWorker)
 	srv, w, outsider := own[0], own[1], s.Lab.Hosts[1]

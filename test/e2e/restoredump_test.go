@@ -53,7 +53,7 @@ var postgresWorkload = consolestandin.Workload{
 // leaves nothing behind; a namespace of the scratch name that is not its own is refused.
 func TestRestoreDump(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
 	l := setUpMoveLab(ctx, t, restoreDumpHost, func(c *consolestandin.Standin) {
 		c.Workloads = map[string]consolestandin.Workload{"postgres": postgresWorkload}
