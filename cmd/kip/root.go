@@ -51,6 +51,7 @@ Longhorn, adding and fencing worker nodes, and upgrading k3s and Longhorn safely
 		newBackupCmd(f, backupRunners{}),
 		newServiceCmd(f),
 		newAppCmd(f),
+		newCredentialsCmd(f, credentialRunners{}),
 		newProjectCmd(f),
 		newClusterCmd(f),
 		newNodeCmd(f, nodeRunners{}),

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,6 +59,9 @@ type Clients struct {
 	// Mapper maps kinds to resources through discovery, fetched on first use and cached; Apply
 	// resets it when a kind is unknown (a CRD it just installed).
 	Mapper meta.RESTMapper
+	// Metadata reads and patches objects as their metadata alone (PartialObjectMetadata): how
+	// kip reads the Secrets whose data it must never receive (package credential).
+	Metadata metadata.Interface
 }
 
 // NewClients builds the clients for cfg. A copy of cfg is kept; when it has no user agent it
@@ -89,6 +93,9 @@ func NewClients(cfg *rest.Config) (*Clients, error) {
 	}
 	if c.Dynamic, err = dynamic.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, fmt.Errorf("build dynamic client: %w", err)
+	}
+	if c.Metadata, err = metadata.NewForConfigAndClient(cfg, httpClient); err != nil {
+		return nil, fmt.Errorf("build metadata client: %w", err)
 	}
 	if c.APIExt, err = apiextensionsclientset.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, fmt.Errorf("build apiextensions client: %w", err)
