@@ -45,5 +45,6 @@ failed upgrade resumes where it was when run again. See docs/upgrade.md.`,
 	fl.BoolVar(&opts.RepairAutoscaling, "repair-autoscaling", false, "apply the autoscaling fixes the upgrade lists without asking (needed off a terminal when there are fixes)")
 	fl.BoolVar(&opts.SkipAutoscalingCheck, "skip-autoscaling-check", false, "upgrade although some apps need a decision, leaving those apps as they are")
 	fl.StringVar(&opts.ImageTag, "image-tag", "", "run a commit's console images, by its full 40-character SHA (needs --skip-system)")
+	fl.BoolVar(&opts.SeedCredentialGrants, "seed-credential-grants", false, "grant each shared git credential whose allow-list was never set the projects whose apps use it, without asking")
 	return cmd
 }

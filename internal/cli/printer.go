@@ -182,3 +182,11 @@ func (s *spinner) stop() {
 	s.wg.Wait()
 	fmt.Fprint(s.w, "\r\033[K")
 }
+
+// Plural is one when n is 1, else many.
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

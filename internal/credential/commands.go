@@ -164,7 +164,7 @@ func confirmTurnOn(ctx context.Context, o *AllowOptions, cl *kube.Clients, c Cre
 		"and from then on only the apps of %s may use it; every other project loses it", c.Name, strings.Join(next, ", ")))
 	if len(losing) > 0 {
 		o.Printer.Warn(fmt.Sprintf("Apps of %s use it and could no longer clone with it: add %s to this command to keep them",
-			strings.Join(losing, ", "), plural(len(losing), "that project", "those projects")))
+			strings.Join(losing, ", "), cli.Plural(len(losing), "that project", "those projects")))
 	}
 	ok, err := o.Prompter.Confirm(fmt.Sprintf("Turn on the allow-list of shared git credential %s with %s?", c.Name, strings.Join(next, ", ")))
 	if errors.Is(err, cli.ErrYesRequired) {
@@ -198,7 +198,7 @@ func checkProjects(ctx context.Context, cl *kube.Clients, projects []string) err
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no Kipper %s %s on this cluster (projects: %s)", plural(len(missing), "project", "projects"),
+		return fmt.Errorf("no Kipper %s %s on this cluster (projects: %s)", cli.Plural(len(missing), "project", "projects"),
 			strings.Join(missing, ", "), cli.OrNone(strings.Join(names, ", ")))
 	}
 	return nil

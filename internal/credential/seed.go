@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
 )
@@ -50,7 +51,7 @@ func WriteSeeds(w io.Writer, grants []Grant, unused []string) {
 		fmt.Fprintf(w, "  ·   %s no allow-list yet: a cluster from before allow-lists,\n"+
 			"      where every project's apps may use %s. With consent (a prompt, or --seed-credential-grants),\n"+
 			"      kip upgrade grants %s the projects whose apps use it, and from then on only their apps may:\n",
-			plural(n, "This shared git credential has", fmt.Sprintf("These %d shared git credentials have", n)), plural(n, "it", "them"), plural(n, "it", "each"))
+			cli.Plural(n, "This shared git credential has", fmt.Sprintf("These %d shared git credentials have", n)), cli.Plural(n, "it", "them"), cli.Plural(n, "it", "each"))
 		for _, g := range grants {
 			fmt.Fprintf(w, "      - %s\n", g)
 		}
@@ -58,15 +59,8 @@ func WriteSeeds(w io.Writer, grants []Grant, unused []string) {
 	if n := len(unused); n > 0 {
 		fmt.Fprintf(w, "  ·   No app uses the shared git %s %s, so kip upgrade leaves %s without an allow-list\n"+
 			"      (every project may use %s; 'kip credentials allow' sets one)\n",
-			plural(n, "credential", "credentials"), strings.Join(unused, ", "), plural(n, "it", "them"), plural(n, "it", "them"))
+			cli.Plural(n, "credential", "credentials"), strings.Join(unused, ", "), cli.Plural(n, "it", "them"), cli.Plural(n, "it", "them"))
 	}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // maxAttempts bounds how often a write of one allow-list is tried against a Secret that keeps
@@ -93,8 +87,8 @@ func SeedStep(cl *kube.Clients, grants []Grant, report workflow.Reporter) workfl
 	n := len(grants)
 	return workflow.Step{
 		Name:    "seed-credential-grants",
-		Title:   fmt.Sprintf("Grant %s the projects whose apps use %s", plural(n, "the shared git credential", fmt.Sprintf("%d shared git credentials", n)), plural(n, "it", "them")),
-		Done:    fmt.Sprintf("Granted %s the projects whose apps use %s", plural(n, "the shared git credential", fmt.Sprintf("%d shared git credentials", n)), plural(n, "it", "them")),
+		Title:   fmt.Sprintf("Grant %s the projects whose apps use %s", cli.Plural(n, "the shared git credential", fmt.Sprintf("%d shared git credentials", n)), cli.Plural(n, "it", "them")),
+		Done:    fmt.Sprintf("Granted %s the projects whose apps use %s", cli.Plural(n, "the shared git credential", fmt.Sprintf("%d shared git credentials", n)), cli.Plural(n, "it", "them")),
 		Already: "Every shared git credential granted has an allow-list",
 		Check: func(ctx context.Context) (bool, error) {
 			pending, err := unseeded(ctx, cl, grants)

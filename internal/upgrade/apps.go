@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/app"
+	"kipper.run/kip/internal/credential"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/service"
 )
@@ -72,7 +73,7 @@ func ReadApps(ctx context.Context, cl *kube.Clients) (apps []*App, outside int, 
 
 // appOf reads the fields the check judges from an App.
 func appOf(u *unstructured.Unstructured) *App {
-	a := &App{Name: u.GetName()}
+	a := &App{Name: u.GetName(), Credential: credential.AppCredential(u)}
 	if n, ok, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); ok {
 		a.Stored = int32(n)
 	}

@@ -28,6 +28,9 @@ type App struct {
 	Desired       *int32
 	Missing       bool
 	DeploymentErr error
+	// Credential is the shared git credential the app's builds use (spec.git.credential), "" for
+	// none.
+	Credential string
 }
 
 // Namespace is the App's namespace: its project's environment.

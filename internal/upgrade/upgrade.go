@@ -16,6 +16,7 @@ import (
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/credential"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/platform"
@@ -45,6 +46,9 @@ type Options struct {
 	SkipAutoscalingCheck bool
 	// ImageTag runs the console's images of a commit, by its full SHA (--image-tag).
 	ImageTag string
+	// SeedCredentialGrants grants each shared git credential whose allow-list was never set the
+	// projects whose apps reference it, without asking (--seed-credential-grants).
+	SeedCredentialGrants bool
 }
 
 // Workflow is the name of the upgrade's progress record.
@@ -62,8 +66,8 @@ func (o *Options) validate() error {
 			return cli.Usagef("--image-tag needs --skip-system: the system components' step would restore the released images")
 		}
 	}
-	if o.Check && (o.RepairAutoscaling || o.ImageTag != "") {
-		return cli.Usagef("--check changes nothing: drop --repair-autoscaling and --image-tag, or drop --check to upgrade")
+	if o.Check && (o.RepairAutoscaling || o.ImageTag != "" || o.SeedCredentialGrants) {
+		return cli.Usagef("--check changes nothing: drop --repair-autoscaling, --seed-credential-grants and --image-tag, or drop --check to upgrade")
 	}
 	return nil
 }
@@ -96,6 +100,11 @@ type findings struct {
 	// not read with --skip-system.
 	failed []platform.ChartVersion
 	routes RouteCheck
+	// grants are the allow-lists the upgrade would seed, of the shared git credentials whose
+	// list was never set and that apps reference; unused are such credentials no app references,
+	// left unset.
+	grants []credential.Grant
+	unused []string
 }
 
 // blocked reports whether the check fails: kip upgrade would refuse, or an app needs a decision.
@@ -105,25 +114,18 @@ func (f findings) blocked() error {
 		why = append(why, "the Kipper schemas cannot move")
 	}
 	if n := len(f.apps.Decisions); n > 0 {
-		why = append(why, fmt.Sprintf("%d %s a decision", n, plural(n, "app needs", "apps need")))
+		why = append(why, fmt.Sprintf("%d %s a decision", n, cli.Plural(n, "app needs", "apps need")))
 	}
 	if n := len(f.failed); n > 0 {
-		why = append(why, fmt.Sprintf("%d %s failed", n, plural(n, "system component's Helm release", "system components' Helm releases")))
+		why = append(why, fmt.Sprintf("%d %s failed", n, cli.Plural(n, "system component's Helm release", "system components' Helm releases")))
 	}
 	if n := len(f.routes.Conflicts); n > 0 {
-		why = append(why, fmt.Sprintf("%d %s with an installed Kipper component", n, plural(n, "route conflicts", "routes conflict")))
+		why = append(why, fmt.Sprintf("%d %s with an installed Kipper component", n, cli.Plural(n, "route conflicts", "routes conflict")))
 	}
 	if len(why) == 0 {
 		return nil
 	}
 	return &cli.DecisionError{Err: errors.New(strings.Join(why, ", and ") + " (listed above)")}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // Run is kip upgrade, and with Check kip upgrade --check.
@@ -186,6 +188,17 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		return f, err
 	}
 	f.routes = CheckRoutes(routes, installed)
+	creds, err := credential.List(ctx, u.cl)
+	if err != nil {
+		return f, err
+	}
+	refs := map[string][]string{}
+	for _, a := range apps {
+		if a.Credential != "" {
+			refs[a.Credential] = append(refs[a.Credential], a.Project)
+		}
+	}
+	f.grants, f.unused = credential.Seeds(creds, refs)
 	if !u.o.SkipSystem {
 		if f.failed, err = platform.FailedReleases(ctx, u.cl, u.system(), u.rec.Server); err != nil {
 			return f, err
@@ -203,7 +216,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		fmt.Fprintf(w, "  ✔   The Kipper schemas can move to this kip's\n")
 	}
 	if len(f.apps.Repairs)+len(f.apps.Decisions)+len(f.apps.AtZero) == 0 {
-		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), plural(len(apps), "app", "apps"))
+		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), cli.Plural(len(apps), "app", "apps"))
 	}
 	f.apps.Write(w)
 	if runs := u.kept["longhorn"]; runs != "" {
@@ -217,6 +230,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		}
 	}
 	f.routes.Write(w)
+	credential.WriteSeeds(w, f.grants, f.unused)
 	for _, c := range f.failed {
 		fmt.Fprintf(w, "  ✗   The Helm release of %s (%s) failed, and helm-controller would hang resetting it. Recover it first, on the server:\n", c.Component, c.Namespace)
 		for _, line := range c.Fix {
@@ -249,18 +263,18 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if n := len(f.failed); n > 0 {
 		return fmt.Errorf("%d %s failed (listed above). Nothing was changed: recover %s as shown, then run kip upgrade again, "+
 			"or run kip upgrade --skip-system to upgrade only the Kipper CRDs and the console", n,
-			plural(n, "system component's Helm release", "system components' Helm releases"), plural(n, "it", "them"))
+			cli.Plural(n, "system component's Helm release", "system components' Helm releases"), cli.Plural(n, "it", "them"))
 	}
 	if n := len(f.apps.Decisions); n > 0 {
 		if !u.o.SkipAutoscalingCheck {
 			return &cli.DecisionError{Err: fmt.Errorf("%d %s a decision (listed above). Nothing was changed: decide as shown, "+
-				"or pass --skip-autoscaling-check to upgrade and leave %s as %s", n, plural(n, "app needs", "apps need"),
-				plural(n, "it", "them"), plural(n, "it is", "they are"))}
+				"or pass --skip-autoscaling-check to upgrade and leave %s as %s", n, cli.Plural(n, "app needs", "apps need"),
+				cli.Plural(n, "it", "them"), cli.Plural(n, "it is", "they are"))}
 		}
-		u.p.Warn(fmt.Sprintf("Leaving %d %s that %s a decision as %s (--skip-autoscaling-check)", n, plural(n, "app", "apps"), plural(n, "needs", "need"), plural(n, "it is", "they are")))
+		u.p.Warn(fmt.Sprintf("Leaving %d %s that %s a decision as %s (--skip-autoscaling-check)", n, cli.Plural(n, "app", "apps"), cli.Plural(n, "needs", "need"), cli.Plural(n, "it is", "they are")))
 	}
 	if removals := f.routes.Removals(); len(removals) > 0 {
-		ok, err := u.o.Prompter.Confirm(fmt.Sprintf("Remove the %d conflicting %s Kipper manages (listed above)?", len(removals), plural(len(removals), "route", "routes")))
+		ok, err := u.o.Prompter.Confirm(fmt.Sprintf("Remove the %d conflicting %s Kipper manages (listed above)?", len(removals), cli.Plural(len(removals), "route", "routes")))
 		if errors.Is(err, cli.ErrYesRequired) {
 			return fmt.Errorf("removing the conflicting routes listed above needs confirmation: %w. Nothing was changed", err)
 		}
@@ -284,6 +298,10 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 			return errors.New("the autoscaling fixes were not approved. Nothing was changed: set the apps as you want them with kip app scale or kip app autoscale, " +
 				"or run kip upgrade again and approve the fixes")
 		}
+	}
+	grants, err := u.seedConsent(f.grants)
+	if err != nil {
+		return err
 	}
 	if !u.o.SkipSystem {
 		ok, err := u.o.Prompter.Confirm("Reconcile the system components at this kip's versions? Pods of a component that changes restart, which can briefly disrupt running workloads")
@@ -309,7 +327,7 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
 		return err
 	}
-	steps, err := u.steps(intent, approved, f.routes.Removals())
+	steps, err := u.steps(intent, approved, f.routes.Removals(), grants)
 	if err != nil {
 		return err
 	}
@@ -318,6 +336,30 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	}
 	u.p.Success(fmt.Sprintf("Upgraded to kip %s", u.o.KipVersion))
 	return nil
+}
+
+// seedConsent asks whether to seed the allow-lists the check listed (grants), unless
+// --seed-credential-grants: the grants approved, none when declined or when nobody can answer
+// (a credential whose list was never set keeps serving every project, as before, so the upgrade
+// goes on and says how to seed them later).
+func (u *upgrader) seedConsent(grants []credential.Grant) ([]credential.Grant, error) {
+	if len(grants) == 0 || u.o.SeedCredentialGrants {
+		return grants, nil
+	}
+	later := "kip upgrade --seed-credential-grants, or kip credentials allow, sets them later"
+	ok, err := u.o.Prompter.Ask(fmt.Sprintf("Grant the %d shared git %s listed above the projects whose apps use %s?",
+		len(grants), cli.Plural(len(grants), "credential", "credentials"), cli.Plural(len(grants), "it", "them")))
+	switch {
+	case errors.Is(err, cli.ErrNoTerminal):
+		u.p.Warn("Leaving the shared git credentials' allow-lists unset: " + err.Error() + "; " + later)
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !ok:
+		u.p.Info("Leaving the shared git credentials' allow-lists unset; " + later)
+		return nil, nil
+	}
+	return grants, nil
 }
 
 // reconciled are the system components the upgrade re-applies (spec 002's scope table), in
@@ -360,7 +402,7 @@ func (u *upgrader) system() []components.Component {
 // steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
 // RBAC, console-api and the console restarted), the system components unless skipped, and the
 // approved autoscaling fixes last.
-func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []IngressRef) ([]workflow.Step, error) {
+func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []IngressRef, grants []credential.Grant) ([]workflow.Step, error) {
 	byName := map[string]components.Component{}
 	for _, c := range u.all {
 		byName[c.Name] = c
@@ -404,6 +446,9 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 			}
 			moved = append(moved, c)
 		}
+	}
+	if len(grants) > 0 {
+		steps = append(steps, credential.SeedStep(u.cl, grants, u.p))
 	}
 	steps = append(steps, u.recordStep(moved))
 	if len(approved) > 0 {

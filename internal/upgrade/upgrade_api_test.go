@@ -25,6 +25,7 @@ import (
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/credential"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
@@ -502,5 +503,69 @@ func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
 	}
 	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 3 {
 		t.Errorf("once console-api serves alone the fix wrote replicas %d, want the Deployment's 3\n%s", n, out.String())
+	}
+}
+
+// TestUpgradeSeedsCredentialGrants: a shared git credential whose allow-list was never set, used
+// by an app, is listed by --check with the project it would be granted; off a terminal without
+// --seed-credential-grants the upgrade leaves it unset and says how to set it; with the flag it
+// writes the project's name and nothing else of the Secret.
+func TestUpgradeSeedsCredentialGrants(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, cl := installed(ctx, t, "seed-node")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "seed-git", Namespace: credential.Namespace,
+		Labels: map[string]string{credential.Label: "true"}}, StringData: map[string]string{"token": "not-printed"}}
+	if _, err := cl.Kube.CoreV1().Secrets(credential.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Kube.CoreV1().Secrets(credential.Namespace).Delete(context.Background(), "seed-git", metav1.DeleteOptions{})
+	})
+	ns := projectNamespace(t, cl, "seeded", "prod")
+	addApp(t, cl, ns, "web", map[string]any{"replicas": int64(1), "git": map[string]any{"credential": "seed-git"}}, 1)
+	allowed := func() (string, bool) {
+		s, err := cl.Kube.CoreV1().Secrets(credential.Namespace).Get(ctx, "seed-git", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := s.Annotations[credential.AllowedAnnotation]
+		return v, ok
+	}
+
+	var out bytes.Buffer
+	o := quietOptions(cl, &out)
+	o.Check = true
+	if err := Run(ctx, o); err != nil && !strings.Contains(err.Error(), "decision") {
+		t.Fatalf("--check: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "seed-git: seeded") {
+		t.Errorf("--check does not list the grant:\n%s", out.String())
+	}
+
+	out.Reset()
+	o = quietOptions(cl, &out)
+	o.SkipSystem, o.SkipAutoscalingCheck, o.RepairAutoscaling = true, true, true
+	if err := Run(ctx, o); err != nil {
+		t.Fatalf("upgrade off a terminal: %v\n%s", err, out.String())
+	}
+	if v, set := allowed(); set {
+		t.Errorf("off a terminal without --seed-credential-grants the allow-list was set to %q", v)
+	}
+	if !strings.Contains(out.String(), "kip upgrade --seed-credential-grants, or kip credentials allow, sets them later") {
+		t.Errorf("the upgrade does not say how to seed later:\n%s", out.String())
+	}
+
+	out.Reset()
+	o = quietOptions(cl, &out)
+	o.SkipSystem, o.SkipAutoscalingCheck, o.RepairAutoscaling, o.SeedCredentialGrants = true, true, true, true
+	if err := Run(ctx, o); err != nil {
+		t.Fatalf("upgrade --seed-credential-grants: %v\n%s", err, out.String())
+	}
+	if v, set := allowed(); !set || v != "seeded" {
+		t.Errorf("after --seed-credential-grants the allow-list is %q (set %v), want \"seeded\"", v, set)
+	}
+	if strings.Contains(out.String(), "not-printed") {
+		t.Error("the upgrade printed the credential's data")
 	}
 }
