@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
 )
@@ -26,15 +28,7 @@ func TestBackupWiring(t *testing.T) {
 		got = nil
 		f, _, _ := testFactory(nil)
 		f.Args = args
-		root := newRootCmd(f)
-		for _, c := range root.Commands() {
-			if c.Name() == "backup" {
-				root.RemoveCommand(c)
-			}
-		}
-		root.AddCommand(newBackupCmd(f, runners))
-		root.SetArgs(args)
-		return root.Execute()
+		return executeWith(f, args, func(f *cli.Factory) *cobra.Command { return newBackupCmd(f, runners) })
 	}
 
 	if err := run("backup", "create", "--project", "shop", "--wait", "--ttl", "168h"); err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/credential"
 )
@@ -21,15 +23,7 @@ func TestCredentialsWiring(t *testing.T) {
 		got = nil
 		f, _, _ := testFactory(nil)
 		f.Args = args
-		root := newRootCmd(f)
-		for _, c := range root.Commands() {
-			if c.Name() == "credentials" {
-				root.RemoveCommand(c)
-			}
-		}
-		root.AddCommand(newCredentialsCmd(f, runners))
-		root.SetArgs(args)
-		return root.Execute()
+		return executeWith(f, args, func(f *cli.Factory) *cobra.Command { return newCredentialsCmd(f, runners) })
 	}
 	if err := run("credentials", "list", "-o", "json"); err != nil || !got.(*credential.Options).JSON || got.(*credential.Options).Kube == nil {
 		t.Errorf("list -o json: %+v %v", got, err)

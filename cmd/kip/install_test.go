@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/install"
 	"kipper.run/kip/internal/sshx"
@@ -17,15 +19,7 @@ func runInstallCmd(t *testing.T, env map[string]string, args []string, runF func
 	t.Helper()
 	f, _, _ := testFactory(env)
 	f.Args = append([]string{"install"}, args...)
-	root := newRootCmd(f)
-	for _, c := range root.Commands() {
-		if c.Name() == "install" {
-			root.RemoveCommand(c)
-		}
-	}
-	root.AddCommand(newInstallCmd(f, runF))
-	root.SetArgs(append([]string{"install"}, args...))
-	return root.Execute()
+	return executeWith(f, f.Args, func(f *cli.Factory) *cobra.Command { return newInstallCmd(f, runF) })
 }
 
 // TestInstallWiring checks what kip install hands to internal/install: the options from its

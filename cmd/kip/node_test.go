@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
@@ -19,15 +21,9 @@ func TestNodeListWiring(t *testing.T) {
 	}{{nil, false}, {[]string{"-o", "json"}, true}} {
 		f, _, _ := testFactory(nil)
 		var got *node.ListOptions
-		root := newRootCmd(f)
-		for _, c := range root.Commands() {
-			if c.Name() == "node" {
-				root.RemoveCommand(c)
-			}
-		}
-		root.AddCommand(newNodeCmd(f, nodeRunners{list: func(o *node.ListOptions) error { got = o; return nil }}))
-		root.SetArgs(append([]string{"node", "list"}, tt.args...))
-		if err := root.Execute(); err != nil {
+		if err := executeWith(f, append([]string{"node", "list"}, tt.args...), func(f *cli.Factory) *cobra.Command {
+			return newNodeCmd(f, nodeRunners{list: func(o *node.ListOptions) error { got = o; return nil }})
+		}); err != nil {
 			t.Fatalf("%v: %v", tt.args, err)
 		}
 		if got == nil || got.JSON != tt.wantJSON || got.Out != f.IO.Out || got.Kube == nil {

@@ -21,6 +21,21 @@ import (
 
 var update = flag.Bool("update", false, "rewrite docs/cli from the commands")
 
+// executeWith runs kip's root command of f with args, the command build makes (wired to a test's
+// runners) in place of kip's own of that name.
+func executeWith(f *cli.Factory, args []string, build func(*cli.Factory) *cobra.Command) error {
+	root := newRootCmd(f)
+	cmd := build(f)
+	for _, c := range root.Commands() {
+		if c.Name() == cmd.Name() {
+			root.RemoveCommand(c)
+		}
+	}
+	root.AddCommand(cmd)
+	root.SetArgs(args)
+	return root.Execute()
+}
+
 // testFactory returns a factory on buffers, as if not on a terminal.
 func testFactory(env map[string]string) (*cli.Factory, *bytes.Buffer, *bytes.Buffer) {
 	var out, errOut bytes.Buffer

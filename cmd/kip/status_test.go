@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/status"
@@ -45,19 +47,11 @@ func TestStatusDoctorWiring(t *testing.T) {
 			f, _, _ := testFactory(nil)
 			var got *status.Options
 			runF := func(o *status.Options) error { got = o; return nil }
-			root := newRootCmd(f)
-			for _, c := range root.Commands() {
-				if c.Name() == name {
-					root.RemoveCommand(c)
-				}
+			build := func(f *cli.Factory) *cobra.Command { return newStatusCmd(f, runF) }
+			if name == "doctor" {
+				build = func(f *cli.Factory) *cobra.Command { return newDoctorCmd(f, runF) }
 			}
-			if name == "status" {
-				root.AddCommand(newStatusCmd(f, runF))
-			} else {
-				root.AddCommand(newDoctorCmd(f, runF))
-			}
-			root.SetArgs(append([]string{name}, tt.args...))
-			if err := root.Execute(); err != nil {
+			if err := executeWith(f, append([]string{name}, tt.args...), build); err != nil {
 				t.Fatalf("%s %v: %v", name, tt.args, err)
 			}
 			if got.JSON != tt.wantJSON || got.APIOnly != tt.wantAPI || got.Server != tt.wantServer || (got.Dial != nil) != tt.wantDial || got.Out == nil || got.Kube == nil {
