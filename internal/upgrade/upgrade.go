@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -439,6 +440,9 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 			s := components.Step(u.cl, c)
 			title := c.Name + " " + c.Version
 			s.Title, s.Done, s.Already = "Reconcile "+title, "Reconciled "+title, title+" already as this kip pins it"
+			if slices.Contains(keptAtRelease, c.Name) {
+				s.Already = title + " already has this kip's settings (at the release the cluster runs)"
+			}
 			steps = append(steps, s)
 			if c.Name == "longhorn" {
 				// As install does: single-copy volumes stay on the server.
