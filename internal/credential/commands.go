@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -15,14 +14,9 @@ import (
 	"kipper.run/kip/internal/service"
 )
 
-// Options are what every kip credentials command needs; cmd/kip fills them.
-type Options struct {
-	Kube     func() (*kube.Clients, error)
-	Printer  *cli.Printer
-	Prompter *cli.Prompter
-	JSON     bool
-	Out      io.Writer
-}
+// Options are what every kip credentials command needs, as every kip service and kip project
+// command does; cmd/kip fills them.
+type Options = service.Options
 
 // Item is one credential as kip credentials list shows it, and its -o json shape.
 type Item struct {
