@@ -201,3 +201,40 @@ func (s *StopRecord) String() string {
 	}
 	return reason + s.since()
 }
+
+// Listed is an App of a project's environment, as ListInProjects read it.
+type Listed struct {
+	Project, Environment string
+	Object               *unstructured.Unstructured
+}
+
+// ListInProjects lists every App of the cluster's project namespaces in two API requests
+// whatever their number: the project namespaces and the Apps, each listed once. outside counts
+// the Apps of namespaces no project has. A cluster without Kipper's App CRD has no apps.
+func ListInProjects(ctx context.Context, cl *kube.Clients) (apps []Listed, outside int, err error) {
+	nss, err := cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: service.ProjectLabel})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list the project namespaces: %w", err)
+	}
+	project := map[string]string{}
+	for _, ns := range nss.Items {
+		project[ns.Name] = ns.Labels[service.ProjectLabel]
+	}
+	list, err := cl.Dynamic.Resource(AppsGVR).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("list the apps: %w", err)
+	}
+	for i := range list.Items {
+		u := &list.Items[i]
+		p, ok := project[u.GetNamespace()]
+		if !ok || !strings.HasPrefix(u.GetNamespace(), p+"-") {
+			outside++
+			continue
+		}
+		apps = append(apps, Listed{Project: p, Environment: strings.TrimPrefix(u.GetNamespace(), p+"-"), Object: u})
+	}
+	return apps, outside, nil
+}

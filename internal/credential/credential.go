@@ -36,7 +36,6 @@ import (
 
 	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/service"
 )
 
 const (
@@ -171,29 +170,15 @@ func writeAllowed(ctx context.Context, md metadata.Interface, c Credential, proj
 // the projects, sorted, in two API requests (the project namespaces and the Apps). An App in a
 // namespace no project has is left out, as the upgrade's check leaves it out.
 func References(ctx context.Context, cl *kube.Clients) (map[string][]string, error) {
-	nss, err := cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: service.ProjectLabel})
+	apps, _, err := app.ListInProjects(ctx, cl)
 	if err != nil {
-		return nil, fmt.Errorf("list the project namespaces: %w", err)
-	}
-	project := map[string]string{}
-	for _, ns := range nss.Items {
-		project[ns.Name] = ns.Labels[service.ProjectLabel]
-	}
-	apps, err := cl.Dynamic.Resource(app.AppsGVR).List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return map[string][]string{}, nil // a cluster without Kipper's App CRD has no apps
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the apps: %w", err)
+		return nil, err
 	}
 	refs := map[string][]string{}
-	for i := range apps.Items {
-		u := &apps.Items[i]
-		name, p := AppCredential(u), project[u.GetNamespace()]
-		if name == "" || p == "" || !strings.HasPrefix(u.GetNamespace(), p+"-") {
-			continue
+	for _, a := range apps {
+		if name := AppCredential(a.Object); name != "" {
+			refs[name] = append(refs[name], a.Project)
 		}
-		refs[name] = append(refs[name], p)
 	}
 	for name, projects := range refs {
 		refs[name] = sortedUnique(projects)

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -15,7 +13,6 @@ import (
 	"kipper.run/kip/internal/app"
 	"kipper.run/kip/internal/credential"
 	"kipper.run/kip/internal/kube"
-	"kipper.run/kip/internal/service"
 )
 
 // ReadApps reads every App of the cluster's project namespaces with its Deployment, in three
@@ -23,20 +20,9 @@ import (
 // Deployments, each listed once. outside counts the Apps of namespaces no project has, which
 // the check cannot name a command for.
 func ReadApps(ctx context.Context, cl *kube.Clients) (apps []*App, outside int, err error) {
-	nss, err := cl.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: service.ProjectLabel})
+	listed, outside, err := app.ListInProjects(ctx, cl)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list the project namespaces: %w", err)
-	}
-	project := map[string]string{}
-	for _, ns := range nss.Items {
-		project[ns.Name] = ns.Labels[service.ProjectLabel]
-	}
-	list, err := cl.Dynamic.Resource(app.AppsGVR).List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, 0, nil // a cluster without Kipper's App CRD has no apps
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("list the apps: %w", err)
+		return nil, 0, err
 	}
 	desired := map[string]*int32{}
 	deployments, depErr := cl.Kube.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
@@ -46,15 +32,10 @@ func ReadApps(ctx context.Context, cl *kube.Clients) (apps []*App, outside int, 
 			desired[d.Namespace+"/"+d.Name] = d.Spec.Replicas
 		}
 	}
-	for i := range list.Items {
-		u := &list.Items[i]
-		p, ok := project[u.GetNamespace()]
-		if !ok || !strings.HasPrefix(u.GetNamespace(), p+"-") {
-			outside++
-			continue
-		}
+	for _, l := range listed {
+		u := l.Object
 		a := appOf(u)
-		a.Project, a.Environment = p, strings.TrimPrefix(u.GetNamespace(), p+"-")
+		a.Project, a.Environment = l.Project, l.Environment
 		if depErr != nil {
 			a.DeploymentErr = depErr
 		} else if r, ok := desired[u.GetNamespace()+"/"+u.GetName()]; ok {
