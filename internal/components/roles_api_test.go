@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,11 +27,7 @@ func TestProjectRoles(t *testing.T) {
 	if err := kube.Apply(ctx, cl, base.Objects, kube.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ns := "roles-prod"
-	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	ns := env.Namespace(t)
 
 	as := rest.CopyConfig(env.Config)
 	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + systemNamespace + ":console-api"}
