@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
@@ -52,7 +52,7 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 			if err != nil || len(d) > 0 {
 				return false, err
 			}
-			ready, _, err := c.Status(ctx, cl)
+			ready, _, err := c.settled(ctx, cl)
 			return ready, err
 		},
 		Plan: func(ctx context.Context) ([]string, error) {
@@ -60,7 +60,7 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 			if err != nil || len(d) > 0 {
 				return d, err
 			}
-			_, pending, err := c.Status(ctx, cl)
+			_, pending, err := c.settled(ctx, cl)
 			if pending == "" {
 				return []string{"wait for it to roll out"}, err
 			}
@@ -70,91 +70,99 @@ func Step(cl *kube.Clients, c Component) workflow.Step {
 	}
 }
 
-// chartJobs are the install Jobs of HelmCharts about to change, by Job, with the UID each had
-// before ("" when there was none) and the generation of its HelmChart before the change.
-type chartJobs map[types.NamespacedName]chartJob
+// replacedJobAnnotation, on a HelmChart, names the install Job k3s's helm-controller had run for
+// the chart when kip last changed the chart's spec, and the chart's generation then:
+// "UID/GENERATION". helm-controller replaces that Job (a new Job, a new UID) for the new spec, so
+// while a chart of a later generation still has a Job of that UID, the chart is not installed
+// yet, however Complete the old Job is. kip writes it with the change itself: a kip killed
+// right after that write knows on its next run that the Job it finds is the old one.
+const replacedJobAnnotation = "kipper.run/replaced-install-job"
 
-type chartJob struct {
-	uid types.UID
-	// chart is the HelmChart, and generation its generation before the apply (0 when it did not
-	// exist).
-	chart      types.NamespacedName
-	generation int64
-}
+// installJob is the name of the Job helm-controller runs for the HelmChart name.
+func installJob(name string) string { return "helm-install-" + name }
 
-// changedCharts finds the HelmCharts among objs that applying them would change, and notes
-// their install Jobs.
-func changedCharts(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) (chartJobs, error) {
-	jobs := chartJobs{}
-	for _, o := range objs {
-		if o.GetKind() != "HelmChart" {
+// withReplacedJobs returns objs with each HelmChart carrying replacedJobAnnotation: a new one when
+// applying the chart changes its spec (the server's dry run gives it a new generation) and it has
+// an install Job, else the one the chart already carries (the apply owns the annotation, and
+// would drop it otherwise).
+func withReplacedJobs(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	out := slices.Clone(objs)
+	for i, o := range objs {
+		if o.GroupVersionKind().GroupKind() != helmChartGK {
 			continue
 		}
-		d, err := kube.Drift(ctx, cl, []*unstructured.Unstructured{o}, "")
-		if err != nil || len(d) == 0 {
-			if err != nil {
-				return nil, err
-			}
-			continue
+		live, planned, err := kube.Preview(ctx, cl, o, kube.ApplyOptions{Force: true})
+		if err != nil && notYet(err) || err == nil && live == nil {
+			continue // a new chart: it has no Job of its own yet
 		}
-		cj := chartJob{chart: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
-		if cj.generation, err = chartGeneration(ctx, cl, cj.chart); err != nil {
+		if err != nil {
 			return nil, err
 		}
-		name := types.NamespacedName{Namespace: o.GetNamespace(), Name: "helm-install-" + o.GetName()}
-		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
+		mark := live.GetAnnotations()[replacedJobAnnotation]
+		if planned.GetGeneration() != live.GetGeneration() {
+			job, err := cl.Kube.BatchV1().Jobs(o.GetNamespace()).Get(ctx, installJob(o.GetName()), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				mark = ""
+			case err != nil:
+				return nil, fmt.Errorf("read Job %s/%s: %w", o.GetNamespace(), installJob(o.GetName()), err)
+			default:
+				mark = fmt.Sprintf("%s/%d", job.UID, live.GetGeneration())
+			}
+		}
+		if mark == "" {
+			continue
+		}
+		o = o.DeepCopy()
+		annotations := o.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[replacedJobAnnotation] = mark
+		o.SetAnnotations(annotations)
+		out[i] = o
+	}
+	return out, nil
+}
+
+// notReplaced names a HelmChart of objs whose install Job is still the one its
+// replacedJobAnnotation says kip's last change replaces, "" when there is none.
+func notReplaced(ctx context.Context, cl *kube.Clients, objs []*unstructured.Unstructured) (string, error) {
+	for _, o := range objs {
+		if o.GroupVersionKind().GroupKind() != helmChartGK {
+			continue
+		}
+		ns, name := o.GetNamespace(), o.GetName()
+		chart, err := cl.Dynamic.Resource(HelmCharts).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err != nil && notYet(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read HelmChart %s/%s: %w", ns, name, err)
+		}
+		uid, generation, ok := strings.Cut(chart.GetAnnotations()[replacedJobAnnotation], "/")
+		if g, err := strconv.ParseInt(generation, 10, 64); !ok || err != nil || chart.GetGeneration() <= g {
+			continue
+		}
+		job, err := cl.Kube.BatchV1().Jobs(ns).Get(ctx, installJob(name), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return nil, fmt.Errorf("read Job %s: %w", name, err)
-		default:
-			cj.uid = job.UID
-		}
-		jobs[name] = cj
-	}
-	return jobs, nil
-}
-
-// chartGeneration is the generation of the HelmChart name, 0 when there is none.
-func chartGeneration(ctx context.Context, cl *kube.Clients, name types.NamespacedName) (int64, error) {
-	hc, err := cl.Dynamic.Resource(HelmCharts).Namespace(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read HelmChart %s: %w", name, err)
-	}
-	return hc.GetGeneration(), nil
-}
-
-// unchanged drops the charts whose HelmChart the apply did not change (the same generation): a
-// field another manager had set to the same value is taken over without a change, and
-// helm-controller starts no Job for it.
-func (jobs chartJobs) unchanged(ctx context.Context, cl *kube.Clients) error {
-	for name, cj := range jobs {
-		g, err := chartGeneration(ctx, cl, cj.chart)
-		if err != nil {
-			return err
-		}
-		if g == cj.generation {
-			delete(jobs, name)
-		}
-	}
-	return nil
-}
-
-// pending names a changed chart whose install Job helm-controller has not replaced yet.
-func (jobs chartJobs) pending(ctx context.Context, cl *kube.Clients) (string, error) {
-	for name, cj := range jobs {
-		job, err := cl.Kube.BatchV1().Jobs(name.Namespace).Get(ctx, name.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && job.UID == cj.uid {
-			return "k3s's helm-controller has not started Job " + name.String() + " for the new chart yet", nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("read Job %s: %w", name, err)
+			return "", fmt.Errorf("read Job %s/%s: %w", ns, installJob(name), err)
+		case string(job.UID) == uid:
+			return fmt.Sprintf("HelmChart %s/%s: Job %s is the one from before kip changed the chart; k3s's helm-controller has not replaced it yet", ns, name, installJob(name)), nil
 		}
 	}
 	return "", nil
+}
+
+// settled is c.Status, with a changed chart whose install Job helm-controller has not replaced
+// yet (notReplaced) pending.
+func (c Component) settled(ctx context.Context, cl *kube.Clients) (ready bool, pending string, err error) {
+	if pending, err := notReplaced(ctx, cl, c.Objects); pending != "" || err != nil {
+		return false, pending, err
+	}
+	return c.Status(ctx, cl)
 }
 
 // notYet reports whether applying failed only because what the objects need does not exist
@@ -269,24 +277,21 @@ func Apply(ctx context.Context, cl *kube.Clients, c Component) error {
 	}); err != nil {
 		return err
 	}
-	// A chart whose HelmChart changes gets a new install Job from helm-controller; until
-	// then its old, complete Job would count as installed.
-	replaced, err := changedCharts(ctx, cl, c.Objects)
+	// A chart whose spec changes gets a new install Job from helm-controller; until then its
+	// old, Complete Job would count as installed. The chart says which Job it replaces.
+	objs, err := withReplacedJobs(ctx, cl, c.Objects)
 	if err != nil {
 		return err
 	}
 	// kip owns its components' fields: a field someone else changed is taken back.
-	if err := kube.Apply(ctx, cl, c.Objects, kube.ApplyOptions{Force: true}); err != nil {
-		return err
-	}
-	if err := replaced.unchanged(ctx, cl); err != nil {
+	if err := kube.Apply(ctx, cl, objs, kube.ApplyOptions{Force: true}); err != nil {
 		return err
 	}
 	if err := createMissing(ctx, cl, c.CreateOnly); err != nil {
 		return err
 	}
 	return kube.PollPending(ctx, componentTimeout, c.Name+" to roll out", func(ctx context.Context) (string, error) {
-		if pending, err := replaced.pending(ctx, cl); pending != "" || err != nil {
+		if pending, err := notReplaced(ctx, cl, c.Objects); pending != "" || err != nil {
 			return pending, err
 		}
 		// The After objects are applied once the rest is ready, and only while they are not as

@@ -25,9 +25,18 @@ import (
 	"kipper.run/kip/test/testenv"
 )
 
+// asHelper, set by chartchange_api_test.go (built with -tags kipfault), runs the binary as the
+// helper process of TestChartChangeKilledAfterItsWrite when its environment asks for that, and
+// then never returns.
+var asHelper = func() {}
+
 // TestMain shares one API test environment among this package's tests (started on first use by
-// testenv.Get, stopped when the tests end). It is the only TestMain of package install's tests.
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// testenv.Get, stopped when the tests end). Run as a helper process, the binary applies a
+// component to the parent's environment instead, and never starts one.
+func TestMain(m *testing.M) {
+	asHelper()
+	os.Exit(testenv.Main(m))
+}
 
 func apiTestClients(t *testing.T) (*testenv.Env, *kube.Clients) {
 	t.Helper()

@@ -238,7 +238,7 @@ func (c Component) StatusFrom(l *Listed) (ready bool, pending string, err error)
 			if !ok {
 				return fail(cmpErr(l.jobsErr[o.GetNamespace()], "Jobs in "+o.GetNamespace()))
 			}
-			add(helmJobPending(o, jobs["helm-install-"+o.GetName()]))
+			add(helmJobPending(o, jobs[installJob(o.GetName())]))
 		case gvk.GroupKind() == crdGK:
 			if l.crdsErr != nil {
 				return fail(l.crdsErr)
@@ -298,7 +298,7 @@ func cmpErr(err error, what string) error {
 func helmJobPending(chart *unstructured.Unstructured, job *batchv1.Job) string {
 	ns, name := chart.GetNamespace(), chart.GetName()
 	want, _, _ := unstructured.NestedString(chart.Object, "spec", "version")
-	jobName := "helm-install-" + name
+	jobName := installJob(name)
 	id := fmt.Sprintf("HelmChart %s/%s", ns, name)
 	if job == nil {
 		return fmt.Sprintf("%s: Job %s not created yet (k3s's helm-controller creates it)", id, jobName)

@@ -26,33 +26,19 @@ func Drift(ctx context.Context, c *Clients, objs []*unstructured.Unstructured, f
 	if fieldManager == "" {
 		fieldManager = FieldManager
 	}
-	a := &applier{c: c, opts: ApplyOptions{FieldManager: fieldManager, DryRun: true}}
 	var drift []string
 	for _, o := range objs {
-		mapping, err := a.mapping(ctx, o.GroupVersionKind())
-		if err != nil {
-			return nil, fmt.Errorf("check %s: %w", describe(o), err)
-		}
-		ri, obj, err := a.resource(mapping, o)
-		if err != nil {
-			return nil, err
-		}
-		live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			drift = append(drift, describe(o)+": missing")
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("check %s: %w", describe(o), err)
-		}
-		want, err := a.applyObject(ctx, o)
+		live, want, err := Preview(ctx, c, o, ApplyOptions{FieldManager: fieldManager})
 		var conflict *conflictError
-		if errors.As(err, &conflict) {
+		switch {
+		case errors.As(err, &conflict):
 			drift = append(drift, describe(o)+": changed by another field manager")
 			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("check: %w", err)
+		case err != nil:
+			return nil, err
+		case live == nil:
+			drift = append(drift, describe(o)+": missing")
+			continue
 		}
 		same, err := sameStored(live, want, fieldManager)
 		if err != nil {
@@ -63,6 +49,38 @@ func Drift(ctx context.Context, c *Clients, objs []*unstructured.Unstructured, f
 		}
 	}
 	return drift, nil
+}
+
+// Preview returns o as the cluster stores it (live) and as a server-side apply of it with opts
+// would store it (planned), from a dry run of that apply: both nil when o does not exist. The
+// planned object's generation tells whether the apply would change what its controller acts on.
+// A field another manager set makes it fail unless opts.Force, as the apply would.
+func Preview(ctx context.Context, c *Clients, o *unstructured.Unstructured, opts ApplyOptions) (live, planned *unstructured.Unstructured, err error) {
+	if opts.FieldManager == "" {
+		opts.FieldManager = FieldManager
+	}
+	opts.DryRun = true
+	a := &applier{c: c, opts: opts}
+	mapping, err := a.mapping(ctx, o.GroupVersionKind())
+	if err != nil {
+		return nil, nil, fmt.Errorf("check %s: %w", describe(o), err)
+	}
+	ri, obj, err := a.resource(mapping, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	live, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("check %s: %w", describe(o), err)
+	}
+	planned, err = a.applyObject(ctx, o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("check: %w", err)
+	}
+	return live, planned, nil
 }
 
 // sameStored reports whether live already holds what want (the server's dry run of kip's

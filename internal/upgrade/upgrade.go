@@ -144,22 +144,8 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
+	u, err := newUpgrader(ctx, o, cl)
 	if err != nil {
-		return err
-	}
-	pinned, err := manifests.Pinned()
-	if err != nil {
-		return err
-	}
-	u := &upgrader{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned}
-	u.kept = map[string]string{}
-	for _, name := range keptAtRelease {
-		if u.kept[name], err = components.ReadRelease(ctx, cl, name); err != nil {
-			return err
-		}
-	}
-	if u.all, err = u.render(); err != nil {
 		return err
 	}
 	f, err := u.check(ctx)
@@ -170,6 +156,29 @@ func Run(ctx context.Context, o *Options) error {
 		return f.blocked()
 	}
 	return u.upgrade(ctx, f)
+}
+
+// newUpgrader reads what the upgrade starts from: the cluster record, the releases of the
+// components kept at theirs, and the components rendered from them.
+func newUpgrader(ctx context.Context, o *Options, cl *kube.Clients) (*upgrader, error) {
+	rec, err := cluster.ReadInstalled(ctx, cl.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	pinned, err := manifests.Pinned()
+	if err != nil {
+		return nil, err
+	}
+	u := &upgrader{o: o, p: o.Printer, cl: cl, rec: rec, pinned: pinned, kept: map[string]string{}}
+	for _, name := range keptAtRelease {
+		if u.kept[name], err = components.ReadRelease(ctx, cl, name); err != nil {
+			return nil, err
+		}
+	}
+	if u.all, err = u.render(); err != nil {
+		return nil, err
+	}
+	return u, nil
 }
 
 // check reads what the upgrade judges, through the API only, and reports it on Out.

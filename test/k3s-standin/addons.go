@@ -9,11 +9,10 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
+
+	"kipper.run/kip/test/helmstandin"
 )
 
 // k3s deploys its packaged manifests (server/manifests/*.yaml) with its deploy controller, on
@@ -33,44 +32,6 @@ var packaged embed.FS
 // packagedManifests are the manifests the stand-in deploys, by the name `disable` gives them.
 var packagedManifests = []string{"coredns", "local-storage"}
 
-// applier applies objects server-side, finding each kind's resource through discovery.
-type applier struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-}
-
-// resource returns where o lives; a namespaced object without a namespace goes to ns.
-func (a *applier) resource(o *unstructured.Unstructured, ns string) (dynamic.ResourceInterface, error) {
-	gvk := o.GroupVersionKind()
-	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		a.mapper.Reset() // a kind from a CRD created since discovery was read
-		mapping, err = a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
-	}
-	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
-		return a.dyn.Resource(mapping.Resource), nil
-	}
-	if o.GetNamespace() == "" {
-		o.SetNamespace(ns)
-	}
-	return a.dyn.Resource(mapping.Resource).Namespace(o.GetNamespace()), nil
-}
-
-// apply applies o with manager, taking conflicts.
-func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, ns, manager string) error {
-	res, err := a.resource(o, ns)
-	if err != nil {
-		return err
-	}
-	if _, err := res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
-		return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
-	}
-	return nil
-}
-
 // manifestObjects reads a packaged manifest with k3s's %{…}% variables filled in.
 func manifestObjects(name string, vars map[string]string) ([]*unstructured.Unstructured, error) {
 	data, err := packaged.ReadFile("manifests/" + name + ".yaml")
@@ -81,12 +42,12 @@ func manifestObjects(name string, vars map[string]string) ([]*unstructured.Unstr
 	for k, v := range vars {
 		text = strings.ReplaceAll(text, "%{"+k+"}%", v)
 	}
-	return decodeObjects(bytes.NewReader([]byte(text)))
+	return helmstandin.DecodeObjects(bytes.NewReader([]byte(text)))
 }
 
 // deployPackaged applies each packaged manifest, or deletes the objects of a disabled one that
 // the stand-in applied (its managed fields show the deploy manager), as k3s does.
-func deployPackaged(ctx context.Context, a *applier, disable []string, vars map[string]string) error {
+func deployPackaged(ctx context.Context, a *helmstandin.Applier, disable []string, vars map[string]string) error {
 	for _, name := range packagedManifests {
 		objs, err := manifestObjects(name, vars)
 		if err != nil {
@@ -94,7 +55,7 @@ func deployPackaged(ctx context.Context, a *applier, disable []string, vars map[
 		}
 		for _, o := range objs {
 			if !slices.Contains(disable, name) {
-				if err := a.apply(ctx, o, "kube-system", deployFieldManager); err != nil {
+				if err := a.Apply(ctx, o, "kube-system", deployFieldManager); err != nil {
 					return fmt.Errorf("deploy %s: %w", name, err)
 				}
 				continue
@@ -107,8 +68,8 @@ func deployPackaged(ctx context.Context, a *applier, disable []string, vars map[
 	return nil
 }
 
-func deleteDeployed(ctx context.Context, a *applier, o *unstructured.Unstructured) error {
-	res, err := a.resource(o, "kube-system")
+func deleteDeployed(ctx context.Context, a *helmstandin.Applier, o *unstructured.Unstructured) error {
+	res, err := a.Resource(o, "kube-system")
 	if err != nil {
 		return err
 	}

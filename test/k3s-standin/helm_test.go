@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"kipper.run/kip/test/helmstandin"
 )
 
 // The widgets chart's fixtures: a CRD and one of its resources, a StorageClass, and a ConfigMap
@@ -104,7 +106,7 @@ func TestAddons(t *testing.T) {
 	ext := apiextensionsclientset.NewForConfigOrDie(restCfg)
 
 	t.Run("CRDs established at READY", func(t *testing.T) {
-		if err := crdsEstablished(ctx, ext, []string{"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}); err != nil {
+		if err := helmstandin.CRDsEstablished(ctx, ext, []string{"helmcharts.helm.cattle.io", "helmchartconfigs.helm.cattle.io"}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -158,18 +160,18 @@ func TestAddons(t *testing.T) {
 
 		// A new version: the Job is replaced.
 		patch := []byte(`{"spec":{"version":"1.1.0"}}`)
-		if _, err := dyn.Resource(helmChartResource).Namespace("kube-system").Patch(ctx, "demo", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Patch(ctx, "demo", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		second := waitJob(ctx, t, kube, "demo", "1.1.0", first.UID)
-		if h1, h2 := first.Spec.Template.Annotations[annotationConfigHash], second.Spec.Template.Annotations[annotationConfigHash]; h1 == h2 || !strings.HasPrefix(h2, "SHA256=") {
+		if h1, h2 := first.Spec.Template.Annotations[helmstandin.AnnotationConfigHash], second.Spec.Template.Annotations[helmstandin.AnnotationConfigHash]; h1 == h2 || !strings.HasPrefix(h2, "SHA256=") {
 			t.Errorf("config hash %q after %q", h2, h1)
 		}
 		waitComplete(ctx, t, kube, second.Name, second.UID)
 
 		// A chart deleted and created again at once gets a Job of its own, while the garbage
 		// collector removes the old chart's Job and service account.
-		if err := dyn.Resource(helmChartResource).Namespace("kube-system").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
+		if err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		again := createChart(ctx, t, dyn, "demo", helmv1.HelmChartSpec{Chart: "demo", Repo: "https://charts.example.com", Version: "1.1.0"})
@@ -180,7 +182,7 @@ func TestAddons(t *testing.T) {
 		waitComplete(ctx, t, kube, third.Name, third.UID)
 
 		// Deleting the chart deletes its Job (garbage collection).
-		if err := dyn.Resource(helmChartResource).Namespace("kube-system").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
+		if err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Delete(ctx, "demo", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, time.Minute, "job deleted with its chart", func() error {
@@ -206,7 +208,7 @@ func TestAddons(t *testing.T) {
 			!slices.ContainsFunc(cm.ManagedFields, func(f metav1.ManagedFieldsEntry) bool { return f.Manager == "k3s-standin-helm" }) {
 			t.Errorf("fixture ConfigMap: data %v, labels %v, annotations %v, managed fields %v", cm.Data, cm.Labels, cm.Annotations, cm.ManagedFields)
 		}
-		if err := crdsEstablished(ctx, ext, []string{"widgets.fixtures.example.com"}); err != nil {
+		if err := helmstandin.CRDsEstablished(ctx, ext, []string{"widgets.fixtures.example.com"}); err != nil {
 			t.Error(err)
 		}
 		w, err := dyn.Resource(widgetResource).Namespace("widgets-system").Get(ctx, "example", metav1.GetOptions{})
@@ -271,7 +273,7 @@ func createChart(ctx context.Context, t *testing.T, dyn dynamic.Interface, name 
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := dyn.Resource(helmChartResource).Namespace("kube-system").Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	created, err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +282,7 @@ func createChart(ctx context.Context, t *testing.T, dyn dynamic.Interface, name 
 
 func getChart(ctx context.Context, t *testing.T, dyn dynamic.Interface, name string) *helmv1.HelmChart {
 	t.Helper()
-	u, err := dyn.Resource(helmChartResource).Namespace("kube-system").Get(ctx, name, metav1.GetOptions{})
+	u, err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

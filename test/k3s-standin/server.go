@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kipper.run/kip/test/controlplane"
+	"kipper.run/kip/test/helmstandin"
 )
 
 // nodeMonitorGracePeriod is the controller-manager's --node-monitor-grace-period: how long after
@@ -324,7 +325,7 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	if err != nil {
 		return err
 	}
-	background.Go(func() { helm.run(bgCtx) })
+	background.Go(func() { helm.Run(bgCtx) })
 	background.Go(func() { runCloudController(bgCtx, admin) })
 	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.CertPEM, pk.admin); err != nil {
 		return err
@@ -361,21 +362,23 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 // deployAddons does what k3s does for its add-ons before the stand-in reports ready: it creates
 // helm-controller's CRDs and waits until they are Established, and deploys the packaged CoreDNS
 // and local-storage manifests unless they are disabled. It returns the helm-controller to run.
-func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCfg *rest.Config, admin kubernetes.Interface) (*helmController, error) {
+func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCfg *rest.Config, admin kubernetes.Interface) (*helmstandin.Controller, error) {
 	ext, err := apiextensionsclientset.NewForConfig(adminCfg)
 	if err != nil {
 		return nil, fmt.Errorf("admin client: %w", err)
 	}
-	names, err := ensureHelmCRDs(ctx, ext)
+	names, err := helmstandin.EnsureCRDs(ctx, ext)
 	if err != nil {
 		return nil, err
 	}
 	if err := waitFor(ctx, sup, "helm-controller's CRDs", time.Minute, func(ctx context.Context) error {
-		return crdsEstablished(ctx, ext, names)
+		return helmstandin.CRDsEstablished(ctx, ext, names)
 	}); err != nil {
 		return nil, err
 	}
-	helm, err := newHelmController(adminCfg, filepath.Join(c.paths.server, "standin-charts"))
+	// It logs to stderr with the prefix "helm", as the stand-in's children do.
+	helm, err := helmstandin.New(adminCfg, filepath.Join(c.paths.server, "standin-charts"),
+		slog.New(slog.NewTextHandler(&prefixWriter{prefix: "helm"}, nil)))
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +388,7 @@ func deployAddons(ctx context.Context, sup *supervisor, c *serverConfig, adminCf
 		"DEFAULT_LOCAL_STORAGE_PATH": defaultLocalStoragePath,
 		"NODE_HOSTS":                 c.node.internalIPs[0] + " " + c.node.name,
 	}
-	if err := deployPackaged(ctx, helm.applier, c.o.list("disable"), vars); err != nil {
+	if err := deployPackaged(ctx, helm.Applier(), c.o.list("disable"), vars); err != nil {
 		return nil, err
 	}
 	return helm, nil

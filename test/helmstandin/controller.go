@@ -1,16 +1,15 @@
-package main
+// Package helmstandin is the stand-in of k3s's embedded helm-controller (github.com/k3s-io/helm-controller),
+// for tests only: the k3s stand-in runs it, and API tests run it in their own process against
+// the test environment's API server.
+package helmstandin
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,14 +26,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -42,27 +38,28 @@ import (
 	"kipper.run/kip/test/controlplane"
 )
 
-// The stand-in's helm-controller. k3s embeds github.com/k3s-io/helm-controller, which turns each
-// helm.cattle.io/v1 HelmChart into a Job, helm-install-<name>, whose klipper-helm container runs
-// helm. The stand-in keeps the same objects in the API (the CRDs, the Job, the chart's status),
-// and the Job's Pod (the lab's stand-in klipper-helm image, or kwok) completes; no helm runs, so
-// a chart installs nothing. What a chart would have created can be given as fixture files
-// instead (see applyFixtures). See docs/k3s-standin.md.
+// k3s embeds github.com/k3s-io/helm-controller, which turns each helm.cattle.io/v1 HelmChart
+// into a Job, helm-install-<name>, whose klipper-helm container runs helm. The stand-in keeps
+// the same objects in the API (the CRDs, the Job, the chart's status), and the Job's Pod (the
+// lab's stand-in klipper-helm image, or kwok) completes; no helm runs, so a chart installs
+// nothing. What a chart would have created can be given as fixture files instead (see
+// applyFixtures). See docs/k3s-standin.md.
 
 const (
-	// helmFieldManager applies chart fixtures; the controller's own writes carry it as their
+	// FieldManager applies chart fixtures; the controller's own writes carry it as their
 	// user agent.
-	helmFieldManager = "k3s-standin-helm"
+	FieldManager = "k3s-standin-helm"
 
-	// As helm-controller v0.17.9's pkg/controllers/chart.
-	labelChartName       = "helmcharts.helm.cattle.io/chart"
-	annotationConfigHash = "helmcharts.helm.cattle.io/configHash"
-	annotationUnmanaged  = "helmcharts.helm.cattle.io/unmanaged"
+	// LabelChartName, AnnotationConfigHash and AnnotationUnmanaged are as helm-controller
+	// v0.17.9's pkg/controllers/chart names them.
+	LabelChartName       = "helmcharts.helm.cattle.io/chart"
+	AnnotationConfigHash = "helmcharts.helm.cattle.io/configHash"
+	AnnotationUnmanaged  = "helmcharts.helm.cattle.io/unmanaged"
 
-	// helmJobImage is the job image of helm-controller v0.17.9's own deployment
+	// JobImage is the job image of helm-controller v0.17.9's own deployment
 	// (manifests/deployment.yaml), named as k3s names its images. Its code's default is
 	// rancher/klipper-helm:latest; k3s sets its bundled release.
-	helmJobImage = "rancher/klipper-helm:v0.9.10-build20251111"
+	JobImage = "rancher/klipper-helm:v0.9.10-build20251111"
 
 	// helmResync is how often every HelmChart is looked at again, whatever changed.
 	helmResync = 30 * time.Second
@@ -73,11 +70,12 @@ const (
 	helmSyncTimeout = 2 * time.Minute
 )
 
-var helmChartResource = helmv1.SchemeGroupVersion.WithResource(helmv1.HelmChartResourceName)
+// ChartResource is the HelmCharts' resource.
+var ChartResource = helmv1.SchemeGroupVersion.WithResource(helmv1.HelmChartResourceName)
 
-// ensureHelmCRDs creates the HelmChart and HelmChartConfig CRDs, or updates them to
+// EnsureCRDs creates the HelmChart and HelmChartConfig CRDs, or updates them to
 // helm-controller's, and returns their names.
-func ensureHelmCRDs(ctx context.Context, ext apiextensionsclientset.Interface) ([]string, error) {
+func EnsureCRDs(ctx context.Context, ext apiextensionsclientset.Interface) ([]string, error) {
 	list, err := crds.List()
 	if err != nil {
 		return nil, fmt.Errorf("read helm-controller's CRDs: %w", err)
@@ -101,8 +99,8 @@ func ensureHelmCRDs(ctx context.Context, ext apiextensionsclientset.Interface) (
 	return names, nil
 }
 
-// crdsEstablished checks that the named CRDs are Established.
-func crdsEstablished(ctx context.Context, ext apiextensionsclientset.Interface, names []string) error {
+// CRDsEstablished checks that the named CRDs are Established.
+func CRDsEstablished(ctx context.Context, ext apiextensionsclientset.Interface, names []string) error {
 	for _, name := range names {
 		crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -121,23 +119,23 @@ func crdsEstablished(ctx context.Context, ext apiextensionsclientset.Interface, 
 	return nil
 }
 
-// helmController handles HelmCharts in all namespaces, as k3s's embedded helm-controller does.
-type helmController struct {
+// Controller handles HelmCharts in all namespaces, as k3s's embedded helm-controller does.
+type Controller struct {
 	kube     kubernetes.Interface
 	dyn      dynamic.Interface
 	ext      apiextensionsclientset.Interface
-	applier  *applier
-	fixtures string // <data-dir>/server/standin-charts
+	applier  *Applier
+	fixtures string // the k3s stand-in's <data-dir>/server/standin-charts, or ""
 	log      *slog.Logger
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	charts   cache.GenericLister
 }
 
-// newHelmController returns a controller acting with cfg's credentials, taking chart fixtures
-// from fixtures and logging to stderr with the prefix "helm", as the stand-in's children do.
-func newHelmController(cfg *rest.Config, fixtures string) (*helmController, error) {
+// New returns a controller acting with cfg's credentials, taking chart fixtures from the
+// directory fixtures ("" for none) and logging to log.
+func New(cfg *rest.Config, fixtures string, log *slog.Logger) (*Controller, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = helmFieldManager
+	cfg.UserAgent = FieldManager
 	cfg.Timeout = 0              // watches last; each chart's handling has its own deadline
 	cfg.QPS, cfg.Burst = 50, 100 // fixtures can be many objects (a chart's CRDs)
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -152,27 +150,30 @@ func newHelmController(cfg *rest.Config, fixtures string) (*helmController, erro
 	if err != nil {
 		return nil, fmt.Errorf("helm-controller client: %w", err)
 	}
-	return &helmController{
+	return &Controller{
 		kube:     kube,
 		dyn:      dyn,
 		ext:      ext,
-		applier:  &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))},
+		applier:  NewApplier(dyn, kube.Discovery()),
 		fixtures: fixtures,
-		log:      slog.New(slog.NewTextHandler(&prefixWriter{prefix: "helm"}, nil)),
+		log:      log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](100*time.Millisecond, 10*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "helmcharts"}),
 	}, nil
 }
 
-// run handles HelmCharts until ctx ends, then returns once its goroutines have.
-func (h *helmController) run(ctx context.Context) {
+// Applier is the controller's applier, which applies chart fixtures.
+func (h *Controller) Applier() *Applier { return h.applier }
+
+// Run handles HelmCharts until ctx ends, then returns once its goroutines have.
+func (h *Controller) Run(ctx context.Context) {
 	chartInformers := dynamicinformer.NewDynamicSharedInformerFactory(h.dyn, helmResync)
-	charts := chartInformers.ForResource(helmChartResource)
+	charts := chartInformers.ForResource(ChartResource)
 	h.charts = charts.Lister()
 	// The charts' Jobs, so that a deleted Job comes back at once, as with helm-controller.
 	jobInformers := informers.NewSharedInformerFactoryWithOptions(h.kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelChartName }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelChartName }))
 	jobs := jobInformers.Batch().V1().Jobs().Informer()
 	_, errCharts := charts.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    h.enqueue,
@@ -201,7 +202,7 @@ func (h *helmController) run(ctx context.Context) {
 	jobInformers.Shutdown()
 }
 
-func (h *helmController) enqueue(obj any) {
+func (h *Controller) enqueue(obj any) {
 	name, err := cache.ObjectToName(obj)
 	if err != nil {
 		h.log.Error("queue HelmChart", "err", err)
@@ -210,17 +211,17 @@ func (h *helmController) enqueue(obj any) {
 	h.queue.Add(name)
 }
 
-func (h *helmController) jobDeleted(obj any) {
+func (h *Controller) jobDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if job, ok := obj.(*batchv1.Job); ok && job.Labels[labelChartName] != "" {
-		h.queue.Add(cache.ObjectName{Namespace: job.Namespace, Name: job.Labels[labelChartName]})
+	if job, ok := obj.(*batchv1.Job); ok && job.Labels[LabelChartName] != "" {
+		h.queue.Add(cache.ObjectName{Namespace: job.Namespace, Name: job.Labels[LabelChartName]})
 	}
 }
 
 // next handles one queued chart; it returns false once the queue is shut down.
-func (h *helmController) next(ctx context.Context) bool {
+func (h *Controller) next(ctx context.Context) bool {
 	key, quit := h.queue.Get()
 	if quit {
 		return false
@@ -244,7 +245,7 @@ func (h *helmController) next(ctx context.Context) bool {
 // sync brings a chart's Job and status in line with its spec: when the Job is missing, was made
 // for another spec (its config hash differs) or belongs to an earlier chart of the same name, the
 // chart is installed again.
-func (h *helmController) sync(ctx context.Context, key cache.ObjectName) error {
+func (h *Controller) sync(ctx context.Context, key cache.ObjectName) error {
 	obj, err := h.charts.ByNamespace(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		return nil // deleted: its Job goes with it (ownerReference)
@@ -271,12 +272,12 @@ func (h *helmController) sync(ctx context.Context, key cache.ObjectName) error {
 		return err
 	}
 	if cur == nil || cur.DeletionTimestamp != nil || !metav1.IsControlledBy(cur, chart) ||
-		cur.Spec.Template.Annotations[annotationConfigHash] != want.Spec.Template.Annotations[annotationConfigHash] {
+		cur.Spec.Template.Annotations[AnnotationConfigHash] != want.Spec.Template.Annotations[AnnotationConfigHash] {
 		// The charts' cache can be behind the Jobs': a chart deleted a moment ago deletes its
 		// Job, whose deletion brings the chart here again from a cache that still holds it. Only
 		// a chart the API still has is installed (helm-controller never installs a deleted chart:
 		// its finalizer holds the chart until it has uninstalled it).
-		live, err := h.dyn.Resource(helmChartResource).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		live, err := h.dyn.Resource(ChartResource).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && (live.GetUID() != chart.UID || live.GetDeletionTimestamp() != nil) {
 			return nil // a later event brings the chart as it is
 		}
@@ -293,14 +294,14 @@ func (h *helmController) sync(ctx context.Context, key cache.ObjectName) error {
 // shouldManage is helm-controller's test: a chart to install, not marked unmanaged, not being
 // deleted.
 func shouldManage(chart *helmv1.HelmChart) bool {
-	_, unmanaged := chart.Annotations[annotationUnmanaged]
+	_, unmanaged := chart.Annotations[AnnotationUnmanaged]
 	return (chart.Spec.Chart != "" || chart.Spec.ChartContent != "") && !unmanaged && chart.DeletionTimestamp == nil
 }
 
 // install does what the chart's install Job stands for: it creates the target namespace when the
 // chart asks for it and applies the chart's fixtures; then it replaces the Job old (nil when
 // there is none) with want.
-func (h *helmController) install(ctx context.Context, chart *helmv1.HelmChart, old, want *batchv1.Job) error {
+func (h *Controller) install(ctx context.Context, chart *helmv1.HelmChart, old, want *batchv1.Job) error {
 	target := targetNamespace(chart)
 	if chart.Spec.CreateNamespace {
 		// As helm's --create-namespace.
@@ -338,14 +339,14 @@ func (h *helmController) install(ctx context.Context, chart *helmv1.HelmChart, o
 		return fmt.Errorf("create job %s: %w", want.Name, err)
 	}
 	h.log.Info("applying HelmChart", "chart", chart.Namespace+"/"+chart.Name, "job", want.Name,
-		"hash", want.Spec.Template.Annotations[annotationConfigHash], "replaced", old != nil)
+		"hash", want.Spec.Template.Annotations[AnnotationConfigHash], "replaced", old != nil)
 	return nil
 }
 
 // ensureServiceAccount creates the service account the Job's Pods run as (the ServiceAccount
 // admission plugin refuses Pods without it), owned by the chart like the Job; one left by an
 // earlier chart of the same name is taken over before the garbage collector removes it.
-func (h *helmController) ensureServiceAccount(ctx context.Context, chart *helmv1.HelmChart, job *batchv1.Job) error {
+func (h *Controller) ensureServiceAccount(ctx context.Context, chart *helmv1.HelmChart, job *batchv1.Job) error {
 	sas := h.kube.CoreV1().ServiceAccounts(chart.Namespace)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
 		Name: job.Spec.Template.Spec.ServiceAccountName, Namespace: chart.Namespace, OwnerReferences: job.OwnerReferences,
@@ -367,7 +368,7 @@ func (h *helmController) ensureServiceAccount(ctx context.Context, chart *helmv1
 }
 
 // setStatus records the chart's Job and JobCreated condition, as helm-controller does.
-func (h *helmController) setStatus(ctx context.Context, u *unstructured.Unstructured, chart *helmv1.HelmChart, job string) error {
+func (h *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, chart *helmv1.HelmChart, job string) error {
 	want := helmv1.HelmChartStatus{
 		JobName: job,
 		Conditions: []helmv1.HelmChartCondition{
@@ -385,7 +386,7 @@ func (h *helmController) setStatus(ctx context.Context, u *unstructured.Unstruct
 	}
 	u = u.DeepCopy()
 	u.Object["status"] = status
-	if _, err := h.dyn.Resource(helmChartResource).Namespace(chart.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := h.dyn.Resource(ChartResource).Namespace(chart.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update status: %w", err)
 	}
 	return nil
@@ -398,9 +399,9 @@ func targetNamespace(chart *helmv1.HelmChart) string {
 	return chart.Namespace
 }
 
-// specHash is the Job's configHash annotation: a SHA-256 of the chart's spec. (helm-controller
+// SpecHash is the Job's configHash annotation: a SHA-256 of the chart's spec. (helm-controller
 // hashes the Job's pod template and the values it mounts; either way, a new spec is a new hash.)
-func specHash(spec helmv1.HelmChartSpec) string {
+func SpecHash(spec helmv1.HelmChartSpec) string {
 	data, _ := json.Marshal(spec) // plain data: it always encodes
 	return fmt.Sprintf("SHA256=%X", sha256.Sum256(data))
 }
@@ -412,7 +413,7 @@ func helmJob(chart *helmv1.HelmChart) *batchv1.Job {
 	s := chart.Spec
 	image := strings.TrimSpace(s.JobImage)
 	if image == "" {
-		image = helmJobImage
+		image = JobImage
 	}
 	chartRef := s.Chart
 	if s.Repo != "" {
@@ -445,7 +446,7 @@ func helmJob(chart *helmv1.HelmChart) *batchv1.Job {
 	if s.Version != "" {
 		args = append(args, "--version", s.Version)
 	}
-	labels := map[string]string{labelChartName: chart.Name}
+	labels := map[string]string{LabelChartName: chart.Name}
 	pod := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyOnFailure,
 		ServiceAccountName: "helm-" + chart.Name,
@@ -517,7 +518,7 @@ func helmJob(chart *helmv1.HelmChart) *batchv1.Job {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      labels,
-					Annotations: map[string]string{annotationConfigHash: specHash(s)},
+					Annotations: map[string]string{AnnotationConfigHash: SpecHash(s)},
 				},
 				Spec: pod,
 			},
@@ -530,7 +531,10 @@ func helmJob(chart *helmv1.HelmChart) *batchv1.Job {
 // (namespaced objects without a namespace go to the target namespace, and carry helm's release
 // label and annotations). Namespaces and CRDs go first, and the rest waits until the CRDs are
 // Established, since it may hold their custom resources. No directory, no fixtures. Test only.
-func (h *helmController) applyFixtures(ctx context.Context, chart *helmv1.HelmChart, target string) error {
+func (h *Controller) applyFixtures(ctx context.Context, chart *helmv1.HelmChart, target string) error {
+	if h.fixtures == "" {
+		return nil
+	}
 	dir := filepath.Join(h.fixtures, chart.Name)
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml")) // in name order
 	if err != nil || len(files) == 0 {
@@ -539,7 +543,7 @@ func (h *helmController) applyFixtures(ctx context.Context, chart *helmv1.HelmCh
 	var first, rest []*unstructured.Unstructured
 	var crdNames []string
 	for _, f := range files {
-		objs, err := readObjects(f)
+		objs, err := ReadObjects(f)
 		if err != nil {
 			return fmt.Errorf("chart fixture %s: %w", f, err)
 		}
@@ -562,7 +566,7 @@ func (h *helmController) applyFixtures(ctx context.Context, chart *helmv1.HelmCh
 	}
 	if len(crdNames) > 0 {
 		if err := controlplane.Poll(ctx, 100*time.Millisecond, nil, nil, func(ctx context.Context) error {
-			return crdsEstablished(ctx, h.ext, crdNames)
+			return CRDsEstablished(ctx, h.ext, crdNames)
 		}); err != nil {
 			return fmt.Errorf("chart fixtures' CRDs: %w", err)
 		}
@@ -576,9 +580,9 @@ func (h *helmController) applyFixtures(ctx context.Context, chart *helmv1.HelmCh
 	return nil
 }
 
-// apply applies o server-side with helmFieldManager, taking conflicts, as helm's server-side
+// apply applies o server-side with FieldManager, taking conflicts, as helm's server-side
 // apply with --force-conflicts would, with what helm puts on every object of a release.
-func (h *helmController) apply(ctx context.Context, chart *helmv1.HelmChart, target string, o *unstructured.Unstructured) error {
+func (h *Controller) apply(ctx context.Context, chart *helmv1.HelmChart, target string, o *unstructured.Unstructured) error {
 	labels := o.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -592,53 +596,8 @@ func (h *helmController) apply(ctx context.Context, chart *helmv1.HelmChart, tar
 	annotations["meta.helm.sh/release-name"] = chart.Name
 	annotations["meta.helm.sh/release-namespace"] = target
 	o.SetAnnotations(annotations)
-	if err := h.applier.apply(ctx, o, target, helmFieldManager); err != nil {
+	if err := h.applier.Apply(ctx, o, target, FieldManager); err != nil {
 		return fmt.Errorf("chart fixture: %w", err)
 	}
 	return nil
-}
-
-// readObjects reads the objects of a YAML or JSON file with one or more documents; a List's
-// items are objects of their own.
-func readObjects(path string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return decodeObjects(f)
-}
-
-// decodeObjects reads objects as readObjects does.
-func decodeObjects(in io.Reader) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	r := yaml.NewYAMLReader(bufio.NewReader(in))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		data, err := yaml.ToJSON(doc)
-		if err != nil {
-			return nil, err
-		}
-		if data = bytes.TrimSpace(data); len(data) == 0 || string(data) == "null" {
-			continue // an empty document
-		}
-		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(data, nil, nil)
-		if err != nil {
-			return nil, err
-		}
-		switch o := obj.(type) {
-		case *unstructured.Unstructured:
-			objs = append(objs, o)
-		case *unstructured.UnstructuredList:
-			for i := range o.Items {
-				objs = append(objs, &o.Items[i])
-			}
-		}
-	}
 }
