@@ -148,32 +148,17 @@ func TestUpgradeKilledAfterEveryWrite(t *testing.T) {
 }
 
 // runHelmController runs the helm-controller stand-in against env until the test ends, with
-// the chart fixtures it needs: cert-manager's chart brings the ClusterIssuer kind (a CRD that
-// accepts any ClusterIssuer, as cert-manager's own CRDs are not in kip's module graph). When the
-// test ends, the charts go (their Jobs with them) before the controller stops.
+// the chart fixtures it needs: cert-manager's chart brings the ClusterIssuer kind
+// (helmstandin.CertManagerFixture). When the test ends, the charts go (their Jobs with them)
+// before the controller stops.
 func runHelmController(t *testing.T, env *testenv.Env) {
 	t.Helper()
 	fixtures := t.TempDir()
 	dir := filepath.Join(fixtures, "cert-manager")
-	crd := `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: clusterissuers.cert-manager.io
-spec:
-  group: cert-manager.io
-  names: {kind: ClusterIssuer, listKind: ClusterIssuerList, plural: clusterissuers, singular: clusterissuer}
-  scope: Cluster
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "crds.yaml"), []byte(crd), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "crds.yaml"), []byte(helmstandin.CertManagerFixture), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h, err := helmstandin.New(env.Config, fixtures, slog.New(slog.NewTextHandler(testWriter{t}, nil)))

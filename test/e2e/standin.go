@@ -14,6 +14,7 @@ import (
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/sshx"
+	"kipper.run/kip/test/helmstandin"
 	"kipper.run/kip/test/lab"
 	"kipper.run/kip/test/testenv"
 )
@@ -118,24 +119,6 @@ func (s *Suite) Clients(ctx context.Context, t testing.TB, server *lab.Host, nod
 // create (see docs/k3s-standin.md): <dir>/<chart name>/*.yaml.
 const ChartFixturesDir = "/var/lib/rancher/k3s/server/standin-charts"
 
-// certManagerFixture stands in for cert-manager's CRDs, which are not in kip's module graph: a
-// ClusterIssuer CRD that accepts any ClusterIssuer.
-const certManagerFixture = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: clusterissuers.cert-manager.io
-spec:
-  group: cert-manager.io
-  names: {kind: ClusterIssuer, listKind: ClusterIssuerList, plural: clusterissuers, singular: clusterissuer}
-  scope: Cluster
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
-
 // longhornClass is Longhorn's stock class, which its chart marks as the default class.
 const longhornClass = `---
 apiVersion: storage.k8s.io/v1
@@ -209,7 +192,7 @@ func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 		return err
 	}
 	return Upload(ctx, h, map[string]File{
-		ChartFixturesDir + "/cert-manager/crds.yaml": {Data: []byte(certManagerFixture), Mode: 0o644},
+		ChartFixturesDir + "/cert-manager/crds.yaml": {Data: []byte(helmstandin.CertManagerFixture), Mode: 0o644},
 		ChartFixturesDir + "/longhorn/longhorn.yaml": {Data: append(append(crds, longhornClass...), longhornNode(h)...), Mode: 0o644},
 		ChartFixturesDir + "/zot/zot.yaml":           {Data: []byte(zotFixture), Mode: 0o644},
 	})

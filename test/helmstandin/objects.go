@@ -19,6 +19,25 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
+// CertManagerFixture is a chart fixture of cert-manager's chart (its <fixtures>/cert-manager/*.yaml):
+// it stands in for cert-manager's CRDs, which are not in kip's module graph, with a ClusterIssuer
+// CRD that accepts any ClusterIssuer.
+const CertManagerFixture = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterissuers.cert-manager.io
+spec:
+  group: cert-manager.io
+  names: {kind: ClusterIssuer, listKind: ClusterIssuerList, plural: clusterissuers, singular: clusterissuer}
+  scope: Cluster
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
 // Applier applies objects server-side, finding each kind's resource through discovery.
 type Applier struct {
 	dyn    dynamic.Interface
