@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,11 +78,18 @@ func TestUpgradeKilledAfterEveryWrite(t *testing.T) {
 	env, cl := installed(ctx, t, "upgrade-every-write-node")
 	runHelmController(t, env)
 	earlierSystem(ctx, t, cl)
+	// A kip from before the project operator roles: the console layer's RBAC step writes each of
+	// kipper-base's objects again.
+	for _, role := range components.ProjectRoles() {
+		if err := cl.Kube.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
 	operatorEdits(ctx, t, cl)
 	ns := projectNamespace(t, cl, "every", "prod")
 	bounds := map[string]any{"enabled": true, "minReplicas": int64(2), "maxReplicas": int64(5), "cpuTarget": int64(70)}
 	addApp(t, cl, ns, "api", map[string]any{"replicas": int64(1), "autoscale": bounds}, 3)
-	system := upgradedSystem(ctx, t, cl)
+	system, base := upgradedSystem(ctx, t, cl)
 
 	made := filepath.Join(t.TempDir(), "made")
 	before := template(ctx, t, cl, "console-api").Annotations[upgradedAtAnnotation] // an earlier test's, or none
@@ -109,14 +117,14 @@ func TestUpgradeKilledAfterEveryWrite(t *testing.T) {
 		}
 	})
 	t.Logf("writes killed after:\n%s", strings.Join(writes, "\n"))
-	var sawFix, sawRestart, sawChart bool
-	for _, w := range writes {
-		sawFix = sawFix || strings.Contains(w, "/apis/kipper.run/v1alpha1/namespaces/"+ns+"/apps/api")
-		sawRestart = sawRestart || strings.Contains(w, "/namespaces/kipper-system/deployments/console-api")
-		sawChart = sawChart || strings.Contains(w, "/helmcharts/traefik")
-	}
-	if !sawFix || !sawRestart || !sawChart {
-		t.Errorf("no kill after the fix (%v), console-api's restart (%v) or Traefik's chart (%v) among the writes", sawFix, sawRestart, sawChart)
+	for what, path := range map[string]string{
+		"the fix": "/apis/kipper.run/v1alpha1/namespaces/" + ns + "/apps/api", "console-api's restart": "/namespaces/kipper-system/deployments/console-api",
+		"Traefik's chart": "/helmcharts/traefik", "a project role": "/clusterroles/" + components.ProjectOwnerRole,
+		"cert-manager's ClusterIssuer": "/clusterissuers/",
+	} {
+		if !slices.ContainsFunc(writes, func(w string) bool { return strings.Contains(w, path) }) {
+			t.Errorf("no kill after %s (%s) among the writes", what, path)
+		}
 	}
 	checkUpgraded(ctx, t, cl, ns)
 	// Until the upgrade wrote its mark the template kept the one before; after, only the
@@ -126,6 +134,9 @@ func TestUpgradeKilledAfterEveryWrite(t *testing.T) {
 		if m != mark && m != before {
 			t.Errorf("console-api was restarted with mark %q besides the upgrade's %q", m, mark)
 		}
+	}
+	if done, err := components.Step(cl, base).Check(ctx); err != nil || !done {
+		t.Errorf("console-api's RBAC and the project roles after the upgrade: done %v, %v", done, err)
 	}
 	for _, c := range system {
 		if done, err := components.Step(cl, c).Check(ctx); err != nil || !done {
@@ -190,8 +201,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // earlierSystem installs the system components as an earlier kip left them: Traefik's chart at
-// olderTraefik, cert-manager's values without the DNS resolvers this kip sets, the others as
-// this kip renders them; each installed (helm-controller's Job Complete) before the upgrade.
+// olderTraefik, cert-manager's values without the DNS resolvers this kip sets and its
+// ClusterIssuer with another contact address, the others as this kip renders them; each
+// installed (helm-controller's Job Complete) before the upgrade.
 func earlierSystem(ctx context.Context, t *testing.T, cl *kube.Clients) {
 	t.Helper()
 	u, err := newUpgrader(ctx, &Options{KipVersion: installedBy}, cl)
@@ -224,20 +236,28 @@ func earlierSystem(ctx context.Context, t *testing.T, cl *kube.Clients) {
 			}
 		}
 		c.Objects = objs
+		if c.Name == "cert-manager" {
+			issuer := c.After[0].DeepCopy()
+			if err := unstructured.SetNestedField(issuer.Object, "earlier@example.com", "spec", "acme", "email"); err != nil {
+				t.Fatal(err)
+			}
+			c.After = append([]*unstructured.Unstructured{issuer}, c.After[1:]...)
+		}
 		if err := components.Apply(ctx, cl, c); err != nil {
 			t.Fatalf("install %s as an earlier kip did: %v", c.Name, err)
 		}
 	}
 }
 
-// upgradedSystem are the system components as kip upgrade renders them for cl's cluster.
-func upgradedSystem(ctx context.Context, t *testing.T, cl *kube.Clients) []components.Component {
+// upgradedSystem are the system components as kip upgrade renders them for cl's cluster, and
+// kipper-base as its console layer applies it (without the initial admin binding).
+func upgradedSystem(ctx context.Context, t *testing.T, cl *kube.Clients) ([]components.Component, components.Component) {
 	t.Helper()
 	u, err := newUpgrader(ctx, &Options{KipVersion: upgradeKip}, cl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u.system()
+	return u.system(), u.base()
 }
 
 func componentNamed(t *testing.T, comps []components.Component, name string) components.Component {

@@ -409,6 +409,19 @@ func (u *upgrader) system() []components.Component {
 	return out
 }
 
+// base is kipper-base as the upgrade applies it: console-api's RBAC and the project roles,
+// without the initial admin binding, which is left alone (its subjects change as admins come
+// and go).
+func (u *upgrader) base() components.Component {
+	for _, c := range u.all {
+		if c.Name == "kipper-base" {
+			c.CreateOnly = nil
+			return c
+		}
+	}
+	return components.Component{Name: "kipper-base"}
+}
+
 // steps are the upgrade's, in spec 002's order: the Kipper CRDs, the console layer (console-api's
 // RBAC, console-api and the console restarted), the system components unless skipped, and the
 // approved autoscaling fixes last.
@@ -419,9 +432,7 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 	}
 	crds := components.Step(u.cl, byName["kipper-crds"])
 	crds.Title, crds.Done, crds.Already = "Update the Kipper CRDs", "Updated the Kipper CRDs", "The Kipper CRDs are up to date"
-	base := byName["kipper-base"]
-	// The initial admin binding is left alone: its subjects change as admins come and go.
-	base.CreateOnly = nil
+	base := u.base()
 	rbac := components.Step(u.cl, base)
 	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC and the project roles", "Updated console-api's RBAC and the project roles", "console-api's RBAC and the project roles are up to date"
 	steps := []workflow.Step{crds, rbac}
