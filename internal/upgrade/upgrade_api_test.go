@@ -154,15 +154,7 @@ func TestUpgradeConsoleLayer(t *testing.T) {
 	patchApp(ctx, t, cl, ns, "worker", `{"spec":{"replicas":4}}`)
 
 	// An old console-api pod that takes its time to go.
-	old := podsOf(ctx, t, cl, "console-api")
-	if len(old) != 1 {
-		t.Fatalf("console-api runs %d pods before the upgrade, want 1", len(old))
-	}
-	if _, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(ctx, old[0].Name, types.MergePatchType,
-		[]byte(`{"metadata":{"finalizers":["`+holdFinalize+`"]}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releasePod(t, cl, old[0].Name) })
+	old := holdConsoleAPIPod(ctx, t, cl)
 
 	out.Reset()
 	done := make(chan error, 1)
@@ -172,7 +164,7 @@ func TestUpgradeConsoleLayer(t *testing.T) {
 		pods := podsOf(ctx, t, cl, "console-api")
 		var oldGoing, newReady bool
 		for _, p := range pods {
-			if p.Name == old[0].Name {
+			if p.Name == old {
 				oldGoing = p.DeletionTimestamp != nil
 			} else if p.Status.Phase == corev1.PodRunning && ready(&p) {
 				newReady = true
@@ -190,7 +182,7 @@ func TestUpgradeConsoleLayer(t *testing.T) {
 	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 1 {
 		t.Fatalf("the fix was written (replicas %d) while an old console-api pod remained", n)
 	}
-	releasePod(t, cl, old[0].Name)
+	releasePod(t, cl, old)
 	if err := <-done; err != nil {
 		t.Fatalf("upgrade: %v\n%s", err, out.String())
 	}
@@ -286,6 +278,24 @@ func operatorEdits(ctx context.Context, t *testing.T, cl *kube.Clients) {
 	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holdConsoleAPIPod holds console-api's one pod with a finalizer, as a slow shutdown would hold
+// it once a rollout replaces it, until the test releases it (releasePod) or ends; it returns the
+// pod's name.
+func holdConsoleAPIPod(ctx context.Context, t *testing.T, cl *kube.Clients) string {
+	t.Helper()
+	pods := podsOf(ctx, t, cl, "console-api")
+	if len(pods) != 1 {
+		t.Fatalf("console-api runs %d pods, want 1", len(pods))
+	}
+	name := pods[0].Name
+	if _, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"metadata":{"finalizers":["`+holdFinalize+`"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releasePod(t, cl, name) })
+	return name
 }
 
 // checkUpgraded checks the end state of an upgrade with --skip-system --repair-autoscaling of
@@ -439,21 +449,13 @@ func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
 	}
 
 	// A new console-api rollout whose old pod takes its time to go.
-	old := podsOf(ctx, t, cl, "console-api")
-	if len(old) != 1 {
-		t.Fatalf("console-api runs %d pods, want 1", len(old))
-	}
-	if _, err := cl.Kube.CoreV1().Pods(consoleNamespace).Patch(ctx, old[0].Name, types.MergePatchType,
-		[]byte(`{"metadata":{"finalizers":["`+holdFinalize+`"]}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releasePod(t, cl, old[0].Name) })
+	old := holdConsoleAPIPod(ctx, t, cl)
 	if _, err := cl.Kube.AppsV1().Deployments(consoleNamespace).Patch(ctx, "console-api", types.MergePatchType,
 		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"kipper.run/test-rollout":"deferred"}}}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kube.Poll(ctx, 2*time.Minute, "console-api's old pod terminating", func(ctx context.Context) (bool, string, error) {
-		p, err := cl.Kube.CoreV1().Pods(consoleNamespace).Get(ctx, old[0].Name, metav1.GetOptions{})
+		p, err := cl.Kube.CoreV1().Pods(consoleNamespace).Get(ctx, old, metav1.GetOptions{})
 		return err == nil && p.DeletionTimestamp != nil, "", err
 	}); err != nil {
 		t.Fatal(err)
@@ -472,7 +474,7 @@ func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
 	if n := storedReplicas(ctx, t, cl, ns, "api"); n != 1 {
 		t.Fatalf("the fix was written (replicas %d) while console-api did not serve alone", n)
 	}
-	for _, want := range []string{"Wrote no autoscaling fix: kip cannot confirm that the new console-api serves alone (", old[0].Name, "Run kip upgrade again to apply them"} {
+	for _, want := range []string{"Wrote no autoscaling fix: kip cannot confirm that the new console-api serves alone (", old, "Run kip upgrade again to apply them"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the deferred step printed no %q:\n%s", want, out.String())
 		}
@@ -492,7 +494,7 @@ func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
 		t.Error("after the deferral the check no longer offers the fix")
 	}
 
-	releasePod(t, cl, old[0].Name)
+	releasePod(t, cl, old)
 	if err := kube.WaitServingAlone(ctx, cl, consoleNamespace, "console-api", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
