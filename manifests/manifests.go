@@ -8,6 +8,8 @@ import (
 	"path"
 
 	"sigs.k8s.io/yaml"
+
+	"kipper.run/kip/internal/fault"
 )
 
 //go:embed versions.yaml
@@ -64,6 +66,11 @@ func Pinned() (*Versions, error) {
 	var v Versions
 	if err := yaml.UnmarshalStrict(versionsYAML, &v); err != nil {
 		return nil, fmt.Errorf("parse embedded versions.yaml: %w", err)
+	}
+	for i, c := range v.Components {
+		if version, ok := fault.Pinned(c.Name); ok {
+			v.Components[i].Version, v.Components[i].SHA256 = version, ""
+		}
 	}
 	return &v, nil
 }

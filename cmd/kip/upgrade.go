@@ -24,15 +24,29 @@ every app's autoscaling settings. Fixes are written only on consent ("Apply thes
 --repair-autoscaling), late, once the new console-api serves alone; an app that needs a decision
 stops the upgrade unless --skip-autoscaling-check. --check reports all this and changes
 nothing; it exits 3 when something needs a decision or the upgrade would refuse. A stopped or
-failed upgrade resumes where it was when run again. See docs/upgrade.md.`,
+failed upgrade resumes where it was when run again. See docs/upgrade.md.
+
+With --k3s it first moves k3s to the release this kip pins, over SSH: the server (the API
+pauses while k3s restarts, usually under a minute; pods keep serving), then each ready worker
+in name order, without a drain. It refuses before changing anything when the server is more
+than one Kubernetes minor behind, a node runs a newer release, a worker is still joining, or the
+move would leave a worker more than three minors behind. --check --k3s reports the plan.`,
 		Example: `  kip upgrade --check
   kip upgrade
   kip upgrade --skip-system
+  kip upgrade --check --k3s
+  kip upgrade --k3s --yes
   kip upgrade --yes --repair-autoscaling`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Kube, opts.Printer, opts.Prompter, opts.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
 			opts.Holder, opts.KipVersion = f.CommandLine(), buildinfo.Version
+			if opts.K3s && !opts.Check {
+				var err error
+				if opts.Server, opts.Dial, err = hostDialer(f); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -45,6 +59,8 @@ failed upgrade resumes where it was when run again. See docs/upgrade.md.`,
 	fl.BoolVar(&opts.RepairAutoscaling, "repair-autoscaling", false, "apply the autoscaling fixes the upgrade lists without asking (needed off a terminal when there are fixes)")
 	fl.BoolVar(&opts.SkipAutoscalingCheck, "skip-autoscaling-check", false, "upgrade although some apps need a decision, leaving those apps as they are")
 	fl.StringVar(&opts.ImageTag, "image-tag", "", "run a commit's console images, by its full 40-character SHA (needs --skip-system)")
+	fl.BoolVar(&opts.K3s, "k3s", false, "also move k3s to the release this kip pins, first: the server, then each ready worker (with --check, report the plan)")
+	fl.StringVar(&opts.AirgapBundle, "airgap-bundle", "", "with --k3s, a directory with the k3s release's binary and its sha256sum file, uploaded to each host instead of downloaded there")
 	fl.BoolVar(&opts.SeedCredentialGrants, "seed-credential-grants", false, "grant each shared git credential whose allow-list was never set the projects whose apps use it, without asking")
 	return cmd
 }

@@ -30,7 +30,8 @@
 // deterministic where kip writes one thing at a time, as its workflows do. Without the tag the
 // hooks do nothing; kip as shipped is built without it.
 //
-// The same build takes how often its waits poll from PollEnv (Interval).
+// The same build takes how often its waits poll from PollEnv (Interval), and the releases it
+// pins from PinEnv (Pinned): it then acts as an earlier kip release that pinned them.
 package fault
 
 // The environment variables of a kipfault build (see the package documentation).
@@ -43,4 +44,8 @@ const (
 	// that a test which runs a workflow once per write spends its time on the writes, not on
 	// half-second polls. What a wait waits for is the same at any interval.
 	PollEnv = "KIP_FAULT_POLL_INTERVAL"
+	// PinEnv (name=version, comma-separated, e.g. k3s=v1.36.3+k3s1) replaces the versions this
+	// kip pins (manifests/versions.yaml) of the components it names, without a checksum: a test
+	// builds with it the cluster an earlier kip release installed, for the upgrade to move.
+	PinEnv = "KIP_FAULT_PIN"
 )

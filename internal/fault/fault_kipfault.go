@@ -212,3 +212,13 @@ func Interval(def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// Pinned is the version PinEnv gives component name, when it names it.
+func Pinned(name string) (string, bool) {
+	for _, pin := range strings.Split(os.Getenv(PinEnv), ",") {
+		if n, v, ok := strings.Cut(strings.TrimSpace(pin), "="); ok && n == name {
+			return v, true
+		}
+	}
+	return "", false
+}

@@ -23,3 +23,7 @@ func Bookkeeping(ctx context.Context) context.Context { return ctx }
 
 // Interval is how often kip's waits ask again: def, in kip as shipped.
 func Interval(def time.Duration) time.Duration { return def }
+
+// Pinned is the version a test pins for component name instead of this kip's; kip as shipped
+// has none.
+func Pinned(string) (string, bool) { return "", false }

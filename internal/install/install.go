@@ -78,11 +78,6 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// rerunLease is the cluster lock's lease on a re-run. Its host steps restart k3s, whose API
-// holds the lock: the lease outlasts a restart (renewals fail for up to half of it before kip
-// gives the lock up), where the default minute would not.
-const rerunLease = 5 * time.Minute
-
 // Env is what kip install takes from the command around it; cmd/kip fills it from the
 // factory, tests from what they build.
 type Env struct {
@@ -193,13 +188,13 @@ func Run(ctx context.Context, env Env, o Options) error {
 	if in.clients != nil {
 		// A re-run changes a running cluster from its first host step (configuration, firewall,
 		// k3s's binary and restart): the cluster lock covers all of it.
-		lock, err := kube.AcquireLock(ctx, in.clients.Kube, kube.HolderText(in.env.CommandLine), kube.LockOptions{LeaseDuration: rerunLease})
+		lock, err := kube.AcquireLock(ctx, in.clients.Kube, kube.HolderText(in.env.CommandLine), kube.LockOptions{LeaseDuration: kube.RestartLeaseDuration})
 		if err != nil {
 			return err
 		}
 		defer func() {
 			if err := lock.Release(ctx); err != nil {
-				in.p.Warn(fmt.Sprintf("%v (the lock frees itself %s after its last renewal)", err, rerunLease))
+				in.p.Warn(fmt.Sprintf("%v (the lock frees itself %s after its last renewal)", err, kube.RestartLeaseDuration))
 			}
 		}()
 		if lock.TookOverFrom != "" {

@@ -35,6 +35,10 @@ const (
 	LockTokenAnnotation = RecordPrefix + "lock-token"
 	// DefaultLeaseDuration is how long the lock outlives its holder's last renewal.
 	DefaultLeaseDuration = time.Minute
+	// RestartLeaseDuration is the lease of a command that restarts the server's k3s, whose API
+	// holds the lock: it outlasts a restart (renewals fail for up to half of it before kip gives
+	// the lock up), where the default minute would not.
+	RestartLeaseDuration = 5 * time.Minute
 	// releaseTimeout bounds Release, which runs after Ctrl-C on a context of its own.
 	releaseTimeout = 10 * time.Second
 )

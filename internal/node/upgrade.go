@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,18 +81,20 @@ func PlanWorkerUpgrades(nodes cluster.Nodes, list []corev1.Node, from, to string
 	return plan, nil
 }
 
-// UpgradeOptions are what the worker upgrades need from kip install.
+// UpgradeOptions are what the k3s upgrades of the nodes need from kip install or kip upgrade.
 type UpgradeOptions struct {
 	Kube *kube.Clients
-	// Dial connects to a worker over SSH with the cluster's SSH settings.
+	// Dial connects to a node's host over SSH with the cluster's SSH settings.
 	Dial func(ctx context.Context, host string) (*sshx.Client, error)
-	// Version is the server's k3s release, which every worker moves to; Pinned its pinned
-	// SHA-256 ("" when this kip pins another release).
+	// Version is the release every node moves to; Pinned its pinned SHA-256 ("" when this kip
+	// pins another release).
 	Version, Pinned string
-	// AirgapBundle is install's --airgap-bundle, "" to download on each worker.
+	// AirgapBundle is --airgap-bundle, "" to download the binary on each host.
 	AirgapBundle string
 	// Nodes is the record the plan was made from.
 	Nodes cluster.Nodes
+	// Again is the command that goes on after a failed step, e.g. kip upgrade --k3s.
+	Again string
 }
 
 // UpgradeSteps are one step per worker of the plan: it reruns the k3s install on the worker at
@@ -100,33 +104,73 @@ type UpgradeOptions struct {
 func UpgradeSteps(o UpgradeOptions, plan WorkerPlan) []workflow.Step {
 	var steps []workflow.Step
 	for _, name := range plan.Upgrade {
-		u := &workerUpgrade{o: o, name: name, w: o.Nodes.Workers[name]}
-		steps = append(steps, workflow.Step{
-			Name: "k3s-" + name, Title: "Bring k3s on worker " + name + " to " + o.Version,
-			Done: "Worker " + name + " is Ready on k3s " + o.Version, Already: "Worker " + name + " already Ready on k3s " + o.Version,
-			Check: func(ctx context.Context) (bool, error) {
-				ok, _, err := u.readyOnRelease(ctx)
-				return ok, err
-			},
-			Plan: func(context.Context) ([]string, error) {
-				return []string{"install k3s " + o.Version + " on " + u.w.Host + " and restart " + k3s.AgentUnit}, nil
-			},
-			Apply: u.apply,
-		})
+		w := o.Nodes.Workers[name]
+		u := &nodeUpgrade{o: o, name: name, host: w.Host, unit: k3s.AgentUnit, what: "worker " + name,
+			rejoin: "rejoin it with 'kip node add " + w.Host + "' (its original options)",
+			checkMachine: func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
+				return checkWorkerMachine(ctx, c, name, w, n)
+			}}
+		steps = append(steps, u.step("k3s-"+name, "worker "+name))
 	}
 	return steps
 }
 
-// workerUpgrade moves one worker's k3s.
-type workerUpgrade struct {
-	o    UpgradeOptions
-	name string
-	w    cluster.Worker
+// ServerUpgradeStep moves the server's k3s (its node is name, its host reached at host) to
+// o.Version: the k3s install for that release, a restart of k3s, then up to 5 minutes for its
+// node to report Ready on the release. Restarting k3s pauses the API; running pods keep
+// serving. A server whose node already reports Ready on the release keeps running; one whose
+// binary an interrupted attempt already replaced is restarted.
+func ServerUpgradeStep(o UpgradeOptions, name, host string) workflow.Step {
+	u := &nodeUpgrade{o: o, name: name, host: host, unit: k3s.ServerUnit, what: "the server",
+		rejoin: "put back the release its node reports, or re-run kip install on it",
+		checkMachine: func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
+			id, err := readIdentity(ctx, c)
+			if err != nil {
+				return "", err
+			}
+			if n.Status.NodeInfo.MachineID != "" && id.MachineID != n.Status.NodeInfo.MachineID {
+				return "", fmt.Errorf("the host at %s is not the server: its machine ID is %s where node %s reported %s; kip leaves it alone: check the server address saved for this cluster",
+					host, id.MachineID, name, n.Status.NodeInfo.MachineID)
+			}
+			return id.Arch, nil
+		}}
+	return u.step("k3s-server", "the server")
 }
 
-// readyOnRelease reports whether the worker's node is Ready on the target release, and what it
-// reports otherwise.
-func (u *workerUpgrade) readyOnRelease(ctx context.Context) (bool, string, error) {
+// nodeUpgrade moves one node's k3s: the server's or a worker's.
+type nodeUpgrade struct {
+	o UpgradeOptions
+	// name is the node's, host where kip reaches it, unit its k3s service.
+	name, host, unit string
+	// what names the node in messages; rejoin says how to recover a host whose k3s something
+	// other than kip changed.
+	what, rejoin string
+	// checkMachine refuses a host that is not the node, and returns its architecture.
+	checkMachine func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error)
+}
+
+func (u *nodeUpgrade) step(name, who string) workflow.Step {
+	v := u.o.Version
+	return workflow.Step{
+		Name: name, Title: "Bring k3s on " + who + " to " + v,
+		Done: cap1(who) + " is Ready on k3s " + v, Already: cap1(who) + " already Ready on k3s " + v,
+		Check: func(ctx context.Context) (bool, error) {
+			ok, _, err := u.readyOnRelease(ctx)
+			return ok, err
+		},
+		Plan: func(context.Context) ([]string, error) {
+			return []string{"install k3s " + v + " on " + u.host + " and restart " + u.unit}, nil
+		},
+		Apply: u.apply,
+	}
+}
+
+// cap1 capitalises the first letter of s.
+func cap1(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+// readyOnRelease reports whether the node is Ready on the target release, and what it reports
+// otherwise.
+func (u *nodeUpgrade) readyOnRelease(ctx context.Context) (bool, string, error) {
 	n, err := u.o.Kube.Kube.CoreV1().Nodes().Get(ctx, u.name, metav1.GetOptions{})
 	if err != nil {
 		return false, "", fmt.Errorf("read node %s: %w", u.name, err)
@@ -135,10 +179,10 @@ func (u *workerUpgrade) readyOnRelease(ctx context.Context) (bool, string, error
 	return st == cluster.NodeReady && v == u.o.Version, st + " on k3s " + v, nil
 }
 
-func (u *workerUpgrade) apply(ctx context.Context) error {
-	c, err := u.o.Dial(ctx, u.w.Host)
+func (u *nodeUpgrade) apply(ctx context.Context) error {
+	c, err := u.o.Dial(ctx, u.host)
 	if err != nil {
-		return fmt.Errorf("reach worker %s at %s over SSH: %w", u.name, u.w.Host, err)
+		return fmt.Errorf("reach %s at %s over SSH: %w", u.what, u.host, err)
 	}
 	defer c.Close()
 	n, err := u.o.Kube.Kube.CoreV1().Nodes().Get(ctx, u.name, metav1.GetOptions{})
@@ -152,11 +196,11 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 	reported := n.Status.NodeInfo.KubeletVersion
 	installed, err := k3s.RemoteVersion(ctx, c, k3s.BinaryPath)
 	if err != nil {
-		return fmt.Errorf("read k3s's release on worker %s (%s --version): %w", u.name, k3s.BinaryPath, err)
+		return fmt.Errorf("read k3s's release on %s (%s --version): %w", u.what, k3s.BinaryPath, err)
 	}
 	if installed != reported && installed != u.o.Version {
-		return fmt.Errorf("worker %s has k3s %q installed, but its node reports %s and kip moves it to %s: something other than kip changed it; rejoin it with 'kip node add %s' (its original options)",
-			u.name, installed, reported, u.o.Version, u.w.Host)
+		return fmt.Errorf("%s has k3s %q installed, but its node reports %s and kip moves it to %s: something other than kip changed it; %s",
+			cap1(u.what), installed, reported, u.o.Version, u.rejoin)
 	}
 	if installed != u.o.Version {
 		b := k3s.BinaryInstall{C: c, Version: u.o.Version, Arch: arch, Pinned: u.o.Pinned}
@@ -169,33 +213,48 @@ func (u *workerUpgrade) apply(ctx context.Context) error {
 			}
 		}
 		if err := b.Install(ctx); err != nil {
-			return fmt.Errorf("install k3s %s on worker %s: %w", u.o.Version, u.name, err)
+			return fmt.Errorf("install k3s %s on %s: %w", u.o.Version, u.what, err)
 		}
 	}
-	// The unit and the join settings (configuration, token) stay as kip node add wrote them:
-	// the agent starts again on the new binary with them.
-	if _, err := c.Output(ctx, sshx.Command("systemctl", "restart", k3s.AgentUnit)); err != nil {
-		return fmt.Errorf("restart %s on worker %s: %w", k3s.AgentUnit, u.name, err)
+	// The unit and the settings (configuration, a worker's join token) stay as kip wrote them:
+	// k3s starts again on the new binary with them.
+	if _, err := c.Output(ctx, sshx.Command("systemctl", "restart", u.unit)); err != nil {
+		return fmt.Errorf("restart %s on %s: %w", u.unit, u.what, err)
 	}
-	err = kube.Poll(ctx, upgradeTimeout, "node "+u.name+" Ready on k3s "+u.o.Version, u.readyOnRelease)
+	err = kube.Poll(ctx, upgradeTimeout, "node "+u.name+" Ready on k3s "+u.o.Version, func(ctx context.Context) (bool, string, error) {
+		ok, pending, err := u.readyOnRelease(ctx)
+		switch {
+		case err != nil && u.unit == k3s.ServerUnit:
+			// The server's restart takes the API away, and it may refuse kip's credentials for
+			// a while as it comes back: pending until the timeout.
+			return false, err.Error(), nil
+		case err != nil:
+			pending, err = kube.PendingGet("node "+u.name, errors.Unwrap(err))
+		}
+		return ok, pending, err
+	})
 	if err != nil {
-		return fmt.Errorf("%w (see 'journalctl -u %s' on %s)", err, k3s.AgentUnit, u.w.Host)
+		again := ""
+		if u.o.Again != "" {
+			again = "; then run " + u.o.Again + " again"
+		}
+		return fmt.Errorf("%w (see 'journalctl -u %s' on %s%s)", err, u.unit, u.host, again)
 	}
 	return nil
 }
 
-// checkMachine refuses a host that is not the worker kip joined there (checkIdentity), or one
-// without its k3s configuration. It returns the host's architecture, for the binary.
-func (u *workerUpgrade) checkMachine(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
+// checkWorkerMachine refuses a host that is not the worker kip joined there (checkIdentity), or
+// one without its k3s configuration. It returns the host's architecture, for the binary.
+func checkWorkerMachine(ctx context.Context, c *sshx.Client, name string, w cluster.Worker, n *corev1.Node) (string, error) {
 	id, err := readIdentity(ctx, c)
 	if err != nil {
 		return "", err
 	}
-	if err := checkIdentity(id, u.name, u.w, n); err != nil {
-		return "", fmt.Errorf("%w, or rejoin it with 'kip node add %s'", err, u.w.Host)
+	if err := checkIdentity(id, name, w, n); err != nil {
+		return "", fmt.Errorf("%w, or rejoin it with 'kip node add %s'", err, w.Host)
 	}
 	if !id.Configured {
-		return "", fmt.Errorf("worker %s at %s has no k3s configuration (%s): rejoin it with 'kip node add %s'", u.name, u.w.Host, k3s.ConfigPath, u.w.Host)
+		return "", fmt.Errorf("worker %s at %s has no k3s configuration (%s): rejoin it with 'kip node add %s'", name, w.Host, k3s.ConfigPath, w.Host)
 	}
 	return id.Arch, nil
 }

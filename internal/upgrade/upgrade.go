@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/platform"
+	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
 )
@@ -50,6 +52,14 @@ type Options struct {
 	// SeedCredentialGrants grants each shared git credential whose allow-list was never set the
 	// projects whose apps reference it, without asking (--seed-credential-grants).
 	SeedCredentialGrants bool
+	// K3s moves the nodes' k3s to the release this kip pins first (--k3s); AirgapBundle is the
+	// directory its binary comes from (--airgap-bundle), "" to download it on each host.
+	K3s          bool
+	AirgapBundle string
+	// Dial connects to a host over SSH with the cluster's SSH settings; Server is the saved
+	// cluster's server address, "" for the cluster record's.
+	Dial   func(ctx context.Context, host string) (*sshx.Client, error)
+	Server string
 }
 
 // Workflow is the name of the upgrade's progress record.
@@ -65,6 +75,14 @@ func (o *Options) validate() error {
 		}
 		if !o.SkipSystem {
 			return cli.Usagef("--image-tag needs --skip-system: the system components' step would restore the released images")
+		}
+	}
+	if o.AirgapBundle != "" {
+		if !o.K3s {
+			return cli.Usagef("--airgap-bundle gives k3s's binary to --k3s: pass --k3s too, or drop --airgap-bundle")
+		}
+		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
+			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
 		}
 	}
 	if o.Check && (o.RepairAutoscaling || o.ImageTag != "" || o.SeedCredentialGrants) {
@@ -88,6 +106,8 @@ type upgrader struct {
 	// all are the cluster's components as its record describes them, Longhorn at the release
 	// the cluster runs.
 	all []components.Component
+	// k3s is the move of --k3s.
+	k3s k3sMove
 }
 
 // findings is what the check found.
@@ -101,6 +121,8 @@ type findings struct {
 	// not read with --skip-system.
 	failed []platform.ChartVersion
 	routes RouteCheck
+	// k3s is --k3s's refusal, nil when k3s can move.
+	k3s error
 	// grants are the allow-lists the upgrade would seed, of the shared git credentials whose
 	// list was never set and that apps reference; unused are such credentials no app references,
 	// left unset.
@@ -113,6 +135,9 @@ func (f findings) blocked() error {
 	var why []string
 	if f.crds != nil {
 		why = append(why, "the Kipper schemas cannot move")
+	}
+	if f.k3s != nil {
+		why = append(why, "k3s cannot move")
 	}
 	if n := len(f.apps.Decisions); n > 0 {
 		why = append(why, fmt.Sprintf("%d %s a decision", n, cli.Plural(n, "app needs", "apps need")))
@@ -209,6 +234,16 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		}
 	}
 	f.grants, f.unused = credential.Seeds(creds, refs)
+	if u.o.K3s {
+		pin, err := u.pinned.Component("k3s")
+		if err != nil {
+			return f, err
+		}
+		if u.k3s, err = readK3sMove(ctx, u.cl, pin.Version, pin.SHA256); err != nil {
+			return f, err
+		}
+		f.k3s = u.k3s.refused
+	}
 	if !u.o.SkipSystem {
 		if f.failed, err = platform.FailedReleases(ctx, u.cl, u.system(), u.rec.Server); err != nil {
 			return f, err
@@ -224,6 +259,9 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		fmt.Fprintf(w, "  !   Kipper schemas: %s\n", f.crdsSkipped)
 	default:
 		fmt.Fprintf(w, "  ✔   The Kipper schemas can move to this kip's\n")
+	}
+	if u.o.K3s {
+		u.k3s.write(w)
 	}
 	if len(f.apps.Repairs)+len(f.apps.Decisions)+len(f.apps.AtZero) == 0 {
 		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), cli.Plural(len(apps), "app", "apps"))
@@ -269,6 +307,9 @@ type upgradeIntent struct {
 func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if f.crds != nil {
 		return f.crds
+	}
+	if f.k3s != nil {
+		return fmt.Errorf("k3s cannot move: %w. Nothing was changed", f.k3s)
 	}
 	if n := len(f.failed); n > 0 {
 		return fmt.Errorf("%d %s failed (listed above). Nothing was changed: recover %s as shown, then run kip upgrade again, "+
@@ -323,6 +364,10 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 		}
 	}
 	r := workflow.OnCluster(u.cl, u.o.Holder, u.o.KipVersion, u.p)
+	if u.o.K3s {
+		// The API that holds the lock goes away while the server's k3s restarts.
+		r.Lock = workflow.ClusterLock(u.cl.Kube, kube.LockOptions{LeaseDuration: kube.RestartLeaseDuration})
+	}
 	lock, release, err := r.TakeLock(ctx)
 	if err != nil {
 		return err
@@ -435,7 +480,11 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 	base := u.base()
 	rbac := components.Step(u.cl, base)
 	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC and the project roles", "Updated console-api's RBAC and the project roles", "console-api's RBAC and the project roles are up to date"
-	steps := []workflow.Step{crds, rbac}
+	var steps []workflow.Step
+	if u.o.K3s {
+		steps = u.k3sSteps()
+	}
+	steps = append(steps, crds, rbac)
 	// A conflicting route takes the requests of a Kipper component's: it goes before the console
 	// restarts.
 	for _, ref := range removals {
@@ -455,6 +504,9 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 		steps = append(steps, *id)
 	}
 	moved := []components.Component{byName["kipper-crds"], base, byName["console"]}
+	if u.o.K3s {
+		moved = append(moved, components.Component{Name: "k3s", Version: u.k3s.to})
+	}
 	if !u.o.SkipSystem {
 		for _, c := range u.system() {
 			s := components.Step(u.cl, c)
