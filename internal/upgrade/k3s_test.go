@@ -41,8 +41,8 @@ func TestPlanK3s(t *testing.T) {
 		report  []string
 	}{
 		{name: "the server one minor behind, then the ready workers in name order",
-			nodes: record(map[string]string{"w2": cluster.WorkerReady, "w1": cluster.WorkerReady, "w3": cluster.WorkerRemoving}),
-			list:  []corev1.Node{node("srv", "v1.36.3+k3s1", true), node("w2", "v1.36.3+k3s1", false), node("w1", "v1.35.4+k3s1", false), node("w3", "v1.36.3+k3s1", false)},
+			nodes:   record(map[string]string{"w2": cluster.WorkerReady, "w1": cluster.WorkerReady, "w3": cluster.WorkerRemoving}),
+			list:    []corev1.Node{node("srv", "v1.36.3+k3s1", true), node("w2", "v1.36.3+k3s1", false), node("w1", "v1.35.4+k3s1", false), node("w3", "v1.36.3+k3s1", false)},
 			upgrade: []string{"w1", "w2"},
 			report: []string{"k3s: the server moves from v1.36.3+k3s1 to v1.37.2+k3s1 first",
 				"k3s: then workers w1, w2 to v1.37.2+k3s1, one at a time, without a drain",
