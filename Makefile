@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X kipper.run/kip/internal/buildinfo.Version=$(VERSION) -X kipp
 # (e2e.Suite.Own), so that the ones still running have the machine.
 TESTFLAGS ?= -timeout 60m -parallel 16
 
-.PHONY: all build build-fault mover-image mover-image-pin test test-deps testenv lint docs clean lab-image lab-up lab-status lab-down demo
+.PHONY: all build build-fault mover-image mover-image-pin test test-deps testenv testenv-older lint docs clean lab-image lab-up lab-status lab-down demo
 
 all: build
 
@@ -41,6 +41,10 @@ test-deps:
 ## testenv: build (or reuse from ~/.cache/kip) the test environment from the one module graph of tools/testenv: the control plane (kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok), the node components (kubelet, kube-proxy, containerd, CoreDNS, the local-path provisioner) with the lab's container images, the Velero server, its AWS plugin and gofakes3 (S3) for the backup tests, the CSI sidecars of the lab's Longhorn stand-in, and the lab's PostgreSQL image (docker.io/library/postgres:15 from Debian's PostgreSQL 15, with a stand-in entrypoint)
 testenv:
 	for part in modules control node velero csi postgres; do sh tools/testenv.sh $$part || exit 1; done
+
+## testenv-older: build (or reuse from ~/.cache/kip/testenv/older) the older Kubernetes release the upgrade tests start from (tools/testenv/go.older.mod, v1.36.3) from the same sources: its control plane, kubelet and kube-proxy, stamped v1.36.3 and v1.36.3+k3s1, into bin/testenv/v1.36.3, where a k3s stand-in claiming v1.36.3+k3s1 runs them (make k3s-standin-older); after make testenv, and not part of it
+testenv-older:
+	sh tools/testenv.sh older
 
 ## lab-image: build (or reuse from ~/.cache/kip/lab) the lab hosts' base image
 lab-image: test-deps
@@ -91,3 +95,13 @@ K3S_STANDIN_VERSION ?=
 k3s-standin:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT) $(if $(K3S_STANDIN_VERSION),-X main.version=$(K3S_STANDIN_VERSION))" -o bin/k3s-standin ./test/k3s-standin
 	cd bin && sha256sum k3s-standin > k3s-standin.sha256
+
+## k3s-standin-older: build bin/k3s-standin-<release> claiming the k3s release of the older Kubernetes (v1.36.3+k3s1: tools/testenv/go.older.mod's; it runs bin/testenv/v1.36.3, make testenv-older), its .sha256, and bin/k3s-airgap-<release>/, an airgap bundle for kip install --airgap-bundle (k3s and sha256sum-amd64.txt; e2e.StandinBundle makes the same from bin/k3s-standin-<release>)
+OLDER_K8S = $(shell sed -n 's/^\tk8s.io\/kubernetes \(v[0-9.]*\)$$/\1/p' tools/testenv/go.older.mod)
+.PHONY: k3s-standin-older
+k3s-standin-older:
+	@test -n "$(OLDER_K8S)" || { echo "no k8s.io/kubernetes requirement in tools/testenv/go.older.mod" >&2; exit 1; }
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT) -X main.version=$(OLDER_K8S)+k3s1" -o bin/k3s-standin-$(OLDER_K8S) ./test/k3s-standin
+	cd bin && sha256sum k3s-standin-$(OLDER_K8S) > k3s-standin-$(OLDER_K8S).sha256
+	rm -rf bin/k3s-airgap-$(OLDER_K8S) && mkdir bin/k3s-airgap-$(OLDER_K8S) && cp bin/k3s-standin-$(OLDER_K8S) bin/k3s-airgap-$(OLDER_K8S)/k3s
+	cd bin/k3s-airgap-$(OLDER_K8S) && sha256sum k3s > sha256sum-amd64.txt

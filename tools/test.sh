@@ -58,7 +58,10 @@ step phase "build: node components and the lab's container images" sh tools/test
 step phase "build: Velero" sh tools/testenv.sh velero
 step phase "build: CSI sidecars" sh tools/testenv.sh csi
 step phase "build: PostgreSQL image" sh tools/testenv.sh postgres
-step phase "build: kip (bin/kip-fault) and the k3s stand-in" make --no-print-directory build-fault k3s-standin
+# The older Kubernetes release the k3s upgrade test starts from: after the control plane and the
+# node components, whose directory it links into.
+step phase "build: the older Kubernetes release (the k3s upgrade test)" sh tools/testenv.sh older
+step phase "build: kip (bin/kip-fault) and the k3s stand-ins" make --no-print-directory build-fault k3s-standin k3s-standin-older
 # The end-to-end tests run alone, last: their lab's clusters keep both cores busy for most of
 # their run, and the tiers beside them (a fresh-clone run at 4c72fbd) stretched the whole to 50
 # minutes and their waits past their limits. Before them, side by side, the unit, API and SSH

@@ -24,6 +24,17 @@
 #            packages (make test-deps installs them) with a stand-in entrypoint
 #   lab      the lab hosts' base image (test/lab, cached in ~/.cache/kip/lab; make lab-image)
 #
+# and, not in make testenv, for the upgrade tests only (make testenv-older):
+#
+#   older    the older Kubernetes release the upgrade tests start from (go.older.mod:
+#            v1.36.3), from the same sources as control and node: its control plane
+#            (testenv-control) and its kubelet and kube-proxy (testenv-node without containerd,
+#            -tags testenv_older), stamped v1.36.3 and v1.36.3+k3s1, cached in
+#            ~/.cache/kip/testenv/older and linked into bin/testenv/v1.36.3, beside the other
+#            programs the stand-in runs there (links to the current build's containerd, ctr,
+#            runc shim and kwok). A k3s stand-in claiming v1.36.3+k3s1 runs what it finds
+#            there (docs/k3s-standin.md). Run it after control and node.
+#
 # Each part prints whether it was cached, and writes it to the file KIP_PHASE_NOTE names
 # (tools/phase.sh).
 set -eu
@@ -45,10 +56,11 @@ pin() { # pin NAME: the version of NAME in manifests/versions.yaml
 modversion() { # modversion MODULE: MODULE's version in tools/testenv's module graph
 	(cd "$mod" && go list -m -f '{{.Version}}' "$1")
 }
+gomodflags= # -modfile and -tags of the older release's build (part older), else none
 build() { # build LDFLAGS OUT PACKAGE...: go build in tools/testenv
 	ldflags=$1 out=$2
 	shift 2
-	(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@")
+	(cd "$mod" && CGO_ENABLED=0 go build $gomodflags -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@")
 }
 links() { # links DIR BINARY NAME...: DIR/NAME for each NAME, a link to DIR/BINARY
 	d=$1 bin=$2
@@ -74,14 +86,14 @@ cached() {
 }
 done_() { # done_ KEEP: moves $tmp into place as $dir, then removes every other build in KEEP's
 	# directory: earlier recipes' (a build of the control plane and node components is about
-	# 750 MB)
+	# 750 MB), but not the older release's builds (testenv/older), which are kept apart
 	touch "$tmp/.complete"
 	rm -rf "$dir"
 	mkdir -p "$(dirname "$dir")"
 	mv "$tmp" "$dir"
 	trap - EXIT
 	for old in "$(dirname "$1")"/*; do
-		[ "$old" = "$1" ] || rm -rf "$old"
+		[ "$old" = "$1" ] || [ "$old" = "$cache_root/testenv/older" ] || rm -rf "$old"
 	done
 }
 link() { # link NAME DIR: bin/NAME points at DIR
@@ -90,9 +102,9 @@ link() { # link NAME DIR: bin/NAME points at DIR
 }
 
 k8s_version=$(modversion k8s.io/kubernetes)
-minor=$(echo "$k8s_version" | cut -d. -f2)
-major=$(echo "$k8s_version" | cut -d. -f1 | tr -d v)
 version_flags() { # version_flags VERSION: the ldflags that stamp a Kubernetes build with VERSION
+	minor=$(echo "$1" | cut -d. -f2)
+	major=$(echo "$1" | cut -d. -f1 | tr -d v)
 	echo "-X k8s.io/component-base/version.gitVersion=$1
  -X k8s.io/component-base/version.gitMajor=$major
  -X k8s.io/component-base/version.gitMinor=$minor
@@ -109,7 +121,7 @@ case $part in
 modules)
 	count() { find "$(go env GOMODCACHE)/cache/download" -name '*.zip' 2>/dev/null | wc -l; }
 	before=$(count)
-	(cd "$mod" && go mod download)
+	(cd "$mod" && go mod download && go mod download -modfile=go.older.mod)
 	(cd "$root" && go mod download)
 	after=$(count)
 	if [ "$after" = "$before" ]; then
@@ -274,8 +286,55 @@ lab)
 	*) note "cached" ;;
 	esac
 	;;
+older)
+	# The older release the upgrade tests start from: go.older.mod's k8s.io/kubernetes, its k3s
+	# release the first of that Kubernetes release (+k3s1). Keyed like control and node, by a
+	# stamp of what it is built from (go.older.mod instead of go.mod), in a directory of its own
+	# that their builds leave alone.
+	older_version=$(cd "$mod" && go list -modfile=go.older.mod -m -f '{{.Version}}' k8s.io/kubernetes)
+	older_k3s=$older_version+k3s1
+	older_stamp=$( (cat "$mod/go.older.mod" "$mod/go.older.sum" "$mod"/*/*.go "$root/tools/testenv.sh"
+		echo "$older_k3s"; go env GOVERSION GOARCH) | sha256sum | cut -c1-16)
+	dir=$cache_root/testenv/older/$older_version-$older_stamp
+	if cached "$dir"; then
+		note "cached in $dir"
+	else
+		echo "testenv older: building $older_version into $dir"
+		gomodflags="-modfile=go.older.mod -tags testenv_older"
+		build "$(version_flags "$older_version")" "$tmp/testenv-control" ./control
+		links "$tmp" testenv-control kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+		# The kubelet reports the k3s release, as the current build's does.
+		build "$(version_flags "$older_k3s")" "$tmp/testenv-node" ./node
+		links "$tmp" testenv-node kubelet kube-proxy
+		gomodflags=
+		echo "$older_version" >"$tmp/VERSION"
+		(cd "$mod" && go list -modfile=go.older.mod -m -f '{{.Path}} {{.Version}}' k8s.io/kubernetes go.etcd.io/etcd/server/v3) >"$tmp/VERSIONS"
+		done_ "$dir"
+		note "built ($(du -sh "$dir" | cut -f1))"
+	fi
+	# bin/testenv/<release>: the older build, hard links (the lab binds bin/testenv into hosts,
+	# and a link out of it would point nowhere there), with links to the current build's
+	# programs that do not change with the release: containerd, ctr, the runc shim, kwok.
+	for p in control node; do
+		[ -f "$testenv_dir/$p/.complete" ] || {
+			echo "testenv older: $testenv_dir/$p is not built: run sh tools/testenv.sh $p first" >&2
+			exit 1
+		}
+	done
+	vdir=$testenv_dir/$older_version
+	if [ "$(cat "$vdir/.source" 2>/dev/null)" != "$dir" ]; then
+		rm -rf "$vdir" "$vdir.tmp"
+		mkdir -p "$vdir.tmp"
+		cp -al "$dir"/. "$vdir.tmp"/ 2>/dev/null || cp -a "$dir"/. "$vdir.tmp"/
+		for n in containerd containerd-shim-runc-v2 ctr kwok kwok-stages; do ln -sfn "../$n" "$vdir.tmp/$n"; done
+		echo "$dir" >"$vdir.tmp/.source"
+		mv "$vdir.tmp" "$vdir"
+		note "linked into $vdir"
+	fi
+	link testenv "$testenv_dir"
+	;;
 *)
-	echo "usage: testenv.sh modules|control|node|velero|csi|postgres|lab" >&2
+	echo "usage: testenv.sh modules|control|node|velero|csi|postgres|lab|older" >&2
 	exit 2
 	;;
 esac

@@ -112,12 +112,13 @@ func run(argv []string) int {
 		if err != nil {
 			return exitCode(err)
 		}
+		o.useReleaseBinDir(v)
 		for _, w := range o.warnings {
 			slog.Warn(w)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		slog.Info("starting k3s stand-in "+cmd, "version", v, "commit", revision())
+		slog.Info("starting k3s stand-in "+cmd, "version", v, "commit", revision(), "binaries", o.str("standin-bin-dir"))
 		if cmd == "server" {
 			if err := injectedFault(ctx); err != nil {
 				return exitCode(err)
@@ -139,14 +140,47 @@ func exitCode(err error) int {
 	return 1
 }
 
-// runKubectl replaces the process with the bundled kubectl, on k3s.yaml unless a kubeconfig is
-// named, as `k3s kubectl` does.
-// standinBinDir is the directory of the real binaries the stand-in runs.
+// standinBinDir is the directory of the real binaries the stand-in runs: those of its release
+// (releaseBinDir) in $KIP_STANDIN_BIN or standin-bin-dir's default.
 func standinBinDir() string {
-	if d := os.Getenv("KIP_STANDIN_BIN"); d != "" {
-		return d
+	d := os.Getenv("KIP_STANDIN_BIN")
+	if d == "" {
+		d = defsFor("server")["standin-bin-dir"].def
 	}
-	return defsFor("server")["standin-bin-dir"].def
+	if v, err := k3sVersion(); err == nil {
+		d, _ = releaseBinDir(d, v)
+	}
+	return d
+}
+
+// releaseBinDir returns the directory of the binaries of the Kubernetes release that version (a
+// k3s release, v1.36.3+k3s1) is built on, as a k3s release runs its own: binDir's subdirectory
+// named for that release (v1.36.3) when there is one (sh tools/testenv.sh older links an older
+// release's build there), else binDir itself. warning is not empty when binDir's VERSION file
+// names another release and no such subdirectory exists: the stand-in then runs that release.
+func releaseBinDir(binDir, version string) (dir, warning string) {
+	release, _, _ := strings.Cut(version, "+")
+	sub := filepath.Join(binDir, release)
+	if fi, err := os.Stat(sub); err == nil && fi.IsDir() {
+		return sub, ""
+	}
+	if data, err := os.ReadFile(filepath.Join(binDir, "VERSION")); err == nil {
+		if built := strings.TrimSpace(string(data)); built != "" && built != release {
+			warning = fmt.Sprintf("the k3s stand-in claims %s, but %s holds Kubernetes %s and no %s/: it runs %s "+
+				"(its Node and /version report that release; sh tools/testenv.sh older builds an older one)", version, binDir, built, release, built)
+		}
+	}
+	return binDir, warning
+}
+
+// useReleaseBinDir points standin-bin-dir at the binaries of version's Kubernetes release
+// (releaseBinDir).
+func (o *options) useReleaseBinDir(version string) {
+	dir, warning := releaseBinDir(o.str("standin-bin-dir"), version)
+	o.values["standin-bin-dir"] = []string{dir}
+	if warning != "" {
+		o.warnings = append(o.warnings, warning)
+	}
 }
 
 // runCtr is k3s ctr: containerd's own ctr, as k3s bundles it, on the containerd the stand-in
@@ -159,6 +193,8 @@ func runCtr(args []string) error {
 	return nil
 }
 
+// runKubectl replaces the process with the bundled kubectl, on k3s.yaml unless a kubeconfig is
+// named, as `k3s kubectl` does.
 func runKubectl(args []string) error {
 	env := os.Environ()
 	named := slices.ContainsFunc(args, func(a string) bool { return a == "--kubeconfig" || strings.HasPrefix(a, "--kubeconfig=") })

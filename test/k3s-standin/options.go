@@ -69,7 +69,7 @@ var flagDefs = []flagDef{
 	{name: "kube-controller-manager-arg", kind: kindArgs, server: true, usage: "kube-controller-manager argument key=value"},
 	{name: "kube-scheduler-arg", kind: kindArgs, server: true, usage: "kube-scheduler argument key=value"},
 	{name: "etcd-arg", kind: kindArgs, server: true, usage: "etcd argument key=value"},
-	{name: "standin-bin-dir", env: "KIP_STANDIN_BIN", server: true, agent: true, def: "/opt/kip-testenv", usage: "stand-in only: directory of etcd, kube-*, kubelet, kube-proxy, containerd, ctr, kwok, kwok-stages/"},
+	{name: "standin-bin-dir", env: "KIP_STANDIN_BIN", server: true, agent: true, def: "/opt/kip-testenv", usage: "stand-in only: directory of etcd, kube-*, kubelet, kube-proxy, containerd, ctr, kwok, kwok-stages/; its subdirectory named for the claimed release's Kubernetes (v1.36.3 for v1.36.3+k3s1) instead, when it has one"},
 	{name: "standin-kubelet", env: "KIP_STANDIN_KUBELET", server: true, agent: true, def: kubeletReal, usage: "stand-in only: real (containerd, kubelet and kube-proxy run pods) or kwok (kwok plays the kubelet; nothing runs)"},
 	{name: "standin-port-base", env: "KIP_STANDIN_PORT_BASE", server: true, def: "0", usage: "stand-in only: put etcd, its peer port, controller-manager and scheduler on N..N+3 instead of 2379, 2380, 10257, 10259"},
 }

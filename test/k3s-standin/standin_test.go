@@ -68,8 +68,10 @@ func standinBinary(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.path != "" {
-		os.RemoveAll(filepath.Dir(built.path))
+	for _, p := range []string{built.path, builtPinned.path} {
+		if p != "" {
+			os.RemoveAll(filepath.Dir(p))
+		}
 	}
 	os.Exit(code)
 }
@@ -110,6 +112,12 @@ type standin struct {
 
 func startStandin(t *testing.T, dir, name string, args, env []string) *standin {
 	t.Helper()
+	return startStandinBinary(t, standinBinary(t), dir, name, args, env)
+}
+
+// startStandinBinary is startStandin with another build of the stand-in, bin.
+func startStandinBinary(t *testing.T, bin, dir, name string, args, env []string) *standin {
+	t.Helper()
 	sock := filepath.Join(dir, name+".notify")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -120,7 +128,7 @@ func startStandin(t *testing.T, dir, name string, args, env []string) *standin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(standinBinary(t), args...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	// No kubelet may run on the build machine: kwok plays it here. Lab hosts run the real one.
 	s.cmd.Env = append(os.Environ(), append(env, "NOTIFY_SOCKET="+sock, "KIP_STANDIN_KUBELET="+kubeletKwok)...)
@@ -388,6 +396,12 @@ protect-kernel-defaults: true
 	kube := kubernetes.NewForConfigOrDie(restCfg)
 	if body, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil || string(body) != "ok" {
 		t.Fatalf("/readyz = %q, %v", body, err)
+	}
+	// kube-apiserver is the build of the claimed release's Kubernetes when bin/testenv has one
+	// (make testenv-older), else bin/testenv's own.
+	release, _ := releaseBinDir(binDir, testVersion)
+	if v, err := kube.Discovery().ServerVersion(); err != nil || v.GitVersion != builtRelease(t, release) {
+		t.Errorf("/version = %+v, %v; want gitVersion %s, the build in %s", v, err, builtRelease(t, release), release)
 	}
 	if !strings.HasPrefix(restCfg.Host, "https://127.0.0.1:") {
 		t.Errorf("kubeconfig server %s, want https://127.0.0.1:<port>", restCfg.Host)

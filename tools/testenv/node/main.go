@@ -2,17 +2,14 @@
 // binary: started as kubelet, kube-proxy, containerd or ctr (links of those names), it runs that
 // command. One link instead of four. It is never linked into kip. (containerd's runc
 // shim is a binary of its own: it starts itself again by its own path. So is CoreDNS, which goes
-// into a container image.)
+// into a container image.) containerd and ctr are in containerd.go, which the older release's
+// build (tools/testenv.sh older, -tags testenv_older) leaves out: that build is the kubelet and
+// kube-proxy only, and the lab's nodes keep the current build's containerd.
 package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 
-	_ "github.com/containerd/containerd/v2/cmd/containerd/builtins"
-	"github.com/containerd/containerd/v2/cmd/containerd/command"
-	ctr "github.com/containerd/containerd/v2/cmd/ctr/app"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
@@ -23,20 +20,10 @@ import (
 	"kipper.run/kip/tools/testenv/multicall"
 )
 
-func main() {
-	multicall.Main("testenv-node", map[string]func() int{
-		"kubelet":    func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
-		"kube-proxy": func() int { return cli.Run(kubeproxy.NewProxyCommand()) },
-		"containerd": func() int { return urfave("containerd", command.App().Run) },
-		"ctr":        func() int { return urfave("ctr", ctr.New().Run) },
-	})
+// commands are the binary's commands by name; containerd.go adds containerd's.
+var commands = map[string]func() int{
+	"kubelet":    func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
+	"kube-proxy": func() int { return cli.Run(kubeproxy.NewProxyCommand()) },
 }
 
-// urfave runs a command of containerd's (urfave/cli) as its main does.
-func urfave(name string, run func(context.Context, []string) error) int {
-	if err := run(context.Background(), os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, name+":", err)
-		return 1
-	}
-	return 0
-}
+func main() { multicall.Main("testenv-node", commands) }
