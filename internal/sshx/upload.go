@@ -3,7 +3,6 @@ package sshx
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -20,12 +19,16 @@ func (c *Client) Upload(ctx context.Context, dst string, data []byte, mode os.Fi
 	if !path.IsAbs(dst) {
 		return c.wrapErr(fmt.Errorf("upload %q: the path must be absolute", dst))
 	}
-	tmp := dst + ".kip-tmp-" + rand.Text()
+	sum := sha256.Sum256(data)
+	// The temporary file is named by its content: two uploads of different files never share
+	// one, and an upload made again is the same command (a fault-injection test knows a remote
+	// write by its command, fault.KillNewWriteEnv).
+	tmp := fmt.Sprintf("%s.kip-tmp-%x", dst, sum[:8])
 	steps := []string{
 		"umask 077",
 		"cat >" + Quote(tmp),
 		fmt.Sprintf("{ printf '%%s  %%s\\n' %x %s | sha256sum -c --status || { echo 'the uploaded file does not match what kip sent (sha256 %x)' >&2; false; }; }",
-			sha256.Sum256(data), Quote(tmp), sha256.Sum256(data)),
+			sum, Quote(tmp), sum),
 		Command("chmod", fmt.Sprintf("%04o", mode.Perm()), tmp),
 	}
 	if owner != "" {
