@@ -32,11 +32,12 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 // rollbacks', host 14 the node test's second worker, hosts 15 and 16 the public-mode node
 // test's server and worker, hosts 17 and 18 the fence test's, host 19 the moves on a cluster
 // with backups, host 20 (as host 5) the nano cluster after its install, host 21 the moves
-// killed after single writes, and host 22 restore-dump's. Each test has its own hosts, so the tests run in parallel (go test -parallel, set
+// killed after single writes, host 22 restore-dump's, and hosts 23 to 25 the k3s upgrade's
+// server and workers. Each test has its own hosts, so the tests run in parallel (go test -parallel, set
 // in the Makefile); hosts 1 and 2 only serve the node tests as hosts outside their clusters,
 // which the stand-in cluster test running beside them does not disturb.
 func TestMain(m *testing.M) {
-	os.Exit(e2e.Main(m, 22, lab.Options{Hosts: []lab.HostOptions{
+	os.Exit(e2e.Main(m, 25, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
 		// The nano host grows onto Longhorn at the end: it can load Longhorn's modules and has
 		// its own disk at /var/lib/longhorn.
@@ -59,6 +60,10 @@ func TestMain(m *testing.M) {
 		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs"}, k3sModules...), LonghornDiskGiB: 20},
 		{}, // the moves killed after single writes
 		{}, // restore-dump's
+		// The k3s upgrade's server and workers: Longhorn hosts that can load wireguard.
+		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 20},
+		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 10},
+		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 10},
 	}}))
 }
 

@@ -65,6 +65,20 @@ type Suite struct {
 	// Bundle is an airgap bundle directory laid out like a k3s release's assets (k3s and
 	// sha256sum-amd64.txt) holding the k3s stand-in, for kip's airgap path.
 	Bundle string
+	// OlderBundle is the same for the stand-in claiming OlderK3s, which runs that release's real
+	// control plane, kubelet and kube-proxy; "" when make testenv-older has not built them.
+	OlderBundle string
+}
+
+// OlderK3s is the older k3s release the upgrade tests start from: the stand-in claiming it runs
+// Kubernetes 1.36's binaries (tools/testenv/go.older.mod, make testenv-older).
+const OlderK3s = "v1.36.3+k3s1"
+
+// MissingOlder reports that the older release's binaries are not built (skipped locally, failed
+// under CI=true).
+func MissingOlder(t testing.TB) {
+	t.Helper()
+	need.Missing(t, "the older Kubernetes release the k3s upgrade starts from is not built: run make testenv-older")
 }
 
 var (
@@ -89,6 +103,9 @@ func Main(m *testing.M, n int, opts lab.Options) int {
 	suite = s
 	code := m.Run()
 	os.RemoveAll(s.Bundle) //nolint:errcheck // a temporary directory
+	if s.OlderBundle != "" {
+		os.RemoveAll(s.OlderBundle) //nolint:errcheck // a temporary directory
+	}
 	downCtx, downCancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer downCancel()
 	if err := s.Lab.Down(downCtx); err != nil {
@@ -124,6 +141,16 @@ func setUp(ctx context.Context, n int, opts lab.Options) (*Suite, error) {
 	}
 	if s.Bundle, err = StandinBundle(filepath.Join(root, "bin", "k3s-standin")); err != nil {
 		return nil, err
+	}
+	release, _, _ := strings.Cut(OlderK3s, "+")
+	if _, err := os.Stat(filepath.Join(bins, release)); err == nil {
+		cmd := exec.CommandContext(ctx, "make", "-C", root, "k3s-standin-older")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("make k3s-standin-older: %v\n%s", err, out)
+		}
+		if s.OlderBundle, err = StandinBundle(filepath.Join(root, "bin", "k3s-standin-"+release)); err != nil {
+			return nil, err
+		}
 	}
 	binds, err := StandinBinds(bins)
 	if err != nil {

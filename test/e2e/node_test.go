@@ -279,7 +279,17 @@ func longhornServer(ctx context.Context, t *testing.T, s *e2e.Suite, srv *lab.Ho
 // waits at its Longhorn check, paused before it.
 func joinWithLonghorn(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, env []string, args ...string) e2e.Result {
 	t.Helper()
+	return joinWithLonghornPaused(ctx, t, s, home, c, srv, w, env, nil, args...)
+}
+
+// joinWithLonghornPaused is joinWithLonghorn that also runs whilePaused (when not nil) while the
+// join waits, paused, with the worker recorded as joining.
+func joinWithLonghornPaused(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, srv, w *lab.Host, env []string, whilePaused func(), args ...string) e2e.Result {
+	t.Helper()
 	p, pause := s.Paused(t, home, env, "before:longhorn", args...)
+	if whilePaused != nil {
+		whilePaused()
+	}
 	admin, err := os.ReadFile(filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
 	if err != nil {
 		t.Fatal(err)
