@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,33 +65,6 @@ func TestReleaseBinDir(t *testing.T) {
 func builtRelease(t *testing.T, dir string) string {
 	t.Helper()
 	return strings.TrimSpace(string(readFile(t, filepath.Join(dir, "VERSION"))))
-}
-
-var builtPinned struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// pinnedStandinBinary builds the stand-in once per test binary claiming the pinned k3s release
-// (manifests/versions.yaml's), as make k3s-standin does.
-func pinnedStandinBinary(t *testing.T) string {
-	t.Helper()
-	builtPinned.once.Do(func() {
-		dir, err := os.MkdirTemp("", "k3s-standin-test-pinned-")
-		if err != nil {
-			builtPinned.err = err
-			return
-		}
-		builtPinned.path = filepath.Join(dir, "k3s")
-		if out, err := exec.Command("go", "build", "-o", builtPinned.path, ".").CombinedOutput(); err != nil {
-			builtPinned.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if builtPinned.err != nil {
-		t.Fatalf("build the stand-in: %v", builtPinned.err)
-	}
-	return builtPinned.path
 }
 
 // TestReleaseUpgrade upgrades a server in place from the older release to the pinned one, as

@@ -37,33 +37,50 @@ import (
 // the -X main.version path is what they see.
 const testVersion = "v1.36.3+k3s1"
 
-var built struct {
+// standinBuild is one build of the stand-in per test binary, for one claimed release.
+type standinBuild struct {
 	once sync.Once
 	path string
 	err  error
 }
 
-// standinBinary builds the stand-in once per test binary, reporting testVersion. It builds with
-// the test's own settings (not make k3s-standin's CGO_ENABLED=0 -trimpath) so that it reuses the
-// packages compiled for the test and only links.
-func standinBinary(t *testing.T) string {
+var built, builtPinned standinBuild
+
+// get builds the stand-in once into a new temporary directory, with ldflags (its claimed
+// release; none for the pinned one). It builds with the test's own settings (not make
+// k3s-standin's CGO_ENABLED=0 -trimpath) so that it reuses the packages compiled for the test
+// and only links.
+func (b *standinBuild) get(t *testing.T, ldflags ...string) string {
 	t.Helper()
-	built.once.Do(func() {
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "k3s-standin-test-")
 		if err != nil {
-			built.err = err
+			b.err = err
 			return
 		}
-		built.path = filepath.Join(dir, "k3s")
-		cmd := exec.Command("go", "build", "-o", built.path, "-ldflags", "-X main.version="+testVersion, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		b.path = filepath.Join(dir, "k3s")
+		args := append([]string{"build", "-o", b.path}, ldflags...)
+		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if built.err != nil {
-		t.Fatalf("build the stand-in: %v", built.err)
+	if b.err != nil {
+		t.Fatalf("build the stand-in: %v", b.err)
 	}
-	return built.path
+	return b.path
+}
+
+// standinBinary is the stand-in claiming testVersion.
+func standinBinary(t *testing.T) string {
+	t.Helper()
+	return built.get(t, "-ldflags", "-X main.version="+testVersion)
+}
+
+// pinnedStandinBinary is the stand-in claiming the pinned k3s release (manifests/versions.yaml's),
+// as make k3s-standin builds it.
+func pinnedStandinBinary(t *testing.T) string {
+	t.Helper()
+	return builtPinned.get(t)
 }
 
 func TestMain(m *testing.M) {
