@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/mail"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -71,8 +70,8 @@ func (o *Options) Validate() error {
 		}
 	}
 	if o.AirgapBundle != "" {
-		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
-			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
+		if err := k3s.CheckBundleDir(o.AirgapBundle); err != nil {
+			return &cli.UsageError{Err: err}
 		}
 	}
 	return nil

@@ -44,6 +44,15 @@ type Binary struct {
 	Source string // where it came from, for messages
 }
 
+// CheckBundleDir refuses an --airgap-bundle that is not a directory, before a command connects
+// anywhere.
+func CheckBundleDir(dir string) error {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", dir)
+	}
+	return nil
+}
+
 // LoadBundle reads the k3s binary for arch from an airgap bundle directory (the release's assets,
 // e.g. k3s and sha256sum-amd64.txt) and verifies it against the bundle's checksum file. kip
 // never installs a binary whose checksum it could not verify.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/credential"
+	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/platform"
@@ -81,8 +81,8 @@ func (o *Options) validate() error {
 		if !o.K3s {
 			return cli.Usagef("--airgap-bundle gives k3s's binary to --k3s: pass --k3s too, or drop --airgap-bundle")
 		}
-		if st, err := os.Stat(o.AirgapBundle); err != nil || !st.IsDir() {
-			return cli.Usagef("--airgap-bundle %s: not a directory (it holds the k3s release's binary and its sha256sum file)", o.AirgapBundle)
+		if err := k3s.CheckBundleDir(o.AirgapBundle); err != nil {
+			return &cli.UsageError{Err: err}
 		}
 	}
 	if o.Check && (o.RepairAutoscaling || o.ImageTag != "" || o.SeedCredentialGrants) {
