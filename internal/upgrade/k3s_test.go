@@ -2,6 +2,9 @@ package upgrade
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
 )
 
@@ -97,5 +101,31 @@ func TestPlanK3s(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestValidateK3sFlags refuses --airgap-bundle without --k3s, and a bundle that is not a
+// directory, before anything connects.
+func TestValidateK3sFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "k3s")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{AirgapBundle: t.TempDir()}, "--airgap-bundle gives k3s's binary to --k3s: pass --k3s too"},
+		{Options{K3s: true, AirgapBundle: file}, "--airgap-bundle " + file + ": not a directory"},
+		{Options{K3s: true, AirgapBundle: t.TempDir()}, ""},
+	} {
+		err := tc.o.validate()
+		var usage *cli.UsageError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.o, err)
+		case tc.want != "" && (!errors.As(err, &usage) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: %v, want a usage error saying %q", tc.o, err, tc.want)
+		}
 	}
 }
