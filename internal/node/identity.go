@@ -61,13 +61,22 @@ func readIdentity(ctx context.Context, c *sshx.Client) (hostIdentity, error) {
 // the node's kubelet reported, and its k3s configuration, when it has one, must register that
 // node at the recorded address. An address that moved to another machine must not get that
 // machine stopped, wiped or rebooted.
+// otherMachine says how the host differs from the machine node name (n) reported, "" when it is
+// that machine (or n reported none).
+func (id hostIdentity) otherMachine(name string, n *corev1.Node) string {
+	if n == nil || n.Status.NodeInfo.MachineID == "" || id.MachineID == n.Status.NodeInfo.MachineID {
+		return ""
+	}
+	return fmt.Sprintf("its machine ID is %s where node %s reported %s", id.MachineID, name, n.Status.NodeInfo.MachineID)
+}
+
 func checkIdentity(id hostIdentity, name string, w cluster.Worker, n *corev1.Node) error {
 	var wrong []string
 	if id.Hostname != name {
 		wrong = append(wrong, fmt.Sprintf("it is named %q", id.Hostname))
 	}
-	if n != nil && n.Status.NodeInfo.MachineID != "" && id.MachineID != n.Status.NodeInfo.MachineID {
-		wrong = append(wrong, fmt.Sprintf("its machine ID is %s where node %s reported %s", id.MachineID, name, n.Status.NodeInfo.MachineID))
+	if other := id.otherMachine(name, n); other != "" {
+		wrong = append(wrong, other)
 	}
 	if id.Configured && (id.NodeName != name || id.NodeIP != w.Path.Node.String()) {
 		wrong = append(wrong, fmt.Sprintf("its k3s registers node %q at %q, not %s at %s", id.NodeName, id.NodeIP, name, w.Path.Node))

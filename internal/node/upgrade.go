@@ -110,7 +110,7 @@ func UpgradeSteps(o UpgradeOptions, plan WorkerPlan) []workflow.Step {
 			checkMachine: func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
 				return checkWorkerMachine(ctx, c, name, w, n)
 			}}
-		steps = append(steps, u.step("k3s-"+name, "worker "+name))
+		steps = append(steps, u.step("k3s-"+name))
 	}
 	return steps
 }
@@ -128,13 +128,12 @@ func ServerUpgradeStep(o UpgradeOptions, name, host string) workflow.Step {
 			if err != nil {
 				return "", err
 			}
-			if n.Status.NodeInfo.MachineID != "" && id.MachineID != n.Status.NodeInfo.MachineID {
-				return "", fmt.Errorf("the host at %s is not the server: its machine ID is %s where node %s reported %s; kip leaves it alone: check the server address saved for this cluster",
-					host, id.MachineID, name, n.Status.NodeInfo.MachineID)
+			if other := id.otherMachine(name, n); other != "" {
+				return "", fmt.Errorf("the host at %s is not the server (%s): kip leaves it alone; check the server address saved for this cluster", host, other)
 			}
 			return id.Arch, nil
 		}}
-	return u.step("k3s-server", "the server")
+	return u.step("k3s-server")
 }
 
 // nodeUpgrade moves one node's k3s: the server's or a worker's.
@@ -149,11 +148,11 @@ type nodeUpgrade struct {
 	checkMachine func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error)
 }
 
-func (u *nodeUpgrade) step(name, who string) workflow.Step {
+func (u *nodeUpgrade) step(name string) workflow.Step {
 	v := u.o.Version
 	return workflow.Step{
-		Name: name, Title: "Bring k3s on " + who + " to " + v,
-		Done: cap1(who) + " is Ready on k3s " + v, Already: cap1(who) + " already Ready on k3s " + v,
+		Name: name, Title: "Bring k3s on " + u.what + " to " + v,
+		Done: cap1(u.what) + " is Ready on k3s " + v, Already: cap1(u.what) + " already Ready on k3s " + v,
 		Check: func(ctx context.Context) (bool, error) {
 			ok, _, err := u.readyOnRelease(ctx)
 			return ok, err
