@@ -37,17 +37,28 @@ type k3sMove struct {
 // tokens for a few seconds while it initialises authentication.
 const credentialsTimeout = 2 * time.Minute
 
-// readK3sMove reads the nodes and their record and decides the move to pin (its SHA-256 sha).
-func readK3sMove(ctx context.Context, cl *kube.Clients, pin, sha string) (k3sMove, error) {
-	list, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+// planK3s reads the nodes and their record and decides the move to the k3s this kip pins, kept
+// as u.k3s; it returns why k3s cannot move, nil when it can.
+func (u *upgrader) planK3s(ctx context.Context) (refused error, err error) {
+	pin, err := u.pinned.Component("k3s")
 	if err != nil {
-		return k3sMove{}, fmt.Errorf("list the nodes: %w", err)
+		return nil, err
 	}
-	nodes, err := cluster.ReadNodes(ctx, cl.Dynamic)
+	list, err := u.cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return k3sMove{}, err
+		return nil, fmt.Errorf("list the nodes: %w", err)
 	}
-	return planK3s(nodes, list.Items, pin, sha), nil
+	nodes, err := cluster.ReadNodes(ctx, u.cl.Dynamic)
+	if err != nil {
+		return nil, err
+	}
+	u.k3s = planK3s(nodes, list.Items, pin.Version, pin.SHA256)
+	return u.k3s.refused, nil
+}
+
+// k3sRefused is the upgrade's error when k3s cannot move (why).
+func k3sRefused(why error) error {
+	return fmt.Errorf("k3s cannot move: %w. Nothing was changed", why)
 }
 
 // planK3s decides the move of spec 002's "k3s upgrades": it refuses when the server is more than

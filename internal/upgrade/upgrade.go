@@ -235,14 +235,9 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	}
 	f.grants, f.unused = credential.Seeds(creds, refs)
 	if u.o.K3s {
-		pin, err := u.pinned.Component("k3s")
-		if err != nil {
+		if f.k3s, err = u.planK3s(ctx); err != nil {
 			return f, err
 		}
-		if u.k3s, err = readK3sMove(ctx, u.cl, pin.Version, pin.SHA256); err != nil {
-			return f, err
-		}
-		f.k3s = u.k3s.refused
 	}
 	if !u.o.SkipSystem {
 		if f.failed, err = platform.FailedReleases(ctx, u.cl, u.system(), u.rec.Server); err != nil {
@@ -309,7 +304,7 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 		return f.crds
 	}
 	if f.k3s != nil {
-		return fmt.Errorf("k3s cannot move: %w. Nothing was changed", f.k3s)
+		return k3sRefused(f.k3s)
 	}
 	if n := len(f.failed); n > 0 {
 		return fmt.Errorf("%d %s failed (listed above). Nothing was changed: recover %s as shown, then run kip upgrade again, "+
@@ -377,6 +372,16 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	// Under the lock, the guards again: another kip may have written the schemas meanwhile.
 	if _, err := CheckCRDs(ctx, u.cl, u.o.KipVersion); err != nil {
 		return err
+	}
+	if u.o.K3s {
+		// And the k3s move, which the steps follow: a join may have started (and stopped)
+		// since the check.
+		if refused, err := u.planK3s(ctx); err != nil || refused != nil {
+			if err == nil {
+				err = k3sRefused(refused)
+			}
+			return err
+		}
 	}
 	intent := upgradeIntent{Restart: clock.Now().UTC().Format(time.RFC3339)}
 	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
