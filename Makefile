@@ -96,12 +96,10 @@ k3s-standin:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT) $(if $(K3S_STANDIN_VERSION),-X main.version=$(K3S_STANDIN_VERSION))" -o bin/k3s-standin ./test/k3s-standin
 	cd bin && sha256sum k3s-standin > k3s-standin.sha256
 
-## k3s-standin-older: build bin/k3s-standin-<release> claiming the k3s release of the older Kubernetes (v1.36.3+k3s1: tools/testenv/go.older.mod's; it runs bin/testenv/v1.36.3, make testenv-older), its .sha256, and bin/k3s-airgap-<release>/, an airgap bundle for kip install --airgap-bundle (k3s and sha256sum-amd64.txt; e2e.StandinBundle makes the same from bin/k3s-standin-<release>)
+## k3s-standin-older: build bin/k3s-standin-<release> claiming the k3s release of the older Kubernetes (v1.36.3+k3s1: tools/testenv/go.older.mod's; it runs bin/testenv/v1.36.3, make testenv-older), and its .sha256 (e2e.StandinBundle lays it out as an airgap bundle)
 OLDER_K8S = $(shell sed -n 's/^\tk8s.io\/kubernetes \(v[0-9.]*\)$$/\1/p' tools/testenv/go.older.mod)
 .PHONY: k3s-standin-older
 k3s-standin-older:
 	@test -n "$(OLDER_K8S)" || { echo "no k8s.io/kubernetes requirement in tools/testenv/go.older.mod" >&2; exit 1; }
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT) -X main.version=$(OLDER_K8S)+k3s1" -o bin/k3s-standin-$(OLDER_K8S) ./test/k3s-standin
 	cd bin && sha256sum k3s-standin-$(OLDER_K8S) > k3s-standin-$(OLDER_K8S).sha256
-	rm -rf bin/k3s-airgap-$(OLDER_K8S) && mkdir bin/k3s-airgap-$(OLDER_K8S) && cp bin/k3s-standin-$(OLDER_K8S) bin/k3s-airgap-$(OLDER_K8S)/k3s
-	cd bin/k3s-airgap-$(OLDER_K8S) && sha256sum k3s > sha256sum-amd64.txt

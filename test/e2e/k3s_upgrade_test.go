@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,10 +41,10 @@ const (
 //     (a control plane moves one minor at a time); told to pin an older release, it refuses the
 //     downgrade of every node. Each refusal changes nothing (exit 3 with --check, 1 without).
 //   - --check --k3s then reports the plan: the server, then both workers in name order.
-//   - kip upgrade --k3s --skip-system runs killed right after each write it makes on the hosts
-//     (the binary's upload, its move into place, each restart), each run resuming (a run that
-//     finds the server's API still down after a kill fails and is run again once it answers),
-//     then finishes: every node Ready on the pin, each host's k3s the pin, the API server on
+//   - kip upgrade --k3s --skip-system runs killed right after each write it makes
+//     (Suite.KillEveryWrite: on the hosts each binary's upload, its move into place, each
+//     restart; then the console's restarts and the cluster record), each run resuming, until one
+//     finishes: every node Ready on the pin, each host's k3s the pin, the API server on
 //     1.37, the cluster record naming the pin, the pod on the first worker the same pod (no
 //     drain). The API's longest outage while the server restarted is logged.
 //   - Run again, it finds every node Ready on the pin and reaches no host.
@@ -142,12 +141,26 @@ func TestK3sUpgrade(t *testing.T) {
 		}
 	}
 
-	// The upgrade, killed after each write it makes on the hosts, resumed each time.
+	// The upgrade, killed after each write it makes, resumed each time.
 	outage := watchAPI(ctx, c)
 	args := []string{"upgrade", "--k3s", "--yes", "--skip-system", "--airgap-bundle", s.Bundle, "-v"}
-	killed, first := killedAfterHostWrites(ctx, t, s, home, c, args)
-	if len(killed) < 9 { // per node at least the binary's upload, its move into place, the restart
-		t.Errorf("the upgrade was killed after %d writes on the hosts, want every node's upload, move and restart: %q", len(killed), killed)
+	var first string
+	r, writes := s.KillEveryWrite(t, home, nil, func(_ string, r e2e.Result) {
+		if first == "" {
+			first = r.Stderr
+		}
+	}, args...)
+	if r.ExitCode != 0 {
+		t.Fatalf("kip %s after the kills: exit %d\n%s", strings.Join(args, " "), r.ExitCode, r.Stderr)
+	}
+	var onHosts []string
+	for _, w := range writes {
+		if strings.HasPrefix(w, "ssh ") {
+			onHosts = append(onHosts, w)
+		}
+	}
+	if len(onHosts) < 9 { // per node at least the binary's upload, its move into place, the restart
+		t.Errorf("the upgrade was killed after %d writes on the hosts, want every node's upload, move and restart: %q", len(onHosts), writes)
 	}
 	if !strings.Contains(first, "ssh: connecting to "+srv.PublicIP.String()) {
 		t.Errorf("the first run of the upgrade did not say (-v) that it reached the server over SSH:\n%s", first)
@@ -185,59 +198,6 @@ func TestK3sUpgrade(t *testing.T) {
 	if strings.Contains(r.Stderr, "ssh: connecting") {
 		t.Errorf("kip upgrade --k3s on a cluster already on the pin reached a host over SSH:\n%s", r.Stderr)
 	}
-}
-
-// killedAfterHostWrites runs kip with args again and again, each run killed right after the
-// first write no earlier run made (fault.KillNewWriteEnv), as long as those writes are remote
-// commands on the hosts (the k3s steps); once a run's new write is an API request (the Kipper
-// CRDs that follow, which the upgrade's own API test kills after), the next run goes to the
-// end and must succeed. A run that fails because the server's API is still down after a kill
-// that followed its restart is run again once the API answers, as an operator would. It returns
-// the host writes killed after, in order, and what the first run printed.
-func killedAfterHostWrites(ctx context.Context, t *testing.T, s *e2e.Suite, home string, c *kube.Clients, args []string) (killed []string, first string) {
-	t.Helper()
-	made := filepath.Join(t.TempDir(), "made")
-	for i := range 60 {
-		r := s.KipEnv(t, home, []string{fault.KillNewWriteEnv + "=" + made}, args...)
-		if i == 0 {
-			first = r.Stderr
-		}
-		switch {
-		case r.Signal == syscall.SIGKILL:
-			write := lastKilledWrite(t, r.Stderr)
-			if !strings.HasPrefix(write, "ssh ") {
-				r := s.Kip(t, home, args...)
-				if r.ExitCode != 0 {
-					t.Fatalf("kip %s after the kills on the hosts: exit %d\n%s", strings.Join(args, " "), r.ExitCode, r.Stderr)
-				}
-				return killed, first
-			}
-			killed = append(killed, write)
-			t.Logf("killed after %s", write)
-		case r.ExitCode == 0:
-			t.Fatalf("kip %s ended by itself while killed after each new write: after %q\n%s", strings.Join(args, " "), killed, r.Stderr)
-		default:
-			if err := kube.WaitReady(ctx, c, "the server", 5*time.Minute); err != nil {
-				t.Fatalf("kip %s failed (exit %d), and the API did not come back: %v\n%s", strings.Join(args, " "), r.ExitCode, err, r.Stderr)
-			}
-			t.Logf("a run failed while the server's API was down after a kill; run again once it answers:\n%s", r.LastLine())
-		}
-	}
-	t.Fatalf("kip %s still killed after 60 runs: %q", strings.Join(args, " "), killed)
-	return nil, ""
-}
-
-// lastKilledWrite is the write a kipfault kip names when it kills itself after it.
-func lastKilledWrite(t *testing.T, stderr string) string {
-	t.Helper()
-	const mark = "kipfault: SIGKILL after write "
-	i := strings.LastIndex(stderr, mark)
-	if i < 0 {
-		t.Fatalf("kip was killed without naming the write:\n%s", stderr)
-	}
-	line, _, _ := strings.Cut(stderr[i+len(mark):], "\n")
-	_, write, _ := strings.Cut(line, ": ")
-	return write
 }
 
 // olderKubernetes is the Kubernetes release of e2e.OlderK3s.
