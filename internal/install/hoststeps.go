@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path"
 	"strings"
 	"time"
 
@@ -123,27 +122,20 @@ func (in *installer) run(ctx context.Context, what, cmd string) error {
 	return nil
 }
 
-// hostFile is a file kip writes on the server.
-type hostFile struct {
-	path string
-	data []byte
-	mode os.FileMode
-}
-
 // k3sFiles are the files of the k3s configuration step.
-func (in *installer) k3sFiles() ([]hostFile, error) {
+func (in *installer) k3sFiles() ([]k3s.File, error) {
 	body, err := k3s.KipServer(in.address, in.nodeIP, in.externalIP, in.network).Render()
 	if err != nil {
 		return nil, err
 	}
-	authn, err := authenticationConfig(in.address)
+	authn, err := k3s.AuthenticationConfig(in.address)
 	if err != nil {
 		return nil, err
 	}
-	return []hostFile{
-		{k3s.AuditPolicyPath, k3s.AuditPolicy(), 0o600},
-		{k3s.AuthenticationConfigPath, authn, 0o600},
-		{k3s.ConfigPath, body, 0o600},
+	return []k3s.File{
+		{Path: k3s.AuditPolicyPath, Data: k3s.AuditPolicy(), Mode: 0o600},
+		{Path: k3s.AuthenticationConfigPath, Data: authn, Mode: 0o600},
+		{Path: k3s.ConfigPath, Data: body, Mode: 0o600},
 	}, nil
 }
 
@@ -187,9 +179,17 @@ func (in *installer) k3sSteps() []workflow.Step {
 	unitName, unitFile, unitErr := k3s.Unit("server")
 	in.k3sPaths = []string{k3s.BinaryPath, k3s.UnitPath(unitName)}
 	for _, f := range files {
-		in.k3sPaths = append(in.k3sPaths, f.path)
+		in.k3sPaths = append(in.k3sPaths, f.Path)
 	}
-	var configChanged bool
+	change := k3s.ConfigChange{C: in.c, Files: files, Unit: unitName, Verb: "start", Again: "the same kip install", Warn: in.p.Warn,
+		Wait: func(ctx context.Context) error {
+			clients, err := in.connectAPI(ctx, k3sReadyTimeout)
+			in.clients = clients
+			return err
+		}}
+	if in.state.serverData {
+		change.Verb = "restart"
+	}
 	return []workflow.Step{
 		{
 			Name: "k3s-binary", Title: "Install k3s " + in.move.To,
@@ -220,25 +220,16 @@ func (in *installer) k3sSteps() []workflow.Step {
 			Plan: func(context.Context) ([]string, error) {
 				var s []string
 				for _, f := range files {
-					s = append(s, "write "+f.path)
+					s = append(s, "write "+f.Path)
 				}
 				return s, filesErr
 			},
 			Apply: func(ctx context.Context) error {
-				dirs := []string{"-p", "-m", "0700"}
-				for _, f := range files {
-					dirs = append(dirs, path.Dir(f.path))
-				}
-				if err := in.run(ctx, "back up k3s's configuration", sshx.Command("mkdir", dirs...)+" && "+k3s.BackupCommand(filePaths(files)...)); err != nil {
+				st, err := change.Read(ctx)
+				if err != nil {
 					return err
 				}
-				for _, f := range files {
-					if err := in.c.Upload(ctx, f.path, f.data, f.mode, ""); err != nil {
-						return err
-					}
-				}
-				configChanged = true
-				return nil
+				return change.Write(ctx, st)
 			},
 		},
 		{
@@ -248,7 +239,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 				if unitErr != nil {
 					return false, unitErr
 				}
-				ok, err := in.filesInPlace(ctx, []hostFile{{k3s.UnitPath(unitName), unitFile, 0o644}})
+				ok, err := in.filesInPlace(ctx, []k3s.File{{Path: k3s.UnitPath(unitName), Data: unitFile, Mode: 0o644}})
 				if !ok || err != nil {
 					return false, err
 				}
@@ -272,7 +263,13 @@ func (in *installer) k3sSteps() []workflow.Step {
 				}
 				return !in.state.serverData || restartedSince(in.state.unit.invocation, u), nil
 			},
-			Apply: func(ctx context.Context) error { return in.startK3s(ctx, unitName, configChanged) },
+			Apply: func(ctx context.Context) error {
+				st, err := change.Read(ctx)
+				if err != nil {
+					return err
+				}
+				return change.Restart(ctx, st)
+			},
 		},
 		{
 			Name: "kubeconfig", Title: "Save the kubeconfig",
@@ -307,14 +304,14 @@ func (in *installer) startTitle() string {
 }
 
 // filesInPlace reports whether each file is on the host with the content kip would write.
-func (in *installer) filesInPlace(ctx context.Context, files []hostFile) (bool, error) {
+func (in *installer) filesInPlace(ctx context.Context, files []k3s.File) (bool, error) {
 	sums, err := in.sumsNow(ctx) // files are among k3sPaths
 
 	if err != nil {
 		return false, err
 	}
 	for _, f := range files {
-		if sums[f.path] != sshx.SHA256(f.data) {
+		if sums[f.Path] != sshx.SHA256(f.Data) {
 			return false, nil
 		}
 	}
@@ -323,60 +320,6 @@ func (in *installer) filesInPlace(ctx context.Context, files []hostFile) (bool, 
 
 // k3sReadyTimeout bounds the wait for k3s's API after a start or restart.
 const k3sReadyTimeout = 5 * time.Minute
-
-// startK3s starts or restarts k3s and waits for its API. When a restart on a configuration this
-// run changed does not bring the API back, kip restores the previous file and restarts k3s on
-// it; a restart that changed no configuration restores nothing (the backup may predate the
-// operator's own edits) and names the file instead.
-func (in *installer) startK3s(ctx context.Context, unit string, configChanged bool) error {
-	verb := "start"
-	if in.state.serverData {
-		verb = "restart"
-	}
-	if err := in.run(ctx, verb+" k3s", sshx.Command("systemctl", verb, unit)); err != nil {
-		return in.recoverStart(ctx, unit, configChanged, err)
-	}
-	clients, err := in.connectAPI(ctx, k3sReadyTimeout)
-	if err != nil {
-		return in.recoverStart(ctx, unit, configChanged, err)
-	}
-	in.clients = clients
-	return nil
-}
-
-func (in *installer) recoverStart(ctx context.Context, unit string, configChanged bool, cause error) error {
-	files, err := in.k3sFiles()
-	if err != nil {
-		return err
-	}
-	if !in.state.serverData || !configChanged {
-		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u k3s' on the server; kip's configuration is %s, the previous one %s)", cause, k3s.ConfigPath, k3s.ConfigBackupPath)
-	}
-	in.p.Warn("k3s did not come back on the new configuration: restoring the previous files (*" + k3s.BackupSuffix + ") and restarting k3s on them")
-	if err := in.run(ctx, "restore k3s's previous configuration", k3s.RestoreCommand(filePaths(files)...)); err != nil {
-		if errors.Is(err, sshx.ErrUnreachable) {
-			return fmt.Errorf("k3s did not come up on the new configuration (%v), and kip lost the server before it could restore the previous one (%w): "+
-				"when the server answers again, run the same kip install to continue; the previous files are beside the new ones as *%s", cause, err, k3s.BackupSuffix)
-		}
-		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", cause, err, k3s.ConfigBackupPath)
-	}
-	err = in.run(ctx, "restart k3s on the restored configuration", sshx.Command("systemctl", "restart", unit))
-	if err == nil {
-		_, err = in.connectAPI(ctx, k3sReadyTimeout)
-	}
-	if err != nil {
-		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", cause, err)
-	}
-	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u k3s' on the server for why the new one failed", cause)
-}
-
-func filePaths(files []hostFile) []string {
-	var paths []string
-	for _, f := range files {
-		paths = append(paths, f.path)
-	}
-	return paths
-}
 
 // kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,
 // naming its cluster, user and context after the cluster.

@@ -62,24 +62,6 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestPublicHostAndIssuer(t *testing.T) {
-	if got := DexIssuer("203.0.113.10"); got != "https://dex.203.0.113.10.sslip.io" {
-		t.Errorf("DexIssuer(ip) = %s", got)
-	}
-	if got := DexIssuer("k.example.com"); got != "https://dex.k.example.com" {
-		t.Errorf("DexIssuer(name) = %s", got)
-	}
-	cfg, err := authenticationConfig("203.0.113.10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"kind: AuthenticationConfiguration", "apiVersion: apiserver.config.k8s.io/v1", "url: https://dex.203.0.113.10.sslip.io", "claim: email", "prefix: 'oidc:'"} {
-		if !strings.Contains(string(cfg), want) {
-			t.Errorf("authentication config lacks %q:\n%s", want, cfg)
-		}
-	}
-}
-
 func TestSafeFileName(t *testing.T) {
 	for in, want := range map[string]string{"203.0.113.10": "203.0.113.10", "a/b c": "a_b_c", "::1": "__1"} {
 		if got := safeFileName(in); got != want {

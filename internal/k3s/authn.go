@@ -1,4 +1,4 @@
-package install
+package k3s
 
 import (
 	"fmt"
@@ -23,10 +23,10 @@ func PublicHost(address string) string {
 // DexIssuer is the issuer URL of the cluster's Dex, which the API server trusts for operators.
 func DexIssuer(address string) string { return "https://dex." + PublicHost(address) }
 
-// authenticationConfig renders the API server's authentication configuration: tokens that the
+// AuthenticationConfig renders the API server's authentication configuration: tokens that the
 // cluster's Dex issued for kip, the user named by its verified email, prefixed so that no
 // token can claim a system: name.
-func authenticationConfig(address string) ([]byte, error) {
+func AuthenticationConfig(address string) ([]byte, error) {
 	prefix := "oidc:"
 	cfg := apiserverv1.AuthenticationConfiguration{
 		JWT: []apiserverv1.JWTAuthenticator{{
