@@ -26,6 +26,13 @@ stops the upgrade unless --skip-autoscaling-check. --check reports all this and 
 nothing; it exits 3 when something needs a decision or the upgrade would refuse. A stopped or
 failed upgrade resumes where it was when run again. See docs/upgrade.md.
 
+Every upgrade but --check reaches the server over SSH, even with --skip-system: it gives the API
+server the arguments this kip installs (audit logging, and operators' login through the
+cluster's Dex when Dex answers) with their files, and restarts k3s once when one of them changes
+(the API pauses, pods keep serving); k3s that does not come back on a changed config.yaml gets
+the previous one back. A kube-apiserver-arg block of your own that lacks some is left to you:
+the upgrade prints the lines to add and stops.
+
 With --k3s it first moves k3s to the release this kip pins, over SSH: the server (the API
 pauses while k3s restarts, usually under a minute; pods keep serving), then each ready worker
 in name order, without a drain. It refuses before changing anything when the server is more
@@ -40,8 +47,8 @@ move would leave a worker more than three minors behind. --check --k3s reports t
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Kube, opts.Printer, opts.Prompter, opts.Out = f.Kube, f.Printer(), f.Prompter(), f.IO.Out
-			opts.Holder, opts.KipVersion = f.CommandLine(), buildinfo.Version
-			if opts.K3s && !opts.Check {
+			opts.Holder, opts.KipVersion, opts.Debugf = f.CommandLine(), buildinfo.Version, f.Debugf
+			if !opts.Check { // every upgrade reaches the server over SSH: its k3s configuration
 				var err error
 				if opts.Server, opts.Dial, err = hostDialer(f); err != nil {
 					return err

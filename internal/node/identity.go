@@ -24,6 +24,8 @@ type hostIdentity struct {
 	NodeName   string
 	NodeIP     string
 	Configured bool
+	// Config is its k3s configuration file as it is.
+	Config []byte
 }
 
 // identityScript prints the host's name, machine ID (an empty line without /etc/machine-id),
@@ -44,6 +46,7 @@ func readIdentity(ctx context.Context, c *sshx.Client) (hostIdentity, error) {
 	id := hostIdentity{Hostname: strings.TrimSpace(lines[0]), MachineID: strings.TrimSpace(lines[1]),
 		BootID: strings.TrimSpace(lines[2]), Arch: strings.TrimSpace(lines[3])}
 	if len(lines) == 5 && strings.TrimSpace(lines[4]) != "" {
+		id.Config = []byte(lines[4])
 		var cfg struct {
 			NodeName string `json:"node-name"`
 			NodeIP   string `json:"node-ip"`

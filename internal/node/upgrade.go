@@ -124,16 +124,31 @@ func ServerUpgradeStep(o UpgradeOptions, name, host string) workflow.Step {
 	u := &nodeUpgrade{o: o, name: name, host: host, unit: k3s.ServerUnit, what: "the server",
 		rejoin: "put back the release its node reports, or re-run kip install on it",
 		checkMachine: func(ctx context.Context, c *sshx.Client, n *corev1.Node) (string, error) {
-			id, err := readIdentity(ctx, c)
-			if err != nil {
-				return "", err
-			}
-			if other := id.otherMachine(name, n); other != "" {
-				return "", fmt.Errorf("the host at %s is not the server (%s): kip leaves it alone; check the server address saved for this cluster", host, other)
-			}
-			return id.Arch, nil
+			id, err := serverIdentity(ctx, c, name, n, host)
+			return id.Arch, err
 		}}
 	return u.step("k3s-server")
+}
+
+// serverIdentity reads what the host at host (reached by c) says it is, and refuses it unless it
+// is the machine of the server's node name (n; nil when the API has none).
+func serverIdentity(ctx context.Context, c *sshx.Client, name string, n *corev1.Node, host string) (hostIdentity, error) {
+	id, err := readIdentity(ctx, c)
+	if err != nil {
+		return id, err
+	}
+	if other := id.otherMachine(name, n); other != "" {
+		return id, fmt.Errorf("the host at %s is not the server (%s): kip leaves it alone; check the server address saved for this cluster", host, other)
+	}
+	return id, nil
+}
+
+// ServerConfig reads the k3s configuration file (config.yaml; nil when there is none) of the
+// host at host, reached by c, in the round trip that makes sure it is the machine of the
+// server's node n.
+func ServerConfig(ctx context.Context, c *sshx.Client, n *corev1.Node, host string) ([]byte, error) {
+	id, err := serverIdentity(ctx, c, n.Name, n, host)
+	return id.Config, err
 }
 
 // nodeUpgrade moves one node's k3s: the server's or a worker's.

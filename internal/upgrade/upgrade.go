@@ -57,9 +57,13 @@ type Options struct {
 	K3s          bool
 	AirgapBundle string
 	// Dial connects to a host over SSH with the cluster's SSH settings; Server is the saved
-	// cluster's server address, "" for the cluster record's.
+	// cluster's server address, "" for the cluster record's. Every upgrade but --check reaches
+	// the server with it (serverRepair); nil leaves the hosts alone, which only the tests of the
+	// upgrade's API part, which have no host, do.
 	Dial   func(ctx context.Context, host string) (*sshx.Client, error)
 	Server string
+	// Debugf prints -v lines.
+	Debugf func(format string, args ...any)
 }
 
 // Workflow is the name of the upgrade's progress record.
@@ -108,6 +112,8 @@ type upgrader struct {
 	all []components.Component
 	// k3s is the move of --k3s.
 	k3s k3sMove
+	// server is the repair of the server's k3s configuration, nil when the hosts are left alone.
+	server *serverRepair
 }
 
 // findings is what the check found.
@@ -258,6 +264,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	if u.o.K3s {
 		u.k3s.write(w)
 	}
+	fmt.Fprintf(w, "  ·   The server's k3s configuration (the API server's arguments, audit policy and login trust anchor) is checked over SSH when kip upgrade runs, even with --skip-system\n")
 	if len(f.apps.Repairs)+len(f.apps.Decisions)+len(f.apps.AtZero) == 0 {
 		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), cli.Plural(len(apps), "app", "apps"))
 	}
@@ -359,8 +366,9 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 		}
 	}
 	r := workflow.OnCluster(u.cl, u.o.Holder, u.o.KipVersion, u.p)
-	if u.o.K3s {
-		// The API that holds the lock goes away while the server's k3s restarts.
+	if u.o.Dial != nil {
+		// The API that holds the lock goes away while the server's k3s restarts (--k3s, or the
+		// repair of its configuration).
 		r.Lock = workflow.ClusterLock(u.cl.Kube, kube.LockOptions{LeaseDuration: kube.RestartLeaseDuration})
 	}
 	lock, release, err := r.TakeLock(ctx)
@@ -383,6 +391,11 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 			return err
 		}
 	}
+	if u.o.Dial != nil {
+		if u.server, err = u.readServer(ctx); err != nil {
+			return err
+		}
+	}
 	intent := upgradeIntent{Restart: clock.Now().UTC().Format(time.RFC3339)}
 	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
 		return err
@@ -391,8 +404,15 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Run(ctx, &workflow.Workflow{Name: Workflow, Intent: &intent, Steps: steps}); err != nil {
+	err = r.Run(ctx, &workflow.Workflow{Name: Workflow, Intent: &intent, Steps: steps})
+	if u.server != nil && u.o.Debugf != nil {
+		u.o.Debugf("%d remote commands on the server over SSH", u.server.change.C.Commands())
+	}
+	if err != nil {
 		return fmt.Errorf("kip upgrade: %w; run kip upgrade again to go on", err)
+	}
+	if u.server != nil && u.server.login {
+		u.p.Success("Operator login configured: the API server accepts operators' logins through " + u.server.issuer + ", and the admin kubeconfig keeps working")
 	}
 	u.p.Success(fmt.Sprintf("Upgraded to kip %s", u.o.KipVersion))
 	return nil
@@ -486,8 +506,11 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 	rbac := components.Step(u.cl, base)
 	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC and the project roles", "Updated console-api's RBAC and the project roles", "console-api's RBAC and the project roles are up to date"
 	var steps []workflow.Step
+	if u.server != nil {
+		steps = append(steps, u.server.step())
+	}
 	if u.o.K3s {
-		steps = u.k3sSteps()
+		steps = append(steps, u.k3sSteps()...)
 	}
 	steps = append(steps, crds, rbac)
 	// A conflicting route takes the requests of a Kipper component's: it goes before the console

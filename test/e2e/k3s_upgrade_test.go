@@ -47,7 +47,9 @@ const (
 //     finishes: every node Ready on the pin, each host's k3s the pin, the API server on
 //     1.37, the cluster record naming the pin, the pod on the first worker the same pod (no
 //     drain). The API's longest outage while the server restarted is logged.
-//   - Run again, it finds every node Ready on the pin and reaches no host.
+//   - Run again, it finds every node Ready on the pin and reaches no worker (the server only,
+//     for its k3s configuration).
+//   - Then the repair of the server's API-server arguments (apiServerRepair).
 func TestK3sUpgrade(t *testing.T) {
 	t.Parallel()
 	s := e2e.Get(t)
@@ -188,16 +190,21 @@ func TestK3sUpgrade(t *testing.T) {
 		t.Errorf("the upgrade's progress record is not finished: %+v, %v", p, err)
 	}
 
-	// Run again: every node is Ready on the pin, and no host is reached.
+	// Run again: every node is Ready on the pin, and only the server is reached, to read its
+	// k3s configuration.
 	r = s.Kip(t, home, args...)
 	for _, want := range []string{"The server already Ready on k3s " + pin, "Worker " + w1.Name + " already Ready on k3s " + pin, "Worker " + w2.Name + " already Ready on k3s " + pin} {
 		if r.ExitCode != 0 || !strings.Contains(r.Stderr, want) {
 			t.Errorf("kip upgrade --k3s again: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
 		}
 	}
-	if strings.Contains(r.Stderr, "ssh: connecting") {
-		t.Errorf("kip upgrade --k3s on a cluster already on the pin reached a host over SSH:\n%s", r.Stderr)
+	for _, w := range []*lab.Host{w1, w2} {
+		if strings.Contains(r.Stderr, "ssh: connecting to "+w.PublicIP.String()) {
+			t.Errorf("kip upgrade --k3s on a cluster already on the pin reached worker %s over SSH:\n%s", w.Name, r.Stderr)
+		}
 	}
+
+	apiServerRepair(ctx, t, s, home, srv, c)
 }
 
 // olderKubernetes is the Kubernetes release of e2e.OlderK3s.

@@ -1,0 +1,270 @@
+package e2e_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"kipper.run/kip/internal/k3s"
+	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/test/e2e"
+	"kipper.run/kip/test/lab"
+)
+
+// apiServerRepair is spec 002's "Clusters installed before operator login existed" on a lab
+// cluster (the k3s stand-in hands kube-apiserver-arg to the real kube-apiserver, which writes
+// the audit log it names):
+//   - the server's config.yaml loses its kube-apiserver-arg block and the files it names, and
+//     k3s runs on that, as on a cluster an earlier kip installed; Dex does not run in the lab;
+//   - kip upgrade --skip-system, killed right after each write it makes and resumed each time,
+//     adds the audit arguments (not the login: Dex does not answer, which it says), writes the
+//     audit policy and restarts k3s once: the file is the operator's with the block appended,
+//     the real API server writes the audit log, no restart is left pending;
+//   - with a stand-in Dex answering its discovery document behind the chart's Service, the next
+//     upgrade adds authentication-config and the file install writes for it;
+//   - run again, nothing changes, in at most 10 remote commands;
+//   - an operator's own block lacking the arguments: the additions printed, nothing changed;
+//   - k3s refusing the changed config.yaml: the previous file restored and k3s back on it;
+//     refusing every start: the rollback's restart failing too, told apart;
+//   - a new audit policy on which k3s does not come back: nothing restored, the error naming
+//     the file, and the next upgrade finishing the restart.
+func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host, c *kube.Clients) {
+	t.Helper()
+	run := func(cmd string) string {
+		t.Helper()
+		out, err := h.Run(ctx, cmd)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		return out
+	}
+	read := func(path string) string {
+		t.Helper()
+		return run("if [ -f " + path + " ]; then cat " + path + "; else echo absent; fi")
+	}
+	fault := func(name string) {
+		t.Helper()
+		run("mkdir -p /etc/k3s-standin && echo " + name + " > /etc/k3s-standin/fault")
+	}
+	restart := func() {
+		t.Helper()
+		run("systemctl restart k3s")
+		if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := k3s.ServerConfig{AuthenticationConfigPath: k3s.AuthenticationConfigPath}.APIServerArgs()
+	audit, login := want[:len(want)-1], want[len(want)-1]
+	authn := read(k3s.AuthenticationConfigPath)
+	installed := read(k3s.ConfigPath)
+	old := withoutAPIServerArgs(t, installed)
+	upgradeArgs := []string{"upgrade", "--skip-system", "--yes", "-v"}
+
+	// A server as an earlier kip left it: no arguments, no files, no audit log.
+	run("printf '%s' " + shellQuote(old) + " > " + k3s.ConfigPath + " && rm -f " + k3s.AuditPolicyPath + " " + k3s.AuthenticationConfigPath + " " + k3s.AuditLogPath)
+	restart()
+
+	outage := watchAPI(ctx, c)
+	var said strings.Builder
+	r, writes := s.KillEveryWrite(t, home, nil, func(_ string, r e2e.Result) { said.WriteString(r.Stderr) }, upgradeArgs...)
+	if r.ExitCode != 0 {
+		t.Fatalf("kip upgrade after the kills: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	t.Logf("the API's longest outage during the repair: %s", outage())
+	var onHost []string
+	for _, w := range writes {
+		if strings.HasPrefix(w, "ssh ") {
+			onHost = append(onHost, w)
+		}
+	}
+	if len(onHost) < 5 { // the backups and marker, the policy, config.yaml, the restart, the marker cleared
+		t.Errorf("the repair was killed after %d writes on the server, want at least 5: %q", len(onHost), writes)
+	}
+	for _, w := range []string{"The API server is missing the arguments this kip installs. Adding them and restarting k3s once; workloads keep running through it.",
+		"API server arguments, and k3s restarted on them", "Operator login could not be configured: Dex does not answer"} {
+		if !strings.Contains(r.Stderr, w) && !strings.Contains(said.String(), w) {
+			t.Errorf("no run of the repair said %q:\n%s", w, r.Stderr)
+		}
+	}
+	wantConfig, err := k3s.AddAPIServerArgs([]byte(old), audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(k3s.ConfigPath); got != string(wantConfig) {
+		t.Errorf("config.yaml after the repair:\n%s\nwant\n%s", got, wantConfig)
+	}
+	if got := read(k3s.AuditPolicyPath); got != string(k3s.AuditPolicy()) {
+		t.Errorf("the audit policy after the repair:\n%s", got)
+	}
+	if got := read(k3s.AuthenticationConfigPath); got != "absent\n" {
+		t.Errorf("the authentication configuration was written although Dex does not answer:\n%s", got)
+	}
+	if got := read(k3s.PendingPath); got != "absent\n" {
+		t.Errorf("a restart is still pending after the repair: %s", got)
+	}
+	if got := run("grep -c audit.k8s.io/v1 " + k3s.AuditLogPath + " || true"); strings.TrimSpace(got) == "0" {
+		t.Errorf("the API server writes no audit log after the repair")
+	}
+
+	// Dex answers (a stand-in serving its discovery document behind the chart's Service): the
+	// next upgrade adds the login.
+	dexStandin(ctx, t, c, h, k3s.DexIssuer(h.PublicIP.String()))
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Operator login configured") {
+		t.Fatalf("kip upgrade with Dex answering: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if wantConfig, err = k3s.AddAPIServerArgs(wantConfig, []string{login}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(k3s.ConfigPath); got != string(wantConfig) {
+		t.Errorf("config.yaml after the login was added:\n%s\nwant\n%s", got, wantConfig)
+	}
+	if got := read(k3s.AuthenticationConfigPath); got != authn {
+		t.Errorf("the authentication configuration is not the one install writes:\n%s\nwant\n%s", got, authn)
+	}
+
+	// Nothing to do: no restart, few commands.
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "The API server has the arguments, audit policy and login configuration this kip installs") {
+		t.Fatalf("kip upgrade on a repaired server: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	m := regexp.MustCompile(`(\d+) remote commands on the server over SSH`).FindStringSubmatch(r.Stderr)
+	if m == nil {
+		t.Fatalf("kip upgrade -v did not count its remote commands:\n%s", r.Stderr)
+	}
+	if n, _ := strconv.Atoi(m[1]); n > 10 {
+		t.Errorf("a no-op upgrade ran %d remote commands on the server, want at most 10", n)
+	}
+	t.Logf("a no-op kip upgrade: %s remote commands on the server", m[1])
+	repaired := read(k3s.ConfigPath)
+
+	// An operator's own block that lacks kip's arguments: the additions, and nothing changed.
+	custom := old + "kube-apiserver-arg:\n  - v=2\n"
+	run("printf '%s' " + shellQuote(custom) + " > " + k3s.ConfigPath)
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode == 0 || !strings.Contains(r.Stderr, "not the one kip writes") || !strings.Contains(r.Stderr, "      - "+login) {
+		t.Errorf("kip upgrade on an operator's own block: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.ConfigPath); got != custom {
+		t.Errorf("config.yaml changed although the block is the operator's:\n%s", got)
+	}
+
+	// k3s refuses the changed config.yaml: kip restores the previous one.
+	run("printf '%s' " + shellQuote(old) + " > " + k3s.ConfigPath)
+	restart()
+	fault("refuse-changed-config")
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip restored the previous configuration and k3s runs on it again") {
+		t.Fatalf("restart refused, rollback works: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.ConfigPath); got != old {
+		t.Errorf("config.yaml after the rollback:\n%s\nwant\n%s", got, old)
+	}
+	if got := read(k3s.PendingPath); got != "absent\n" {
+		t.Errorf("a restart is pending after the rollback: %s", got)
+	}
+	run("rm /etc/k3s-standin/fault")
+
+	// k3s refuses every start: the rollback's restart fails too.
+	fault("refuse-every-start")
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "and not on the restored previous one either") {
+		t.Fatalf("every start refused: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	run("rm /etc/k3s-standin/fault")
+	if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil { // systemd starts it again
+		t.Fatal(err)
+	}
+	if r = s.Kip(t, home, upgradeArgs...); r.ExitCode != 0 {
+		t.Fatalf("kip upgrade once k3s starts again: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.ConfigPath); got != repaired {
+		t.Errorf("config.yaml after the repair again:\n%s\nwant\n%s", got, repaired)
+	}
+
+	// A new audit policy (config.yaml as it is) on which k3s does not come back: nothing restored.
+	run("echo '# an older policy' >> " + k3s.AuditPolicyPath)
+	fault("refuse-every-start")
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip restored nothing") || !strings.Contains(r.Stderr, k3s.ConfigBackupPath) {
+		t.Fatalf("a restart that changed no config.yaml: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.ConfigPath); got != repaired {
+		t.Errorf("config.yaml changed by a failed restart that changed no configuration:\n%s", got)
+	}
+	run("rm /etc/k3s-standin/fault")
+	if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r = s.Kip(t, home, upgradeArgs...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Restart k3s on the configuration an earlier run wrote") {
+		t.Fatalf("kip upgrade after the failed restart: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.PendingPath); got != "absent\n" {
+		t.Errorf("a restart is pending after the upgrade finished it: %s", got)
+	}
+}
+
+// withoutAPIServerArgs is config without its kube-apiserver-arg block.
+func withoutAPIServerArgs(t *testing.T, config string) string {
+	t.Helper()
+	var out []string
+	in := false
+	for _, line := range strings.SplitAfter(config, "\n") {
+		switch {
+		case strings.HasPrefix(line, "kube-apiserver-arg:"):
+			in = true
+		case in && strings.HasPrefix(line, "- "), in && strings.HasPrefix(line, "  - "):
+		default:
+			in = false
+			out = append(out, line)
+		}
+	}
+	if got := strings.Join(out, ""); got != config {
+		return got
+	}
+	t.Fatalf("config.yaml has no kube-apiserver-arg block:\n%s", config)
+	return ""
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// dexStandin runs a stand-in for the cluster's Dex on h: busybox's httpd serving the discovery
+// document of issuer behind the Service and port of Dex's chart, which is all kip asks Dex.
+func dexStandin(ctx context.Context, t *testing.T, c *kube.Clients, h *lab.Host, issuer string) {
+	t.Helper()
+	labels := map[string]string{"app": "dex-standin"}
+	doc := `{"issuer":"` + issuer + `"}`
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "dex-standin", Namespace: "dex", Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:    h.Name,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "dex", Image: busyboxImage, Command: []string{"sh", "-c",
+				"mkdir -p /www/.well-known && echo '" + doc + "' > /www/.well-known/openid-configuration && exec httpd -f -p 5556 -h /www"}}},
+		},
+	}
+	if _, err := c.Kube.CoreV1().Pods("dex").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "dex", Namespace: "dex"},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 5556, TargetPort: intstr.FromInt32(5556)}}},
+	}
+	if _, err := c.Kube.CoreV1().Services("dex").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(ctx, 5*time.Minute, "the Dex stand-in running", func(ctx context.Context) (bool, error) {
+		got, err := c.Kube.CoreV1().Pods("dex").Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
