@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,9 +109,9 @@ func (p *Printer) StepDone(msg string, d time.Duration) {
 // StepAlready prints a step that needed no change, visibly quieter than one that did work.
 func (p *Printer) StepAlready(msg string) { p.line(p.faint, GlyphOK, p.faint.Render(msg)) }
 
-// StepFailed prints "✗ title: err".
+// StepFailed prints "✗ title: err" (a title that is a sentence loses its full stop).
 func (p *Printer) StepFailed(title string, err error) {
-	p.line(p.fail, GlyphFail, fmt.Sprintf("%s: %v", title, err))
+	p.line(p.fail, GlyphFail, fmt.Sprintf("%s: %v", strings.TrimSuffix(title, "."), err))
 }
 
 // Planned prints what a step would change in a dry run.

@@ -140,7 +140,7 @@ func (ch ConfigChange) Restart(ctx context.Context, st ConfigState) error {
 	case ch.Verb != "restart":
 		return fmt.Errorf("k3s did not come up: %w (see 'journalctl -u %s' on the server; kip's configuration is %s)", err, ch.Unit, ConfigPath)
 	case !slices.Contains(st.Replaced, ConfigPath):
-		return fmt.Errorf("k3s did not come back after a restart that left %s as it was: %w. kip restored nothing: %s may predate edits made since, so putting it back is your decision. "+
+		return fmt.Errorf("k3s did not come back after a restart that left %s as it was (%w); kip restored nothing: %s may predate edits made since, so putting it back is your decision. "+
 			"See 'journalctl -u %s' on the server; kip's files are %s; %s restarts k3s again", ConfigPath, err, ConfigBackupPath, ch.Unit, strings.Join(ch.paths(), ", "), ch.Again)
 	}
 	ch.Warn("k3s did not come back on the new configuration: restoring the previous files (*" + BackupSuffix + ") and restarting k3s on them")

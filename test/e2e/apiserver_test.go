@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/e2e"
@@ -30,11 +32,13 @@ import (
 //   - with a stand-in Dex answering its discovery document behind the chart's Service, the next
 //     upgrade adds authentication-config and the file install writes for it;
 //   - run again, nothing changes, in at most 10 remote commands;
-//   - an operator's own block lacking the arguments: the additions printed, nothing changed;
-//   - k3s refusing the changed config.yaml: the previous file restored and k3s back on it;
-//     refusing every start: the rollback's restart failing too, told apart;
 //   - a new audit policy on which k3s does not come back: nothing restored, the error naming
-//     the file, and the next upgrade finishing the restart.
+//     the file, and the next upgrade finishing the restart;
+//   - an operator's own block lacking the arguments: the additions printed, nothing changed;
+//   - k3s refusing the changed config.yaml, left by a run killed right after writing it: the
+//     next run restores the previous file and k3s comes back on it;
+//     refusing every start: the rollback's restart failing too, told apart (the test ends
+//     there, with systemd starting k3s again on the restored file).
 func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host, c *kube.Clients) {
 	t.Helper()
 	run := func(cmd string) string {
@@ -49,7 +53,7 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 		t.Helper()
 		return run("if [ -f " + path + " ]; then cat " + path + "; else echo absent; fi")
 	}
-	fault := func(name string) {
+	inject := func(name string) {
 		t.Helper()
 		run("mkdir -p /etc/k3s-standin && echo " + name + " > /etc/k3s-standin/fault")
 	}
@@ -87,8 +91,10 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	if len(onHost) < 5 { // the backups and marker, the policy, config.yaml, the restart, the marker cleared
 		t.Errorf("the repair was killed after %d writes on the server, want at least 5: %q", len(onHost), writes)
 	}
+	// (Each run that finished the step was killed right after: the step's done line is the next
+	// repair's to say.)
 	for _, w := range []string{"The API server is missing the arguments this kip installs. Adding them and restarting k3s once; workloads keep running through it.",
-		"API server arguments, and k3s restarted on them", "Operator login could not be configured: Dex does not answer"} {
+		"Operator login could not be configured: Dex does not answer"} {
 		if !strings.Contains(r.Stderr, w) && !strings.Contains(said.String(), w) {
 			t.Errorf("no run of the repair said %q:\n%s", w, r.Stderr)
 		}
@@ -117,7 +123,7 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	// next upgrade adds the login.
 	dexStandin(ctx, t, c, h, k3s.DexIssuer(h.PublicIP.String()))
 	r = s.Kip(t, home, upgradeArgs...)
-	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "Operator login configured") {
+	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "API server arguments, and k3s restarted on them") || !strings.Contains(r.Stderr, "Operator login configured") {
 		t.Fatalf("kip upgrade with Dex answering: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
 	if wantConfig, err = k3s.AddAPIServerArgs(wantConfig, []string{login}); err != nil {
@@ -145,6 +151,27 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	t.Logf("a no-op kip upgrade: %s remote commands on the server", m[1])
 	repaired := read(k3s.ConfigPath)
 
+	// A new audit policy (config.yaml as it is) on which k3s does not come back: nothing restored.
+	run("echo '# an older policy' >> " + k3s.AuditPolicyPath)
+	inject("refuse-every-start")
+	r = s.Kip(t, home, upgradeArgs...)
+	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip restored nothing") || !strings.Contains(r.Stderr, k3s.ConfigBackupPath) {
+		t.Fatalf("a restart that changed no config.yaml: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.ConfigPath); got != repaired {
+		t.Errorf("config.yaml changed by a failed restart that changed no configuration:\n%s", got)
+	}
+	run("rm /etc/k3s-standin/fault")
+	if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil { // systemd starts it again
+		t.Fatal(err)
+	}
+	if r = s.Kip(t, home, upgradeArgs...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Restart k3s on the configuration an earlier run wrote") {
+		t.Fatalf("kip upgrade after the failed restart: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := read(k3s.PendingPath); got != "absent\n" {
+		t.Errorf("a restart is pending after the upgrade finished it: %s", got)
+	}
+
 	// An operator's own block that lacks kip's arguments: the additions, and nothing changed.
 	custom := old + "kube-apiserver-arg:\n  - v=2\n"
 	run("printf '%s' " + shellQuote(custom) + " > " + k3s.ConfigPath)
@@ -156,10 +183,15 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 		t.Errorf("config.yaml changed although the block is the operator's:\n%s", got)
 	}
 
-	// k3s refuses the changed config.yaml: kip restores the previous one.
+	// k3s refuses the changed config.yaml, which a run killed right after writing it left for
+	// the next: that run restores the previous one all the same (the pending marker names it).
 	run("printf '%s' " + shellQuote(old) + " > " + k3s.ConfigPath)
 	restart()
-	fault("refuse-changed-config")
+	killAtConfig := fault.KillWriteMatchingEnv + "=" + regexp.QuoteMeta("mv -f "+k3s.ConfigPath+".kip-tmp-")
+	if r = s.KipEnv(t, home, []string{killAtConfig}, upgradeArgs...); r.Signal != syscall.SIGKILL {
+		t.Fatalf("kip upgrade was to be killed right after writing config.yaml: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	inject("refuse-changed-config")
 	r = s.Kip(t, home, upgradeArgs...)
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip restored the previous configuration and k3s runs on it again") {
 		t.Fatalf("restart refused, rollback works: exit %d\n%s", r.ExitCode, r.Stderr)
@@ -170,45 +202,17 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	if got := read(k3s.PendingPath); got != "absent\n" {
 		t.Errorf("a restart is pending after the rollback: %s", got)
 	}
-	run("rm /etc/k3s-standin/fault")
 
 	// k3s refuses every start: the rollback's restart fails too.
-	fault("refuse-every-start")
+	inject("refuse-every-start")
 	r = s.Kip(t, home, upgradeArgs...)
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "and not on the restored previous one either") {
 		t.Fatalf("every start refused: exit %d\n%s", r.ExitCode, r.Stderr)
 	}
-	run("rm /etc/k3s-standin/fault")
-	if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil { // systemd starts it again
-		t.Fatal(err)
-	}
-	if r = s.Kip(t, home, upgradeArgs...); r.ExitCode != 0 {
-		t.Fatalf("kip upgrade once k3s starts again: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	if got := read(k3s.ConfigPath); got != repaired {
-		t.Errorf("config.yaml after the repair again:\n%s\nwant\n%s", got, repaired)
-	}
-
-	// A new audit policy (config.yaml as it is) on which k3s does not come back: nothing restored.
-	run("echo '# an older policy' >> " + k3s.AuditPolicyPath)
-	fault("refuse-every-start")
-	r = s.Kip(t, home, upgradeArgs...)
-	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "kip restored nothing") || !strings.Contains(r.Stderr, k3s.ConfigBackupPath) {
-		t.Fatalf("a restart that changed no config.yaml: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	if got := read(k3s.ConfigPath); got != repaired {
-		t.Errorf("config.yaml changed by a failed restart that changed no configuration:\n%s", got)
+	if got := read(k3s.ConfigPath); got != old {
+		t.Errorf("config.yaml after the failed rollback:\n%s\nwant\n%s", got, old)
 	}
 	run("rm /etc/k3s-standin/fault")
-	if err := kube.WaitReady(ctx, c, h.PublicIP.String(), 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if r = s.Kip(t, home, upgradeArgs...); r.ExitCode != 0 || !strings.Contains(r.Stderr, "Restart k3s on the configuration an earlier run wrote") {
-		t.Fatalf("kip upgrade after the failed restart: exit %d\n%s", r.ExitCode, r.Stderr)
-	}
-	if got := read(k3s.PendingPath); got != "absent\n" {
-		t.Errorf("a restart is pending after the upgrade finished it: %s", got)
-	}
 }
 
 // withoutAPIServerArgs is config without its kube-apiserver-arg block.
