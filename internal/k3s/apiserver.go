@@ -94,6 +94,43 @@ func AddAPIServerArgs(config []byte, add []string) ([]byte, error) {
 		one := *v
 		*v = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: append([]*yaml.Node{&one}, items...)}
 	}
+	return encodeConfig(root)
+}
+
+// FlannelBackend is the flannel backend config names ("" when it names none).
+func FlannelBackend(config []byte) (string, error) {
+	root, err := parseConfig(config)
+	if err != nil {
+		return "", err
+	}
+	if v := mappingValue(root, flannelBackendKey); v != nil && v.Kind == yaml.ScalarNode {
+		return v.Value, nil
+	}
+	return "", nil
+}
+
+// SetFlannelBackend returns config naming backend as its flannel backend, everything else in the
+// file kept, comments included.
+func SetFlannelBackend(config []byte, backend string) ([]byte, error) {
+	root, err := parseConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	value := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: backend}
+	if v := mappingValue(root, flannelBackendKey); v != nil {
+		value.LineComment = v.LineComment
+		*v = *value
+	} else {
+		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: flannelBackendKey}, value)
+	}
+	return encodeConfig(root)
+}
+
+// flannelBackendKey is config.yaml's flannel backend.
+const flannelBackendKey = "flannel-backend"
+
+// encodeConfig writes a config.yaml's top-level mapping back out.
+func encodeConfig(root *yaml.Node) ([]byte, error) {
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)

@@ -105,3 +105,29 @@ func TestAddAPIServerArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestSetFlannelBackend: the backend changed in place (its comment kept) or added, the rest of
+// the file as it was.
+func TestSetFlannelBackend(t *testing.T) {
+	for name, config := range map[string]string{
+		"set":   "# the operator's note\nnode-ip: 10.0.0.1\nflannel-backend: vxlan # chosen at install\nkube-apiserver-arg:\n  - v=2\n",
+		"unset": "# the operator's note\nnode-ip: 10.0.0.1\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := SetFlannelBackend([]byte(config), FlannelWireGuard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := FlannelBackend(out); err != nil || b != FlannelWireGuard {
+				t.Errorf("backend after the change: %q, %v\n%s", b, err, out)
+			}
+			want := strings.Replace(config, "flannel-backend: vxlan", "flannel-backend: "+FlannelWireGuard, 1)
+			if name == "unset" {
+				want += "flannel-backend: " + FlannelWireGuard + "\n"
+			}
+			if string(out) != want {
+				t.Errorf("got\n%s\nwant\n%s", out, want)
+			}
+		})
+	}
+}

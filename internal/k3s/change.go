@@ -35,8 +35,9 @@ type ConfigChange struct {
 	// Unit is k3s's service; Verb is how it is brought up on the new files: "restart", or
 	// "start" for a first start (which has no previous configuration to restore).
 	Unit, Verb string
-	// Wait waits for k3s's API once k3s is up.
-	Wait func(ctx context.Context) error
+	// Wait waits for k3s's API once k3s is up on the new files (and for whatever else they must
+	// bring back); WaitRestored, when set, once it is up on the restored ones instead.
+	Wait, WaitRestored func(ctx context.Context) error
 	// Again is the command that continues once the server answers again.
 	Again string
 	// Warn tells the operator of a rollback as it starts.
@@ -93,24 +94,29 @@ func (ch ConfigChange) paths() []string {
 	return out
 }
 
-// Write puts the files in place, each previous one kept beside it (BackupSuffix): the backups
-// and the pending marker in one command, unless an earlier run's change is pending (its backups
-// are the previous files; the files written since are this change's), then each file that
-// differs.
+// Write puts the files in place, each previous one kept beside it (BackupSuffix): the backups of
+// the files that differ and the pending marker naming them in one command, then each file. A
+// file that a pending change (an earlier run's) already replaced keeps that change's backup,
+// which holds the file as it was before kip touched it; any other that differs is backed up and
+// added to the marker.
 func (ch ConfigChange) Write(ctx context.Context, st ConfigState) error {
-	if !st.Pending {
-		var changed []string
-		dirs := []string{"-p", "-m", "0700"}
-		for _, f := range ch.Files {
-			if st.Sums[f.Path] != sshx.SHA256(f.Data) {
-				changed = append(changed, f.Path)
-			}
-			if !slices.Contains(dirs, path.Dir(f.Path)) {
-				dirs = append(dirs, path.Dir(f.Path))
-			}
+	var backup []string
+	dirs := []string{"-p", "-m", "0700"}
+	for _, f := range ch.Files {
+		if st.Sums[f.Path] != sshx.SHA256(f.Data) && !(st.Pending && slices.Contains(st.Replaced, f.Path)) {
+			backup = append(backup, f.Path)
 		}
-		cmd := sshx.Command("mkdir", dirs...) + " && " + BackupCommand(changed...) +
-			" && { umask 077; printf '%s\\n' " + sshx.QuoteAll(changed) + " > " + sshx.Quote(PendingPath) + "; }"
+		if !slices.Contains(dirs, path.Dir(f.Path)) {
+			dirs = append(dirs, path.Dir(f.Path))
+		}
+	}
+	if len(backup) > 0 {
+		redirect := " > "
+		if st.Pending {
+			redirect = " >> "
+		}
+		marker := "printf '%s\\n' " + sshx.QuoteAll(backup) + redirect + sshx.Quote(PendingPath)
+		cmd := sshx.Command("mkdir", dirs...) + " && " + BackupCommand(backup...) + " && { umask 077; " + marker + "; }"
 		if _, err := ch.C.Output(ctx, cmd); err != nil {
 			return fmt.Errorf("back up k3s's configuration: %w", err)
 		}
@@ -132,7 +138,7 @@ func (ch ConfigChange) Write(ctx context.Context, st ConfigState) error {
 // policy, say) restores nothing: the backup may predate the operator's own edits, so the error
 // names the files and leaves the decision to the operator.
 func (ch ConfigChange) Restart(ctx context.Context, st ConfigState) error {
-	err := ch.up(ctx, ch.Verb)
+	err := ch.up(ctx, ch.Verb, ch.Wait)
 	if err == nil {
 		return ch.clear(ctx)
 	}
@@ -147,12 +153,12 @@ func (ch ConfigChange) Restart(ctx context.Context, st ConfigState) error {
 	return ch.rollback(ctx, st.Replaced, err)
 }
 
-// up starts or restarts k3s and waits for its API.
-func (ch ConfigChange) up(ctx context.Context, verb string) error {
+// up starts or restarts k3s and waits (wait).
+func (ch ConfigChange) up(ctx context.Context, verb string, wait func(ctx context.Context) error) error {
 	if _, err := ch.C.Output(ctx, sshx.Command("systemctl", verb, ch.Unit)); err != nil {
 		return fmt.Errorf("%s k3s: %w", verb, err)
 	}
-	return ch.Wait(ctx)
+	return wait(ctx)
 }
 
 // clear removes the pending marker: k3s runs on the files it named.
@@ -175,7 +181,11 @@ func (ch ConfigChange) rollback(ctx context.Context, replaced []string, cause er
 		}
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u %s', %s", cause, err, ch.Unit, ConfigBackupPath)
 	}
-	if err := ch.up(ctx, "restart"); err != nil {
+	wait := ch.WaitRestored
+	if wait == nil {
+		wait = ch.Wait
+	}
+	if err := ch.up(ctx, "restart", wait); err != nil {
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u %s'", cause, err, ch.Unit)
 	}
 	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u %s' on the server for why the new one failed (the new files' previous versions stay as *%s)", cause, ch.Unit, BackupSuffix)

@@ -256,8 +256,7 @@ func (j *joiner) examine(ctx context.Context) error {
 			"run 'kip cluster storage longhorn' first, then kip node add")
 	case j.rec.Network != cluster.NetworkWireGuard:
 		return errors.New("the server's pod network runs VXLAN, and workers join only a WireGuard pod network (traffic between nodes travels inside WireGuard): " +
-			"the server could not load the wireguard module when kip installed it, and this kip cannot switch an installed cluster's pod network yet, so no worker can join this cluster for now; " +
-			"make the server's kernel load wireguard (modprobe wireguard) so that the switch can be made")
+			"run 'kip upgrade' first, which moves the pod network to WireGuard once the server can load the wireguard module (it could not when kip installed it), then kip node add")
 	}
 	if j.nodes, err = cluster.ReadNodes(ctx, j.cl.Dynamic); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
@@ -46,12 +47,15 @@ type serverRepair struct {
 	// noLogin says why operator login is not configured, "" when it is or will be.
 	noLogin string
 	issuer  string
+	// network reports the pod network's move from VXLAN to WireGuard in this change: this
+	// upgrade's, or an interrupted one's that it resumes (upgradeIntent.Network).
+	network bool
 }
 
 // readServer reaches the server over SSH and decides its repair. It refuses, writing nothing,
 // a kube-apiserver-arg block that is the operator's own and lacks arguments kip installs: it
 // prints the additions for the operator to make.
-func (u *upgrader) readServer(ctx context.Context) (*serverRepair, error) {
+func (u *upgrader) readServer(ctx context.Context, intent *upgradeIntent) (*serverRepair, error) {
 	host := u.o.Server
 	if host == "" {
 		host = u.rec.Server
@@ -86,6 +90,25 @@ func (u *upgrader) readServer(ctx context.Context) (*serverRepair, error) {
 		}
 		r.login = r.noLogin == ""
 	}
+	// The files' state before anything is decided: an interrupted change of the network goes on.
+	all := []k3s.File{{Path: k3s.AuditPolicyPath}, {Path: k3s.AuthenticationConfigPath}, {Path: k3s.ConfigPath}}
+	if r.st, err = (k3s.ConfigChange{C: c, Files: all}).Read(ctx); err != nil {
+		return nil, err
+	}
+	body := config
+	if r.network, err = u.moveNetwork(ctx, c, config, r.st, intent); err != nil {
+		return nil, err
+	}
+	if r.network {
+		if body, err = k3s.SetFlannelBackend(body, k3s.FlannelWireGuard); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.adds) > 0 {
+		if body, err = k3s.AddAPIServerArgs(body, r.adds); err != nil {
+			return nil, err
+		}
+	}
 	block := append(slices.Clone(args.Have), r.adds...)
 	var files []k3s.File
 	if slices.Contains(block, "audit-policy-file="+k3s.AuditPolicyPath) {
@@ -98,17 +121,31 @@ func (u *upgrader) readServer(ctx context.Context) (*serverRepair, error) {
 		}
 		files = append(files, k3s.File{Path: k3s.AuthenticationConfigPath, Data: authn, Mode: 0o600})
 	}
-	if len(r.adds) > 0 {
-		body, err := k3s.AddAPIServerArgs(config, r.adds)
+	if string(body) != string(config) {
+		files = append(files, k3s.File{Path: k3s.ConfigPath, Data: body, Mode: 0o600})
+	}
+	apiReady := func(ctx context.Context) error { return kube.WaitReady(ctx, u.cl, u.rec.Server, apiServerTimeout) }
+	r.change = k3s.ConfigChange{C: c, Files: files, Unit: k3s.ServerUnit, Verb: "restart", Again: "kip upgrade", Warn: u.p.Warn, Wait: apiReady}
+	if r.network {
+		ready, _, err := workloads(ctx, u.cl)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, k3s.File{Path: k3s.ConfigPath, Data: body, Mode: 0o600})
-	}
-	r.change = k3s.ConfigChange{C: c, Files: files, Unit: k3s.ServerUnit, Verb: "restart", Again: "kip upgrade", Warn: u.p.Warn,
-		Wait: func(ctx context.Context) error { return kube.WaitReady(ctx, u.cl, u.rec.Server, apiServerTimeout) }}
-	if r.st, err = r.change.Read(ctx); err != nil {
-		return nil, err
+		r.change.Wait = func(ctx context.Context) error {
+			if err := apiReady(ctx); err != nil {
+				return err
+			}
+			if err := waitNetwork(ctx, u.cl, n.Name, flannelWireGuard); err != nil {
+				return err
+			}
+			return waitWorkloads(ctx, u.cl, ready)
+		}
+		r.change.WaitRestored = func(ctx context.Context) error {
+			if err := apiReady(ctx); err != nil {
+				return err
+			}
+			return waitNetwork(ctx, u.cl, n.Name, flannelVXLAN)
+		}
 	}
 	if r.noLogin != "" {
 		u.p.Warn("Operator login could not be configured: " + r.noLogin + ". The API server gets its audit arguments without it, and certificate access (the admin kubeconfig) keeps working; " +
@@ -149,7 +186,7 @@ func (u *upgrader) dexAnswers(ctx context.Context, issuer string) string {
 }
 
 // step is the repair's step in the upgrade's workflow.
-func (r *serverRepair) step() workflow.Step {
+func (r *serverRepair) step(u *upgrader) workflow.Step {
 	what := []string{}
 	for _, f := range r.change.Files {
 		if r.st.Sums[f.Path] != sshx.SHA256(f.Data) {
@@ -158,6 +195,12 @@ func (r *serverRepair) step() workflow.Step {
 	}
 	title, done := "Restart k3s on the configuration an earlier run wrote; workloads keep running through it", "k3s restarted on its configuration"
 	switch {
+	case r.network:
+		title, done = "Move the pod network from VXLAN to WireGuard: k3s restarts once (workloads keep running through it), then up to five minutes each for the network and for the workloads that were ready", "The pod network runs on WireGuard"
+		if len(r.adds) > 0 {
+			title += "; the API server gets the arguments this kip installs in the same restart"
+			done += ", and the API server has its arguments"
+		}
 	case len(r.adds) > 0:
 		title, done = "The API server is missing the arguments this kip installs. Adding them and restarting k3s once; workloads keep running through it.", "API server arguments, and k3s restarted on them"
 	case len(what) > 0:
@@ -173,17 +216,50 @@ func (r *serverRepair) step() workflow.Step {
 				return false, err
 			}
 			r.st = st
-			return r.change.Done(st), nil
+			if !r.change.Done(st) || !r.network {
+				return r.change.Done(st), nil
+			}
+			rec, err := cluster.ReadInstalled(ctx, u.cl.Dynamic)
+			return rec.Network == cluster.NetworkWireGuard, err
 		},
 		Apply: func(ctx context.Context) error {
-			if err := r.change.Write(ctx, r.st); err != nil {
-				return err
+			if r.network {
+				if err := r.loadWireGuard(ctx, u.rec.Storage == cluster.StorageLonghorn); err != nil {
+					return err
+				}
 			}
-			st, err := r.change.Read(ctx)
-			if err != nil {
-				return err
+			if !r.change.Done(r.st) {
+				if err := r.change.Write(ctx, r.st); err != nil {
+					return err
+				}
+				st, err := r.change.Read(ctx)
+				if err != nil {
+					return err
+				}
+				if err := r.change.Restart(ctx, st); err != nil {
+					return err
+				}
 			}
-			return r.change.Restart(ctx, st)
+			if !r.network {
+				return nil
+			}
+			// The pod network runs on WireGuard: the record says so, which kip node add reads.
+			_, err := cluster.UpdateRecord(ctx, u.cl.Dynamic, func(rec *cluster.Record, _ bool) error { rec.Network = cluster.NetworkWireGuard; return nil })
+			return err
 		},
 	}
+}
+
+// loadWireGuard loads the wireguard module before the pod network moves onto it, and has it
+// load at every boot, as install does for a WireGuard cluster.
+func (r *serverRepair) loadWireGuard(ctx context.Context, longhorn bool) error {
+	c, mods := r.change.C, host.Modules(longhorn, true)
+	if ok, err := host.ModulesInPlace(ctx, c, mods); ok || err != nil {
+		return err
+	}
+	f, err := c.Facts(ctx)
+	if err != nil {
+		return err
+	}
+	return host.LoadModules(ctx, c, f.OS, mods)
 }

@@ -303,6 +303,9 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 type upgradeIntent struct {
 	// Restart marks the console Deployments' pod templates (upgradedAtAnnotation).
 	Restart string `json:"restart"`
+	// Network is the flannel backend the pod network moves to (wireguard-native), "" when the
+	// upgrade does not move it: a resumed upgrade finishes the move even with --skip-system.
+	Network string `json:"network,omitempty"`
 }
 
 // upgrade asks what it must, then runs the upgrade under the cluster lock.
@@ -391,14 +394,14 @@ func (u *upgrader) upgrade(ctx context.Context, f findings) error {
 			return err
 		}
 	}
-	if u.o.Dial != nil {
-		if u.server, err = u.readServer(ctx); err != nil {
-			return err
-		}
-	}
 	intent := upgradeIntent{Restart: clock.Now().UTC().Format(time.RFC3339)}
 	if _, err := workflow.Unfinished(ctx, u.cl.Dynamic, kube.ClusterRecords(), Workflow, &intent); err != nil {
 		return err
+	}
+	if u.o.Dial != nil {
+		if u.server, err = u.readServer(ctx, &intent); err != nil {
+			return err
+		}
 	}
 	steps, err := u.steps(intent, approved, f.routes.Removals(), grants)
 	if err != nil {
@@ -507,7 +510,7 @@ func (u *upgrader) steps(intent upgradeIntent, approved []*Finding, removals []I
 	rbac.Title, rbac.Done, rbac.Already = "Update console-api's RBAC and the project roles", "Updated console-api's RBAC and the project roles", "console-api's RBAC and the project roles are up to date"
 	var steps []workflow.Step
 	if u.server != nil {
-		steps = append(steps, u.server.step())
+		steps = append(steps, u.server.step(u))
 	}
 	if u.o.K3s {
 		steps = append(steps, u.k3sSteps()...)

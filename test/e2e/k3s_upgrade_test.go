@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +30,8 @@ const (
 	k3sWorker2Host = 24 // lab25
 )
 
-// TestK3sUpgrade moves a cluster really on Kubernetes 1.36 to 1.37 with kip upgrade --k3s: the
+// TestK3sUpgrade moves a cluster really on Kubernetes 1.36 to 1.37 with kip upgrade --k3s (after
+// moving its pod network from VXLAN to WireGuard with kip upgrade: networkMove): the
 // k3s stand-in claiming the older release runs that release's real control plane, kubelet and
 // kube-proxy (make testenv-older), so the releases the nodes and the API server report are the
 // ones their binaries are. The cluster is the one an earlier kip release installed: this kip,
@@ -79,10 +82,14 @@ func TestK3sUpgrade(t *testing.T) {
 	if err := e2e.UploadChartFixtures(ctx, srv); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := srv.Run(ctx, noWireGuard); err != nil { // the server's kernel could not load it then
+		t.Fatalf("%v\n%s", err, out)
+	}
 	if r := s.KipEnv(t, home, earlier, installArgs(s, srv, s.OlderBundle, "--storage", "longhorn")...); r.ExitCode != 0 {
 		t.Fatalf("install on %s: exit %d\n%s", e2e.OlderK3s, r.ExitCode, r.Stderr)
 	}
 	c := clientsFor(t, filepath.Join(home, "kubeconfigs", srv.PublicIP.String()+".yaml"))
+	networkMove(ctx, t, s, home, srv, w1, c)
 	authorize(t, srv, w1)
 	authorize(t, srv, w2)
 	join := func(w *lab.Host) []string {
@@ -198,6 +205,17 @@ func TestK3sUpgrade(t *testing.T) {
 			t.Errorf("kip upgrade --k3s again: exit %d, want %q\n%s", r.ExitCode, want, r.Stderr)
 		}
 	}
+	// SSH round trips of a no-op upgrade (the issue's figure): the server's identity and
+	// config.yaml, its files' state.
+	m := regexp.MustCompile(`(\d+) remote commands on the server over SSH`).FindStringSubmatch(r.Stderr)
+	n := -1
+	if m != nil {
+		n, _ = strconv.Atoi(m[1])
+	}
+	if n < 0 || n > 10 {
+		t.Errorf("a no-op kip upgrade -v: want at most 10 remote commands on the server, counted\n%s", r.Stderr)
+	}
+	t.Logf("a no-op kip upgrade: %d remote commands on the server", n)
 	for _, w := range []*lab.Host{w1, w2} {
 		if strings.Contains(r.Stderr, "ssh: connecting to "+w.PublicIP.String()) {
 			t.Errorf("kip upgrade --k3s on a cluster already on the pin reached worker %s over SSH:\n%s", w.Name, r.Stderr)

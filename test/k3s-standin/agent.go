@@ -75,9 +75,9 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	}
 
 	var caPEM []byte
-	var creds *controlplane.KeyPair
+	var creds *nodeCreds
 	for {
-		caPEM, creds, err = join(ctx, u, tok, n.name)
+		caPEM, creds, err = join(ctx, u, tok, n)
 		var fatal fatalError
 		if err == nil || errors.As(err, &fatal) {
 			break
@@ -92,18 +92,20 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	if err != nil {
 		return err
 	}
-	certPath, keyPath := n.clientCertPaths()
-	if err := writeKeyPair(creds, certPath, keyPath); err != nil {
-		return err
+	for _, id := range n.identities(creds) {
+		certPath, keyPath := n.credPaths(id.name)
+		if err := writeKeyPair(*id.into, certPath, keyPath); err != nil {
+			return err
+		}
 	}
 	if err := n.writeCredentials(serverURL, caPEM, creds); err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(restConfig(serverURL, caPEM, creds))
+	cl, err := creds.clients(serverURL, caPEM)
 	if err != nil {
-		return fmt.Errorf("node client: %w", err)
+		return err
 	}
-	n.setFlannel(serverFlannelBackend(ctx, kube), false)
+	n.setFlannel(serverFlannelBackend(ctx, cl.controller), false)
 
 	sup := newSupervisor()
 	bgCtx, stopBackground := context.WithCancel(context.Background())
@@ -114,7 +116,7 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 		_ = sdNotify("STOPPING=1")
 		sup.stop(stopTimeout)
 	}()
-	if err := n.run(ctx, bgCtx, sup, kube, o, func(ctx context.Context) ([]byte, error) { return readClientCA(ctx, kube) }, background.Go); err != nil {
+	if err := n.run(ctx, bgCtx, sup, cl, o, func(ctx context.Context) ([]byte, error) { return readClientCA(ctx, cl.kubelet) }, background.Go); err != nil {
 		return err
 	}
 	if err := sdNotify("READY=1"); err != nil {
@@ -124,7 +126,8 @@ func runAgent(ctx context.Context, o *options, version string) (err error) {
 	return supervise(ctx, sup)
 }
 
-// readClientCA reads the CA of client certificates where kube-apiserver publishes it.
+// readClientCA reads the CA of client certificates where kube-apiserver publishes it (k3s's agent
+// fetches it from its server's supervisor), with the Node's credentials: see bootstrapRBAC.
 func readClientCA(ctx context.Context, kube kubernetes.Interface) ([]byte, error) {
 	cm, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
 	if err != nil {
@@ -137,8 +140,8 @@ func readClientCA(ctx context.Context, kube kubernetes.Interface) ([]byte, error
 	return []byte(ca), nil
 }
 
-// join checks the server against the token and gets the node's client certificate with it.
-func join(ctx context.Context, u *url.URL, tok token, nodeName string) ([]byte, *controlplane.KeyPair, error) {
+// join checks the server against the token and gets the node's client certificates with it.
+func join(ctx context.Context, u *url.URL, tok token, n *node) ([]byte, *nodeCreds, error) {
 	caPEM, err := fetchServerCA(ctx, u, tok)
 	if err != nil {
 		return nil, nil, err
@@ -150,9 +153,11 @@ func join(ctx context.Context, u *url.URL, tok token, nodeName string) ([]byte, 
 		Timeout:         10 * time.Second,
 		UserAgent:       "k3s-standin-agent",
 	}
-	creds, err := requestNodeCert(ctx, boot, nodeName)
-	if err != nil {
-		return nil, nil, err
+	creds := &nodeCreds{}
+	for _, id := range n.identities(creds) {
+		if *id.into, err = requestCert(ctx, boot, id); err != nil {
+			return nil, nil, err
+		}
 	}
 	return caPEM, creds, nil
 }
@@ -195,10 +200,11 @@ func fetchServerCA(ctx context.Context, u *url.URL, tok token) ([]byte, error) {
 	return caPEM, nil
 }
 
-// requestNodeCert gets a client certificate for system:node:<nodeName> the way a kubelet
-// bootstraps one: a CertificateSigningRequest for the kube-apiserver-client-kubelet signer, which
-// the controller-manager approves for users allowed to (see bootstrapRBAC) and signs.
-func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*controlplane.KeyPair, error) {
+// requestCert gets the certificate of a node identity for a key of its own the way a kubelet
+// bootstraps its own: a CertificateSigningRequest for the identity's signer, which the
+// controller-manager (the kubelet's, see bootstrapRBAC) or the server (the others, see
+// approveAgentCerts) approves, and the controller-manager signs. cfg has the token's credentials.
+func requestCert(ctx context.Context, cfg *rest.Config, id nodeIdentity) (*controlplane.KeyPair, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -208,7 +214,7 @@ func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*c
 		return nil, err
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+		Subject: pkix.Name{CommonName: id.spec.cn, Organization: id.spec.orgs},
 	}, key)
 	if err != nil {
 		return nil, fmt.Errorf("create certificate request: %w", err)
@@ -218,7 +224,7 @@ func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*c
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			SignerName: id.signer,
 			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
 		},
 	}, metav1.CreateOptions{})
@@ -226,7 +232,7 @@ func requestNodeCert(ctx context.Context, cfg *rest.Config, nodeName string) (*c
 		return nil, fatalError{fmt.Errorf("the server at %s refused the token: %w", cfg.Host, err)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("request a node client certificate: %w", err)
+		return nil, fmt.Errorf("request the certificate %s: %w", id.name, err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {

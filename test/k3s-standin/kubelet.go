@@ -70,13 +70,13 @@ func (n *node) certsDir() string       { return filepath.Join(n.etcDir(), "conta
 
 // run runs the Node's kubelet, the one o's standin-kubelet names, and returns when it answers.
 // clientCA gives the CA of the API server's client certificates, which a real kubelet checks.
-func (n *node) run(ctx, bg context.Context, sup *supervisor, kube kubernetes.Interface, o *options, clientCA func(context.Context) ([]byte, error), bgGo func(func())) error {
+func (n *node) run(ctx, bg context.Context, sup *supervisor, cl nodeClients, o *options, clientCA func(context.Context) ([]byte, error), bgGo func(func())) error {
 	binDir := o.str("standin-bin-dir")
-	if o.str("standin-kubelet") == kubeletKwok {
-		if err := n.register(ctx, kube); err != nil {
+	if n.kwok {
+		if err := n.register(ctx, cl.kubelet); err != nil {
 			return err
 		}
-		bgGo(func() { n.heartbeat(bg, kube) })
+		bgGo(func() { n.heartbeat(bg, cl.kubelet) })
 		if err := n.startKwok(sup, binDir); err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func (n *node) run(ctx, bg context.Context, sup *supervisor, kube kubernetes.Int
 	if err != nil {
 		return err
 	}
-	return n.runRealNode(ctx, bg, sup, kube, binDir, ca, o.list("kubelet-arg"), bgGo)
+	return n.runRealNode(ctx, bg, sup, cl, binDir, ca, o.list("kubelet-arg"), bgGo)
 }
 
 // checkKubelet checks the standin-kubelet option and that its programs are in binDir.
@@ -102,7 +102,8 @@ func checkKubelet(o *options, binDir string) error {
 // k3s labels and annotations up to date once the kubelet registered it, writes the pod network's
 // CNI configuration for the Node's pod CIDR, starts kube-proxy and keeps the routes to other
 // Nodes' pods until ctx ends. It returns when the kubelet answers its health check.
-func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubernetes.Interface, binDir string, clientCA []byte, kubeletArgs []string, bgGo func(func())) error {
+func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, cl nodeClients, binDir string, clientCA []byte, kubeletArgs []string, bgGo func(func())) error {
+	kube := cl.kubelet
 	if err := controlplane.WriteFile(n.clientCAPath(), clientCA, 0o644); err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	}
 	args := []string{
 		"--config=" + cfg,
-		"--kubeconfig=" + filepath.Join(n.agentDir(), "kubelet.kubeconfig"),
+		"--kubeconfig=" + filepath.Join(n.agentDir(), kubeletKubeconfig),
 		"--hostname-override=" + n.name,
 		"--root-dir=" + kubeletRoot,
 		"--node-ip=" + strings.Join(n.internalIPs, ","),
@@ -188,7 +189,7 @@ func (n *node) runRealNode(ctx, bg context.Context, sup *supervisor, kube kubern
 	if err := sup.start("kube-proxy", filepath.Join(binDir, "kube-proxy"), []string{"--config=" + proxyCfg}, env, nil); err != nil {
 		return err
 	}
-	bgGo(func() { keepRoutes(bg, kube, n.name) })
+	bgGo(func() { keepRoutes(bg, cl.controller, n.name) })
 	plain := &http.Client{Timeout: 2 * time.Second}
 	return waitFor(ctx, sup, "the kubelet", 2*time.Minute, func(ctx context.Context) error {
 		return controlplane.HTTPOK(ctx, plain, "http://127.0.0.1:10248/healthz", "ok")
@@ -341,13 +342,13 @@ func (n *node) resolvConf() (string, error) {
 }
 
 // writeKubeProxyConfig writes kube-proxy's configuration: iptables mode, k3s's cluster CIDR,
-// with the Node's own credentials (see bootstrapRBAC). It leaves the connection-tracking table
-// size alone: that belongs to the machine's kernel.
+// with kube-proxy's own credentials (system:kube-proxy, as k3s's kube-proxy). It leaves the
+// connection-tracking table size alone: that belongs to the machine's kernel.
 func (n *node) writeKubeProxyConfig() (string, error) {
 	cfg := map[string]any{
 		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":               "KubeProxyConfiguration",
-		"clientConnection":   map[string]any{"kubeconfig": filepath.Join(n.agentDir(), "kubelet.kubeconfig")},
+		"clientConnection":   map[string]any{"kubeconfig": filepath.Join(n.agentDir(), kubeProxyKubeconfig)},
 		"mode":               "iptables",
 		"clusterCIDR":        podNetwork,
 		"hostnameOverride":   n.name,
@@ -434,7 +435,8 @@ func (n *node) podNetworkRules(ctx context.Context) error {
 
 // keepRoutes routes each other Node's pod CIDR through that Node's internal address, as
 // flannel's host-gw backend does, until ctx ends: the lab's hosts share a network, so no
-// tunnel is needed.
+// tunnel is needed. kube lists every Node, which k3s's flannel does with k3s-controller's
+// credentials.
 func keepRoutes(ctx context.Context, kube kubernetes.Interface, self string) {
 	routed := map[string]string{} // pod CIDR → via
 	for {

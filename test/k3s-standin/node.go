@@ -43,6 +43,7 @@ type node struct {
 	kubeletPort int
 	version     string
 	dataDir     string
+	kwok        bool // standin-kubelet kwok: kwok plays the kubelet
 }
 
 // nodeFrom reads the node settings common to server and agent.
@@ -51,7 +52,8 @@ func nodeFrom(o *options, version, dataDir string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read hostname: %w", err)
 	}
-	n := &node{hostname: strings.ToLower(host), version: version, dataDir: dataDir, kubeletPort: 10250}
+	n := &node{hostname: strings.ToLower(host), version: version, dataDir: dataDir, kubeletPort: 10250,
+		kwok: o.str("standin-kubelet") == kubeletKwok}
 	n.name = o.str("node-name")
 	if n.name == "" {
 		n.name = n.hostname
@@ -119,7 +121,31 @@ func parseTaint(s string) (corev1.Taint, error) {
 	return t, nil
 }
 
-// setFlannel adds the annotations k3s's flannel puts on a Node; backend "none" means no flannel.
+// flannelTypes are the backend types flannel records on a Node (its backend-type annotation) for
+// k3s's flannel-backend settings: k3s's wireguard-native runs flannel's backend registered as
+// "wireguard"; the others are flannel's own names.
+var flannelTypes = map[string]string{"wireguard-native": "wireguard"}
+
+// flannelType is the type flannel records for k3s's flannel-backend setting backend.
+func flannelType(backend string) string {
+	if t, ok := flannelTypes[backend]; ok {
+		return t
+	}
+	return backend
+}
+
+// k3sBackend is the flannel-backend setting whose backend flannel records as typ.
+func k3sBackend(typ string) string {
+	for backend, t := range flannelTypes {
+		if t == typ {
+			return backend
+		}
+	}
+	return typ
+}
+
+// setFlannel adds the annotations k3s's flannel puts on a Node; backend (the flannel-backend
+// setting) "none" means no flannel.
 func (n *node) setFlannel(backend string, externalIP bool) {
 	if backend == "none" {
 		return
@@ -128,7 +154,7 @@ func (n *node) setFlannel(backend string, externalIP bool) {
 	if externalIP && len(n.externalIPs) > 0 {
 		public = n.externalIPs[0]
 	}
-	n.annotations["flannel.alpha.coreos.com/backend-type"] = backend
+	n.annotations["flannel.alpha.coreos.com/backend-type"] = flannelType(backend)
 	n.annotations["flannel.alpha.coreos.com/kube-subnet-manager"] = "true"
 	n.annotations["flannel.alpha.coreos.com/public-ip"] = public
 }
@@ -359,16 +385,18 @@ func (n *node) postStatus(ctx context.Context, kube kubernetes.Interface) error 
 	return err
 }
 
-// writeCredentials writes the kubeconfig for the node's client certificate (already written to
-// agent/client-kubelet.{crt,key}), the cluster CA and a kubelet serving certificate where k3s's
-// agent keeps them; kwok reads them.
-func (n *node) writeCredentials(server string, caPEM []byte, client *controlplane.KeyPair) error {
+// writeCredentials writes the kubeconfigs of the node's client certificates (already written to
+// agent/, see identities), the cluster CA and a kubelet serving certificate where k3s's agent
+// keeps them.
+func (n *node) writeCredentials(server string, caPEM []byte, c *nodeCreds) error {
 	dir := n.agentDir()
 	if err := controlplane.WriteFile(filepath.Join(dir, "server-ca.crt"), caPEM, 0o644); err != nil {
 		return err
 	}
-	if err := writeKubeconfig(filepath.Join(dir, "kubelet.kubeconfig"), 0o600, server, caPEM, client); err != nil {
-		return err
+	for _, id := range n.identities(c) {
+		if err := writeKubeconfig(filepath.Join(dir, id.kubeconfig), 0o600, server, caPEM, *id.into); err != nil {
+			return err
+		}
 	}
 	// Self-signed, like a kubelet's without serving-certificate bootstrap.
 	var ips []net.IP
@@ -378,11 +406,6 @@ func (n *node) writeCredentials(server string, caPEM []byte, client *controlplan
 	_, err := ensureCert(filepath.Join(dir, "serving-kubelet.crt"), filepath.Join(dir, "serving-kubelet.key"), nil,
 		certSpec{cn: n.hostname, usage: x509.ExtKeyUsageServerAuth, dns: []string{n.hostname, n.name}, ips: ips})
 	return err
-}
-
-// clientCertPaths are where k3s's agent keeps the node's client certificate.
-func (n *node) clientCertPaths() (string, string) {
-	return filepath.Join(n.agentDir(), "client-kubelet.crt"), filepath.Join(n.agentDir(), "client-kubelet.key")
 }
 
 // kwokStages are the kwok v0.8.0 "fast" Pod stages (tools/testenv.sh copies them next to the
@@ -407,9 +430,9 @@ spec:
   next: {}
 `
 
-// startKwok runs kwok for this Node's Pods only, with the Node's own credentials, so it can do
-// what a kubelet may (Node authorizer, NodeRestriction) and little more (see bootstrapRBAC). It
-// serves the kubelet endpoint's /healthz over HTTPS on the kubelet port.
+// startKwok runs kwok for this Node's Pods only, with the Node's own identity, so it can do what
+// a kubelet may (Node authorizer, NodeRestriction) and, through kwokGroup, list Nodes when it
+// starts. It serves the kubelet endpoint's /healthz over HTTPS on the kubelet port.
 func (n *node) startKwok(sup *supervisor, binDir string) error {
 	stages := []string{"-"} // kwokNodeStage, on stdin
 	for _, s := range kwokStages {
@@ -417,7 +440,7 @@ func (n *node) startKwok(sup *supervisor, binDir string) error {
 	}
 	dir := n.agentDir()
 	return sup.start("kwok", filepath.Join(binDir, "kwok"), []string{
-		"--kubeconfig=" + filepath.Join(dir, "kubelet.kubeconfig"),
+		"--kubeconfig=" + filepath.Join(dir, kwokKubeconfig),
 		"--config=" + strings.Join(stages, ","),
 		"--manage-single-node=" + n.name,
 		"--node-lease-duration-seconds=0",

@@ -327,26 +327,27 @@ func runServer(ctx context.Context, o *options, version string) (err error) {
 	}
 	background.Go(func() { helm.Run(bgCtx) })
 	background.Go(func() { runCloudController(bgCtx, admin) })
+	background.Go(func() { approveAgentCerts(bgCtx, admin) })
 	if err := writeKubeconfig(o.str("write-kubeconfig"), c.kubeconfigMode, c.localURL, pk.serverCA.CertPEM, pk.admin); err != nil {
 		return err
 	}
 
-	// The server's own Node, kept as a kubelet would with a system:node client certificate.
+	// The server's own Node, kept as a kubelet would with a system:node client certificate, its
+	// other components with certificates of their own, as an agent's.
 	n := c.node
-	certPath, keyPath := n.clientCertPaths()
-	nodeCreds, err := ensureCert(certPath, keyPath, pk.clientCA, nodeCertSpec(n.name))
+	creds, err := n.issueCredentials(pk.clientCA)
 	if err != nil {
 		return err
 	}
-	if err := n.writeCredentials(c.localURL, pk.serverCA.CertPEM, nodeCreds); err != nil {
+	if err := n.writeCredentials(c.localURL, pk.serverCA.CertPEM, creds); err != nil {
 		return err
 	}
-	nodeKube, err := kubernetes.NewForConfig(restConfig(c.localURL, pk.serverCA.CertPEM, nodeCreds))
+	cl, err := creds.clients(c.localURL, pk.serverCA.CertPEM)
 	if err != nil {
-		return fmt.Errorf("node client: %w", err)
+		return err
 	}
 	clientCA := func(context.Context) ([]byte, error) { return pk.clientCA.CertPEM, nil }
-	if err := n.run(ctx, bgCtx, sup, nodeKube, o, clientCA, background.Go); err != nil {
+	if err := n.run(ctx, bgCtx, sup, cl, o, clientCA, background.Go); err != nil {
 		return err
 	}
 	if err := labelControlPlane(ctx, admin, n.name, o.boolean("cluster-init")); err != nil {
@@ -475,10 +476,6 @@ func servingSANs(n *node, tlsSANs []string, serviceIP, advertise, bind net.IP) c
 	return s
 }
 
-func nodeCertSpec(name string) certSpec {
-	return certSpec{cn: "system:node:" + name, orgs: []string{"system:nodes"}, usage: x509.ExtKeyUsageClientAuth}
-}
-
 func firstIP(n *net.IPNet) net.IP {
 	ip := slices.Clone(n.IP.To16())
 	ip[len(ip)-1]++
@@ -558,58 +555,78 @@ func waitFor(ctx context.Context, sup *supervisor, what string, timeout time.Dur
 	return err
 }
 
-// bootstrapRBAC lets the token's user (see writeTokenFiles) request node client certificates and
-// have the controller-manager approve them, as kubeadm's bootstrap-token bindings do. It also
-// lets Nodes list Nodes, which a kubelet may not (it reads only its own): kwok lists them when it
-// starts, and agents read their server's flannel backend.
+// k3sControllerRules are the rules of k3s's ClusterRole system:k3s-controller (its
+// manifests/rolebindings.yaml since v1.32): flannel and k3s's network policy controller watch
+// every Node, Namespace, NetworkPolicy, Pod and Endpoints, and flannel patches Nodes' status.
+var k3sControllerRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}},
+	{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"endpoints", "pods"}, Verbs: []string{"list", "get", "watch"}},
+}
+
+// bootstrapRBAC creates, at every start, the roles and bindings the nodes' credentials (see
+// nodeIdentity) need beyond Kubernetes' own: k3s's system:k3s-controller; the bindings that let
+// the token's user (see writeTokenFiles) request node client certificates and have the kubelet's
+// approved by the controller-manager, as kubeadm's bootstrap-token bindings do (the stand-in's
+// way to what k3s's supervisor hands agents for the token); system:k3s-controller for kwokGroup.
+// kube-proxy needs none: Kubernetes binds system:node-proxier to system:kube-proxy. It deletes
+// what earlier stand-ins bound to group system:nodes (every Node could list Nodes and act as
+// kube-proxy), so that a server upgraded in place keeps none of it.
 func bootstrapRBAC(ctx context.Context, admin kubernetes.Interface) error {
-	reader := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "k3s-standin-node-reader"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
+	rbac := admin.RbacV1()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:k3s-controller"}, Rules: k3sControllerRules}
+	if err := createOrUpdate(ctx, role, rbac.ClusterRoles().Create, rbac.ClusterRoles().Update); err != nil {
+		return fmt.Errorf("create cluster role %s: %w", role.Name, err)
 	}
-	_, err := admin.RbacV1().ClusterRoles().Create(ctx, reader, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = admin.RbacV1().ClusterRoles().Update(ctx, reader, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("create cluster role %s: %w", reader.Name, err)
-	}
-	bindings := []struct{ name, role, group string }{
-		{"k3s-standin-node-bootstrapper", "system:node-bootstrapper", bootstrapGroup},
-		{"k3s-standin-node-autoapprove", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrapGroup},
-		{"k3s-standin-node-reader", reader.Name, "system:nodes"},
-		// kube-proxy runs with the Node's credentials (k3s gives it a certificate of its own).
-		{"k3s-standin-node-proxier", "system:node-proxier", "system:nodes"},
+	bindings := []struct{ name, role, kind, subject string }{
+		{"system:k3s-controller", role.Name, rbacv1.UserKind, "system:k3s-controller"},
+		{"k3s-standin-node-bootstrapper", "system:node-bootstrapper", rbacv1.GroupKind, bootstrapGroup},
+		{"k3s-standin-node-autoapprove", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", rbacv1.GroupKind, bootstrapGroup},
+		{"k3s-standin-kwok", role.Name, rbacv1.GroupKind, kwokGroup},
 	}
 	for _, b := range bindings {
 		crb := &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: b.name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: b.kind, Name: b.subject}},
 		}
-		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			_, err = admin.RbacV1().ClusterRoleBindings().Update(ctx, crb, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			return fmt.Errorf("bind %s to %s: %w", b.role, b.group, err)
+		if err := createOrUpdate(ctx, crb, rbac.ClusterRoleBindings().Create, rbac.ClusterRoleBindings().Update); err != nil {
+			return fmt.Errorf("bind %s to %s: %w", b.role, b.subject, err)
 		}
 	}
-	// An agent's kubelet checks the API server's client certificate against the client CA,
-	// which it reads where kube-apiserver publishes it (k3s's agent gets it from the server).
+	// An agent's kubelet checks the API server's client certificate against the client CA. A real
+	// kubelet reads no ConfigMap for it (k3s's agent fetches the CA from its server's supervisor),
+	// but the stand-in's agent reads it where kube-apiserver publishes it, with the Node's
+	// credentials (readClientCA): this is all the Node's credentials may do beyond a kubelet's.
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "k3s-standin-node-client-ca", Namespace: metav1.NamespaceSystem},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
 	}
-	_, err = admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = admin.RbacV1().RoleBindings(rb.Namespace).Update(ctx, rb, metav1.UpdateOptions{})
-	}
-	if err != nil {
+	if err := createOrUpdate(ctx, rb, rbac.RoleBindings(rb.Namespace).Create, rbac.RoleBindings(rb.Namespace).Update); err != nil {
 		return fmt.Errorf("bind %s to system:nodes: %w", rb.RoleRef.Name, err)
 	}
+	for _, name := range []string{"k3s-standin-node-reader", "k3s-standin-node-proxier"} {
+		if err := rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete cluster role binding %s: %w", name, err)
+		}
+	}
+	if err := rbac.ClusterRoles().Delete(ctx, "k3s-standin-node-reader", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete cluster role k3s-standin-node-reader: %w", err)
+	}
 	return nil
+}
+
+// createOrUpdate creates obj, or updates it when it exists.
+func createOrUpdate[T any](ctx context.Context, obj T,
+	create func(context.Context, T, metav1.CreateOptions) (T, error), update func(context.Context, T, metav1.UpdateOptions) (T, error)) error {
+	_, err := create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = update(ctx, obj, metav1.UpdateOptions{})
+	}
+	return err
 }
 
 // labelControlPlane adds the role labels k3s's server puts on its Node (a kubelet may not set
@@ -632,8 +649,8 @@ func labelControlPlane(ctx context.Context, admin kubernetes.Interface, name str
 	return nil
 }
 
-// serverFlannelBackend is the flannel backend the servers' Nodes record, which k3s agents take
-// from their server.
+// serverFlannelBackend is the flannel-backend setting of the backend the servers' Nodes record,
+// which k3s agents take from their server. kube lists Nodes: it has k3s-controller's credentials.
 func serverFlannelBackend(ctx context.Context, kube kubernetes.Interface) string {
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "node-role.kubernetes.io/control-plane=true"})
 	if err != nil {
@@ -642,7 +659,7 @@ func serverFlannelBackend(ctx context.Context, kube kubernetes.Interface) string
 	}
 	for _, nd := range nodes.Items {
 		if b := nd.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "" {
-			return b
+			return k3sBackend(b)
 		}
 	}
 	if len(nodes.Items) > 0 {

@@ -23,7 +23,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -354,7 +357,8 @@ func readFile(t *testing.T, path string) []byte {
 // TestServerAndAgent runs a server and an agent on this machine the way a lab host's units would
 // (config file, environment, sd_notify), on loopback addresses and free ports: the server's API,
 // files, Node and Pods; kube-apiserver-arg taking effect; an agent joining with the token and its
-// Node going NotReady once it stops; wrong tokens refused; a restart keeping the PKI.
+// Node going NotReady once it stops; each node's components' own credentials; wrong tokens
+// refused; a restart keeping the PKI and deleting an earlier stand-in's bindings.
 func TestServerAndAgent(t *testing.T) {
 	t.Parallel() // with TestAddons
 	binDir := testBinDir(t)
@@ -438,8 +442,8 @@ protect-kernel-defaults: true
 	if n.Status.NodeInfo.KubeletVersion != testVersion {
 		t.Errorf("kubeletVersion %q, want %q", n.Status.NodeInfo.KubeletVersion, testVersion)
 	}
-	if b := n.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "wireguard-native" {
-		t.Errorf("flannel backend annotation %q, want wireguard-native", b)
+	if b := n.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "wireguard" {
+		t.Errorf("flannel backend annotation %q, want wireguard (flannel's backend for wireguard-native)", b)
 	}
 	if a := n.Annotations["k3s.io/node-args"]; !strings.Contains(a, `"--token","********"`) || strings.Contains(a, "lab-secret") || !strings.Contains(a, `"--flannel-backend","wireguard-native"`) {
 		t.Errorf("k3s.io/node-args = %s", a)
@@ -511,8 +515,8 @@ protect-kernel-defaults: true
 	if _, ok := an.Labels["node-role.kubernetes.io/control-plane"]; ok {
 		t.Error("agent node has the control-plane label")
 	}
-	if b := an.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "wireguard-native" {
-		t.Errorf("agent flannel backend %q, want the server's wireguard-native", b)
+	if b := an.Annotations["flannel.alpha.coreos.com/backend-type"]; b != "wireguard" {
+		t.Errorf("agent flannel backend %q, want the server's wireguard", b)
 	}
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // kubelet's self-signed certificate
 	resp, err := insecure.Get(fmt.Sprintf("https://127.0.0.2:%d/healthz", agentKubelet))
@@ -523,6 +527,43 @@ protect-kernel-defaults: true
 		resp.Body.Close()
 		if string(body) != "ok" {
 			t.Errorf("agent kubelet endpoint /healthz = %q", body)
+		}
+	}
+
+	// Each node's components have credentials of their own, as on k3s: the kubelet's are refused
+	// every Node (the Node authorizer lets a kubelet read its own only), k3s-controller's may list
+	// them, and kube-proxy's are system:kube-proxy, which Kubernetes' own binding lets watch
+	// Services' endpoints. The server issues its Node's; the agent requested its own.
+	for name, dir := range map[string]string{"standin-server": dataDir, "standin-agent": agentDir} {
+		client := func(kubeconfig string) kubernetes.Interface {
+			path := filepath.Join(dir, "agent", kubeconfig)
+			if m := fileMode(t, path); m != 0o600 {
+				t.Errorf("%s mode %o, want 600", path, m)
+			}
+			cfg, err := clientcmd.BuildConfigFromFlags("", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kubernetes.NewForConfigOrDie(cfg)
+		}
+		for kubeconfig, want := range map[string]string{"kubelet.kubeconfig": "system:node:" + name, "kubeproxy.kubeconfig": "system:kube-proxy", "k3scontroller.kubeconfig": "system:k3s-controller"} {
+			r, err := client(kubeconfig).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+			if err != nil || r.Status.UserInfo.Username != want {
+				t.Errorf("%s's %s: user %+v, %v; want %s", name, kubeconfig, r, err, want)
+			}
+		}
+		kubelet := client("kubelet.kubeconfig")
+		if _, err := kubelet.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s's kubelet credentials reading its Node: %v", name, err)
+		}
+		if _, err := kubelet.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("%s's kubelet credentials listing Nodes: %v, want Forbidden", name, err)
+		}
+		if nodes, err := client("k3scontroller.kubeconfig").CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil || len(nodes.Items) != 2 {
+			t.Errorf("%s's k3s-controller credentials listing Nodes: %v, want both Nodes", name, err)
+		}
+		if _, err := client("kubeproxy.kubeconfig").DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("%s's kube-proxy credentials listing EndpointSlices: %v", name, err)
 		}
 	}
 
@@ -538,6 +579,22 @@ protect-kernel-defaults: true
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("agent with token %s: %v, output:\n%s\nwant a failure saying %q", token, err, out, want)
+		}
+	}
+
+	// What an earlier stand-in bound to every Node, which a server upgraded in place must delete.
+	legacy := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "k3s-standin-node-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}}}}
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, role := range map[string]string{"k3s-standin-node-reader": legacy.Name, "k3s-standin-node-proxier": "system:node-proxier"} {
+		if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -559,6 +616,14 @@ protect-kernel-defaults: true
 	// The client built from the old kubeconfig keeps working.
 	if _, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("old kubeconfig after restart: %v", err)
+	}
+	if _, err := kube.RbacV1().ClusterRoles().Get(ctx, legacy.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("cluster role %s after restart: %v, want NotFound", legacy.Name, err)
+	}
+	for _, name := range []string{"k3s-standin-node-reader", "k3s-standin-node-proxier"} {
+		if _, err := kube.RbacV1().ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("cluster role binding %s after restart: %v, want NotFound", name, err)
+		}
 	}
 	eventually(t, time.Minute, "server node Ready after restart", func() error { return nodeReady(ctx, kube, "standin-server") })
 
