@@ -265,6 +265,9 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		u.k3s.write(w)
 	}
 	fmt.Fprintf(w, "  ·   The server's k3s configuration (the API server's arguments, audit policy and login trust anchor) is checked over SSH when kip upgrade runs, even with --skip-system\n")
+	if u.rec.Network == cluster.NetworkVXLAN {
+		fmt.Fprintf(w, "  ·   The pod network runs VXLAN, which no worker can join: a full kip upgrade (not --skip-system) moves it to WireGuard, asking first, when the server can load the wireguard module\n")
+	}
 	if len(f.apps.Repairs)+len(f.apps.Decisions)+len(f.apps.AtZero) == 0 {
 		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), cli.Plural(len(apps), "app", "apps"))
 	}

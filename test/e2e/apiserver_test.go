@@ -40,14 +40,7 @@ import (
 //     there, with systemd starting k3s again on the restored file).
 func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host, c *kube.Clients) {
 	t.Helper()
-	run := func(cmd string) string {
-		t.Helper()
-		out, err := h.Run(ctx, cmd)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-		return out
-	}
+	run := hostRunner(ctx, t, h)
 	read := func(path string) string {
 		t.Helper()
 		return run("if [ -f " + path + " ]; then cat " + path + "; else echo absent; fi")

@@ -28,7 +28,7 @@ const (
 // networkMove is spec 002's one-time move of a single-node cluster's pod network from VXLAN to
 // WireGuard, on a cluster kip installed while the server could not load the wireguard module
 // (h's modprobe then pretended not to, noWireGuard) and that can now:
-//   - kip node add refuses, naming kip upgrade;
+//   - kip node add refuses, naming kip upgrade; kip upgrade --check says a full upgrade moves it;
 //   - with k3s refusing the changed configuration, kip upgrade --yes loads the module (its
 //     first write: wireguard now loads at boot), then restores the previous file: k3s and the
 //     node come back on VXLAN, the record stays VXLAN;
@@ -44,14 +44,7 @@ const (
 // and no WireGuard tunnel exists in the lab (docs/testing.md).
 func networkMove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h, worker *lab.Host, c *kube.Clients) {
 	t.Helper()
-	run := func(cmd string) string {
-		t.Helper()
-		out, err := h.Run(ctx, cmd)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-		return out
-	}
+	run := hostRunner(ctx, t, h)
 	rec := func() cluster.Record {
 		t.Helper()
 		r, err := cluster.ReadInstalled(ctx, c.Dynamic)
@@ -72,6 +65,10 @@ func networkMove(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h
 	r := s.Kip(t, home, "node", "add", worker.PublicIP.String(), "--yes")
 	if r.ExitCode != 1 || !strings.Contains(r.Stderr, "run 'kip upgrade' first") {
 		t.Fatalf("kip node add on a VXLAN cluster: exit %d, want 1 naming kip upgrade\n%s", r.ExitCode, r.Stderr)
+	}
+
+	if r = s.Kip(t, home, "upgrade", "--check"); !strings.Contains(r.Stdout, "The pod network runs VXLAN, which no worker can join") {
+		t.Errorf("kip upgrade --check on a VXLAN cluster: exit %d, no word of the network\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
 	}
 
 	run(withWireGuard)

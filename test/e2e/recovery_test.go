@@ -19,14 +19,7 @@ import (
 // edited config.yaml, so kip rewrites it and keeps the edited one as config.yaml.kipper-bak.
 func restartRecovery(ctx context.Context, t *testing.T, s *e2e.Suite, home string, h *lab.Host) {
 	t.Helper()
-	run := func(cmd string) string {
-		t.Helper()
-		out, err := h.Run(ctx, cmd)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-		return out
-	}
+	run := hostRunner(ctx, t, h)
 	const edit = "echo '# edited by the operator' >> /etc/rancher/k3s/config.yaml"
 	fault := func(name string) string {
 		return "mkdir -p /etc/k3s-standin && echo " + name + " > /etc/k3s-standin/fault"
@@ -95,5 +88,18 @@ func restartRecovery(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	// The same command continues once the server answers.
 	if r = s.Kip(t, home, installArgs(s, h, s.Bundle)...); r.ExitCode != 0 {
 		t.Fatalf("install after the server came back: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+}
+
+// hostRunner returns a function that runs a command on h as root and returns its output,
+// failing t when it fails.
+func hostRunner(ctx context.Context, t *testing.T, h *lab.Host) func(cmd string) string {
+	return func(cmd string) string {
+		t.Helper()
+		out, err := h.Run(ctx, cmd)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		return out
 	}
 }
