@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -306,31 +308,34 @@ func (n *node) update(ctx context.Context, kube kubernetes.Interface) error {
 	return n.updateNode(ctx, kube, false)
 }
 
+// updateNode patches the labels and annotations k3s keeps (and the provider ID when unset) onto
+// the Node, and with withStatus its status. A patch, not an update of the object read: the node
+// lifecycle controller may change the Node's taints meanwhile (a restarted server's Node goes
+// not-ready and back), and NodeRestriction refuses a node's write that carries other taints than
+// the stored ones.
 func (n *node) updateNode(ctx context.Context, kube kubernetes.Interface, withStatus bool) error {
 	want := n.object()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	cur, err := kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("update node %s: %w", n.name, err)
+	}
+	labels := map[string]string{}
+	for k, v := range want.Labels {
+		if _, fromNodeLabel := n.labels[k]; !fromNodeLabel {
+			labels[k] = v
 		}
-		if cur.Labels == nil {
-			cur.Labels = map[string]string{}
-		}
-		if cur.Annotations == nil {
-			cur.Annotations = map[string]string{}
-		}
-		for k, v := range want.Labels {
-			if _, fromNodeLabel := n.labels[k]; !fromNodeLabel {
-				cur.Labels[k] = v
-			}
-		}
-		for k, v := range want.Annotations {
-			cur.Annotations[k] = v
-		}
-		if cur.Spec.ProviderID == "" {
-			cur.Spec.ProviderID = want.Spec.ProviderID
-		}
-		updated, err := kube.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	meta := map[string]any{"labels": labels, "annotations": want.Annotations}
+	patch := map[string]any{"metadata": meta}
+	if cur.Spec.ProviderID == "" {
+		patch["spec"] = map[string]any{"providerID": want.Spec.ProviderID}
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		updated, err := kube.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, body, metav1.PatchOptions{})
 		if err != nil || !withStatus {
 			return err
 		}
