@@ -78,13 +78,11 @@ func (ch ConfigChange) Read(ctx context.Context) (ConfigState, error) {
 	return st, nil
 }
 
-// InPlace reports whether every file of the change is on the server as kip writes it.
-func (ch ConfigChange) InPlace(st ConfigState) bool {
-	return !slices.ContainsFunc(ch.Files, func(f File) bool { return st.Sums[f.Path] != sshx.SHA256(f.Data) })
+// Done reports whether the change is complete: no restart pending, and every file on the
+// server as kip writes it.
+func (ch ConfigChange) Done(st ConfigState) bool {
+	return !st.Pending && !slices.ContainsFunc(ch.Files, func(f File) bool { return st.Sums[f.Path] != sshx.SHA256(f.Data) })
 }
-
-// Done reports whether the change is complete: every file in place and no restart pending.
-func (ch ConfigChange) Done(st ConfigState) bool { return !st.Pending && ch.InPlace(st) }
 
 func (ch ConfigChange) paths() []string {
 	var out []string
