@@ -7,6 +7,7 @@ import (
 
 	"kipper.run/kip/internal/buildinfo"
 	"kipper.run/kip/internal/cli"
+	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/status"
 )
@@ -56,14 +57,20 @@ func wireStatus(f *cli.Factory, opts *status.Options) error {
 	return err
 }
 
+// savedCluster is the saved cluster a command acts on, nil when --kubeconfig alone chose
+// another cluster.
+func savedCluster(f *cli.Factory) (*config.Cluster, error) {
+	if f.Global.Kubeconfig != "" && f.ClusterName() == "" {
+		return nil, nil
+	}
+	return f.Cluster()
+}
+
 // hostDialer is how a command reaches the cluster's hosts over SSH: the saved cluster's server
 // address ("" when --kubeconfig alone chose another cluster, whose server the cluster record
 // names) and a dial with the saved cluster's SSH settings.
 func hostDialer(f *cli.Factory) (string, func(ctx context.Context, host string) (*sshx.Client, error), error) {
-	saved, err := f.Cluster()
-	if f.Global.Kubeconfig != "" && f.ClusterName() == "" {
-		saved, err = nil, nil
-	}
+	saved, err := savedCluster(f)
 	if err != nil {
 		return "", nil, err
 	}

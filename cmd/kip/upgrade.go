@@ -53,6 +53,9 @@ move would leave a worker more than three minors behind. --check --k3s reports t
 				if opts.Server, opts.Dial, err = hostDialer(f); err != nil {
 					return err
 				}
+				if opts.Saved, err = savedCluster(f); err != nil {
+					return err
+				}
 			}
 			if runF != nil {
 				return runF(opts)

@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/config"
@@ -276,7 +273,7 @@ func (in *installer) k3sSteps() []workflow.Step {
 			Done: "Saved the kubeconfig at " + in.kubePath, Already: "Kubeconfig already saved at " + in.kubePath,
 			Check: func(ctx context.Context) (bool, error) {
 				want, err := in.kubeconfig(ctx)
-				if errors.Is(err, errNoKubeconfig) {
+				if errors.Is(err, k3s.ErrNoKubeconfig) {
 					return false, nil // k3s has not written it yet
 				}
 				if err != nil {
@@ -321,55 +318,17 @@ func (in *installer) filesInPlace(ctx context.Context, files []k3s.File) (bool, 
 // k3sReadyTimeout bounds the wait for k3s's API after a start or restart.
 const k3sReadyTimeout = 5 * time.Minute
 
-// kubeconfig reads k3s's admin kubeconfig from the host and points it at the host's address,
-// naming its cluster, user and context after the cluster.
+// kubeconfig is k3s's admin kubeconfig as kip saves it for this cluster.
 func (in *installer) kubeconfig(ctx context.Context) ([]byte, error) {
-	const absent = 3
-	res, err := in.c.Run(ctx, fmt.Sprintf("if [ -f %[1]s ]; then cat %[1]s; else exit %d; fi", sshx.Quote(k3s.KubeconfigPath), absent))
-	if err != nil {
-		return nil, err
-	}
-	if res.ExitStatus == absent {
-		return nil, errNoKubeconfig
-	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("read %s on the server: %w", k3s.KubeconfigPath, err)
-	}
-	cfg, err := clientcmd.Load(res.Stdout)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s from the server: %w", k3s.KubeconfigPath, err)
-	}
-	ctxName := cfg.CurrentContext
-	kc, ok := cfg.Contexts[ctxName]
-	if !ok {
-		return nil, fmt.Errorf("%s on the server has no current context", k3s.KubeconfigPath)
-	}
-	cluster, user := cfg.Clusters[kc.Cluster], cfg.AuthInfos[kc.AuthInfo]
-	if cluster == nil || user == nil {
-		return nil, fmt.Errorf("%s on the server lacks its cluster or user", k3s.KubeconfigPath)
-	}
-	_, port, err := net.SplitHostPort(strings.TrimPrefix(cluster.Server, "https://"))
-	if err != nil {
-		port = "6443"
-	}
-	cluster.Server = "https://" + net.JoinHostPort(in.address, port)
-	out := clientcmdapi.NewConfig()
-	out.Clusters[in.name] = cluster
-	out.AuthInfos[in.name] = user
-	out.Contexts[in.name] = &clientcmdapi.Context{Cluster: in.name, AuthInfo: in.name}
-	out.CurrentContext = in.name
-	return clientcmd.Write(*out)
+	return k3s.AdminKubeconfig(ctx, in.c, in.name, in.address)
 }
-
-// errNoKubeconfig is kubeconfig's answer before k3s has written one.
-var errNoKubeconfig = errors.New(k3s.KubeconfigPath + " does not exist yet: k3s has not started on the server")
 
 // connectAPI builds API clients from the server's kubeconfig and waits until the API answers
 // /readyz, for at most timeout.
 func (in *installer) connectAPI(ctx context.Context, timeout time.Duration) (*kube.Clients, error) {
 	deadline := time.Now().Add(timeout)
 	data, err := in.kubeconfig(ctx)
-	for errors.Is(err, errNoKubeconfig) && time.Now().Before(deadline) {
+	for errors.Is(err, k3s.ErrNoKubeconfig) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

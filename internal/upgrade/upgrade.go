@@ -17,6 +17,7 @@ import (
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
 	"kipper.run/kip/internal/components"
+	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/credential"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
@@ -62,6 +63,10 @@ type Options struct {
 	// upgrade's API part, which have no host, do.
 	Dial   func(ctx context.Context, host string) (*sshx.Client, error)
 	Server string
+	// Saved is the cluster as this machine saved it, whose kubeconfig (the server's admin one)
+	// the upgrade brings up to date with the server's first; nil when --kubeconfig chose the
+	// cluster, a file kip does not keep.
+	Saved *config.Cluster
 	// Debugf prints -v lines.
 	Debugf func(format string, args ...any)
 }
@@ -171,6 +176,11 @@ func Run(ctx context.Context, o *Options) error {
 			return fmt.Errorf("kip upgrade asks before it reconciles the system components: %w; pass --yes to confirm it, or --skip-system to upgrade only the Kipper CRDs and the console", err)
 		}
 	}
+	if !o.Check {
+		if err := refreshKubeconfig(ctx, o); err != nil {
+			return err
+		}
+	}
 	cl, err := o.Kube()
 	if err != nil {
 		return err
@@ -264,7 +274,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	if u.o.K3s {
 		u.k3s.write(w)
 	}
-	fmt.Fprintf(w, "  ·   The server's k3s configuration (the API server's arguments, audit policy and login trust anchor) is checked over SSH when kip upgrade runs, even with --skip-system\n")
+	fmt.Fprintf(w, "  ·   The cluster CA and kip's admin certificate, and the server's k3s configuration (the API server's arguments, audit policy and login trust anchor), are checked over SSH when kip upgrade runs, even with --skip-system\n")
 	if u.rec.Network == cluster.NetworkVXLAN {
 		fmt.Fprintf(w, "  ·   The pod network runs VXLAN, which no worker can join: a full kip upgrade (not --skip-system) moves it to WireGuard, asking first, when the server can load the wireguard module\n")
 	}

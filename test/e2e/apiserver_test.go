@@ -2,6 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -11,10 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
+	"kipper.run/kip/test/controlplane"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
 )
@@ -29,7 +35,9 @@ import (
 //     audit policy and restarts k3s once: the file is the operator's with the block appended,
 //     the real API server writes the audit log, no restart is left pending;
 //   - with a stand-in Dex answering its discovery document behind the chart's Service, the next
-//     upgrade adds authentication-config and the file install writes for it;
+//     upgrade adds authentication-config and the file install writes for it; before it the
+//     server's admin certificate is rotated and kip's saved kubeconfig trusts another CA, so
+//     the upgrade reaches the API only once it has saved the server's CA and certificate;
 //   - a new audit policy on which k3s does not come back: nothing restored, the error naming
 //     the file, the change left pending;
 //   - an operator's own block lacking the arguments: the additions printed, nothing changed;
@@ -112,11 +120,31 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 	}
 
 	// Dex answers (a stand-in serving its discovery document behind the chart's Service): the
-	// next upgrade adds the login.
+	// next upgrade adds the login. Before it, the cluster CA and the admin certificate kip keeps
+	// both go stale: the server's admin certificate is rotated as 'k3s certificate rotate
+	// --service admin' does (its files removed, k3s restarted: k3s issues a new one and rewrites
+	// k3s.yaml), and the saved kubeconfig trusts another CA, as after a rotation of the cluster
+	// CA. The upgrade reaches the API only through the server's, which it saves first.
 	dexStandin(ctx, t, c, h, k3s.DexIssuer(h.PublicIP.String()))
+	savedPath := staleKubeconfig(t, home, h)
+	run("rm -f " + tlsDir + "/client-admin.crt " + tlsDir + "/client-admin.key")
+	restart()
 	r = s.Kip(t, home, upgradeArgs...)
 	if r.ExitCode != 0 || !strings.Contains(r.Stderr, "API server arguments, and k3s restarted on them") || !strings.Contains(r.Stderr, "Operator login configured") {
 		t.Fatalf("kip upgrade with Dex answering: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if w := "brought up to date with the server's: the cluster CA and the admin certificate changed"; !strings.Contains(r.Stderr, w) {
+		t.Errorf("the upgrade did not say %q:\n%s", w, r.Stderr)
+	}
+	savedCA, savedCert := kubeconfigCerts(t, savedPath)
+	if want := read(tlsDir + "/server-ca.crt"); savedCA != want {
+		t.Errorf("the saved kubeconfig trusts\n%s\nnot the server's CA\n%s", savedCA, want)
+	}
+	if want := read(tlsDir + "/client-admin.crt"); savedCert != want {
+		t.Errorf("the saved kubeconfig presents\n%s\nnot the server's admin certificate\n%s", savedCert, want)
+	}
+	if fi, err := os.Stat(savedPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the saved kubeconfig: %v, %v", fi, err)
 	}
 	if wantConfig, err = k3s.AddAPIServerArgs(wantConfig, []string{login}); err != nil {
 		t.Fatal(err)
@@ -201,6 +229,45 @@ func apiServerRepair(ctx context.Context, t *testing.T, s *e2e.Suite, home strin
 }
 
 // withoutAPIServerArgs is config without its kube-apiserver-arg block.
+// tlsDir is where k3s keeps the server's certificates.
+const tlsDir = "/var/lib/rancher/k3s/server/tls"
+
+// staleKubeconfig makes the kubeconfig kip saved for the lab server trust another CA, and
+// returns its path.
+func staleKubeconfig(t *testing.T, home string, h *lab.Host) string {
+	t.Helper()
+	path := filepath.Join(home, "kubeconfigs", h.PublicIP.String()+".yaml")
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := controlplane.Issue(nil, controlplane.Template{Subject: pkix.Name{CommonName: "k3s-server-ca"}, IsCA: true, KeyUsage: x509.KeyUsageCertSign, NotAfter: time.Now().Add(24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range cfg.Clusters {
+		cl.CertificateAuthorityData = other.CertPEM
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubeconfigCerts are the CA a kubeconfig trusts and the certificate it presents.
+func kubeconfigCerts(t *testing.T, path string) (ca, cert string) {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := cfg.Contexts[cfg.CurrentContext]
+	if kc == nil || cfg.Clusters[kc.Cluster] == nil || cfg.AuthInfos[kc.AuthInfo] == nil {
+		t.Fatalf("%s has no current context with its cluster and user", path)
+	}
+	return string(cfg.Clusters[kc.Cluster].CertificateAuthorityData), string(cfg.AuthInfos[kc.AuthInfo].ClientCertificateData)
+}
+
 func withoutAPIServerArgs(t *testing.T, config string) string {
 	t.Helper()
 	var out []string
