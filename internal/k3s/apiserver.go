@@ -98,12 +98,18 @@ func AddAPIServerArgs(config []byte, add []string) ([]byte, error) {
 }
 
 // FlannelBackend is the flannel backend config names ("" when it names none).
-func FlannelBackend(config []byte) (string, error) {
+func FlannelBackend(config []byte) (string, error) { return scalarKey(config, flannelBackendKey) }
+
+// NodeIP is the node-ip config names ("" when it names none).
+func NodeIP(config []byte) (string, error) { return scalarKey(config, "node-ip") }
+
+// scalarKey is the value of a top-level scalar key of a config.yaml, "" when it has none.
+func scalarKey(config []byte, key string) (string, error) {
 	root, err := parseConfig(config)
 	if err != nil {
 		return "", err
 	}
-	if v := mappingValue(root, flannelBackendKey); v != nil && v.Kind == yaml.ScalarNode {
+	if v := mappingValue(root, key); v != nil && v.Kind == yaml.ScalarNode {
 		return v.Value, nil
 	}
 	return "", nil
@@ -112,16 +118,41 @@ func FlannelBackend(config []byte) (string, error) {
 // SetFlannelBackend returns config naming backend as its flannel backend, everything else in the
 // file kept, comments included.
 func SetFlannelBackend(config []byte, backend string) ([]byte, error) {
+	return setKeys(config, flannelBackendKey, backend)
+}
+
+// SetNodeAddresses sets config.yaml's node-ip and node-external-ip, the rest of the file kept as
+// SetFlannelBackend keeps it: the server's move onto a private network on its first private
+// join.
+func SetNodeAddresses(config []byte, nodeIP, externalIP string) ([]byte, error) {
+	return setKeys(config, "node-ip", nodeIP, "node-external-ip", externalIP)
+}
+
+// setKeys sets top-level scalar keys of a config.yaml (key, value, key, value...), each in its
+// place (its line comment kept) or appended. A file that already has every value is returned
+// as it is, byte for byte.
+func setKeys(config []byte, pairs ...string) ([]byte, error) {
 	root, err := parseConfig(config)
 	if err != nil {
 		return nil, err
 	}
-	value := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: backend}
-	if v := mappingValue(root, flannelBackendKey); v != nil {
-		value.LineComment = v.LineComment
-		*v = *value
-	} else {
-		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: flannelBackendKey}, value)
+	changed := false
+	for i := 0; i+1 < len(pairs); i += 2 {
+		value := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: pairs[i+1]}
+		v := mappingValue(root, pairs[i])
+		if v != nil && v.Kind == yaml.ScalarNode && v.Value == pairs[i+1] {
+			continue
+		}
+		changed = true
+		if v != nil {
+			value.LineComment = v.LineComment
+			*v = *value
+		} else {
+			root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: pairs[i]}, value)
+		}
+	}
+	if !changed {
+		return config, nil
 	}
 	return encodeConfig(root)
 }

@@ -131,3 +131,23 @@ func TestSetFlannelBackend(t *testing.T) {
 		})
 	}
 }
+
+// TestSetNodeAddresses: the server's move onto a private network changes node-ip in place and
+// adds node-external-ip; the operator's arguments, comments and the rest stay as they were.
+func TestSetNodeAddresses(t *testing.T) {
+	config := "# the operator's note\nnode-ip: 203.0.113.10 # public\ntls-san:\n  - 203.0.113.10\nkube-apiserver-arg:\n  - v=2 # mine\n"
+	out, err := SetNodeAddresses([]byte(config), "10.77.0.1", "203.0.113.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# the operator's note\nnode-ip: 10.77.0.1 # public\ntls-san:\n  - 203.0.113.10\nkube-apiserver-arg:\n  - v=2 # mine\nnode-external-ip: 203.0.113.10\n"
+	if string(out) != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+	// A file that has the addresses is kept byte for byte, however the operator formatted it.
+	mine := "node-ip: \"10.77.0.1\"\nnode-external-ip:    203.0.113.10\n"
+	again, err := SetNodeAddresses([]byte(mine), "10.77.0.1", "203.0.113.10")
+	if err != nil || string(again) != mine {
+		t.Errorf("a file with the addresses was rewritten: %v\n%s", err, again)
+	}
+}

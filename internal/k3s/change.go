@@ -38,6 +38,10 @@ type ConfigChange struct {
 	// Wait waits for k3s's API once k3s is up on the new files (and for whatever else they must
 	// bring back); WaitRestored, when set, once it is up on the restored ones instead.
 	Wait, WaitRestored func(ctx context.Context) error
+	// Up, when set, brings k3s up on the files in place and waits for it instead of systemctl
+	// Verb and Wait (or, restored, systemctl restart and WaitRestored): for a change k3s needs
+	// more than one restart to settle on.
+	Up func(ctx context.Context, restored bool) error
 	// Again is the command that continues once the server answers again.
 	Again string
 	// Warn tells the operator of a rollback as it starts.
@@ -136,7 +140,7 @@ func (ch ConfigChange) Write(ctx context.Context, st ConfigState) error {
 // policy, say) restores nothing: the backup may predate the operator's own edits, so the error
 // names the files and leaves the decision to the operator.
 func (ch ConfigChange) Restart(ctx context.Context, st ConfigState) error {
-	err := ch.up(ctx, ch.Verb, ch.Wait)
+	err := ch.up(ctx, false)
 	if err == nil {
 		return ch.clear(ctx)
 	}
@@ -151,8 +155,18 @@ func (ch ConfigChange) Restart(ctx context.Context, st ConfigState) error {
 	return ch.rollback(ctx, st.Replaced, err)
 }
 
-// up starts or restarts k3s and waits (wait).
-func (ch ConfigChange) up(ctx context.Context, verb string, wait func(ctx context.Context) error) error {
+// up brings k3s up on the new files, or (restored) on the previous ones, and waits for it.
+func (ch ConfigChange) up(ctx context.Context, restored bool) error {
+	if ch.Up != nil {
+		return ch.Up(ctx, restored)
+	}
+	verb, wait := ch.Verb, ch.Wait
+	if restored {
+		verb = "restart"
+		if ch.WaitRestored != nil {
+			wait = ch.WaitRestored
+		}
+	}
 	if _, err := ch.C.Output(ctx, sshx.Command("systemctl", verb, ch.Unit)); err != nil {
 		return fmt.Errorf("%s k3s: %w", verb, err)
 	}
@@ -179,11 +193,7 @@ func (ch ConfigChange) rollback(ctx context.Context, replaced []string, cause er
 		}
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u %s', %s", cause, err, ch.Unit, ConfigBackupPath)
 	}
-	wait := ch.WaitRestored
-	if wait == nil {
-		wait = ch.Wait
-	}
-	if err := ch.up(ctx, "restart", wait); err != nil {
+	if err := ch.up(ctx, true); err != nil {
 		return fmt.Errorf("k3s did not come up on the new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u %s'", cause, err, ch.Unit)
 	}
 	return fmt.Errorf("k3s did not come up on the new configuration (%w): kip restored the previous configuration and k3s runs on it again; see 'journalctl -u %s' on the server for why the new one failed (the new files' previous versions stay as *%s)", cause, ch.Unit, BackupSuffix)

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,62 +22,90 @@ import (
 const restartRetryTimeout = 2 * time.Minute
 
 // serverMoveStep moves the server's k3s onto the private network on the first private join: its
-// node IP becomes its private address, its public one external. k3s restarts; if its API does
-// not come back, kip restores the previous configuration.
+// node IP becomes its private address, its public one external, in config.yaml as it is (the
+// operator's settings and kip's arguments kept). The change goes through k3s.ConfigChange, as
+// install's and the upgrade's: the backup and the pending marker first, so that a join stopped
+// anywhere finishes this change on its next run and never takes the new file for the previous
+// one; k3s that does not come back on it gets the previous file back.
 func (j *joiner) serverMoveStep() workflow.Step {
-	cfg := k3s.KipServer(j.rec.Server, j.intent.Path.Server.String(), j.serverPublic.String(), j.rec.Network)
+	want := j.intent.Path.Server.String()
 	return workflow.Step{
 		Name: "server-network", Title: "Move the server's k3s onto " + j.intent.Path.Network.String() + " (k3s restarts twice: the API pauses for 10 to 30 seconds each time)",
-		Done: "The server's k3s runs on " + j.intent.Path.Server.String(), Already: "The server's k3s already runs on " + j.intent.Path.Server.String(),
+		Done: "The server's k3s runs on " + want, Already: "The server's k3s already runs on " + want,
 		Check: func(ctx context.Context) (bool, error) {
 			n, err := j.serverNode(ctx)
-			want := j.intent.Path.Server.String()
-			return err == nil && slices.Contains(internalIPs(n), want) && slices.Contains(nodeInternalIPs(n), want), err
+			if err != nil || !slices.Contains(internalIPs(n), want) || !slices.Contains(nodeInternalIPs(n), want) {
+				return false, err
+			}
+			change, err := j.serverConfigChange(ctx, n)
+			if err != nil {
+				return false, err
+			}
+			st, err := change.Read(ctx)
+			return err == nil && change.Done(st), err
 		},
 		Apply: func(ctx context.Context) error {
-			body, err := cfg.Render()
-			if err != nil {
-				return err
-			}
 			n, err := j.serverNode(ctx)
 			if err != nil {
 				return err
 			}
-			before := internalIPs(n)
-			if len(before) == 0 {
-				return errors.New("the server's node has no InternalIP")
-			}
-			if _, err := j.server.Output(ctx, k3s.BackupCommand(k3s.ConfigPath)); err != nil {
-				return fmt.Errorf("back up k3s's configuration on the server: %w", err)
-			}
-			if err := j.server.Upload(ctx, k3s.ConfigPath, body, 0o600, ""); err != nil {
+			change, err := j.serverConfigChange(ctx, n)
+			if err != nil {
 				return err
 			}
-			err = j.restartServer(ctx, j.intent.Path.Server.String())
-			if err == nil {
-				return nil
+			st, err := change.Read(ctx)
+			if err != nil {
+				return err
 			}
-			j.p.Warn("k3s did not come back on the server's new configuration: restoring the previous one (" + k3s.ConfigBackupPath + ") and restarting k3s on it")
-			if _, rerr := j.server.Output(ctx, k3s.RestoreCommand(k3s.ConfigPath)); rerr != nil {
-				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and restoring the previous one failed: %w; inspect the server: 'journalctl -u k3s', %s", err, rerr, k3s.ConfigBackupPath)
+			if err := change.Write(ctx, st); err != nil {
+				return err
 			}
-			if rerr := j.restartServer(ctx, before[0]); rerr != nil {
-				return fmt.Errorf("k3s did not come up on the server's new configuration (%v), and not on the restored previous one either: %w; inspect the server: 'journalctl -u k3s'", err, rerr)
-			}
-			return fmt.Errorf("k3s did not come up on the server's new configuration (%w): kip restored the previous one and k3s runs on it again; see 'journalctl -u k3s' on the server", err)
+			return change.Restart(ctx, st)
 		},
 	}
 }
 
-// restartServer restarts k3s on the server onto want, the address it is now configured with,
-// and waits until it runs there steadily. k3s publishes the address when it starts, and its cloud
-// controller then moves the Node's InternalIP to it, at which kube-proxy, whose node address
-// changed, exits and takes k3s down once more. So kip waits for the Node's InternalIP and then
-// restarts k3s a second time, on a Node that already shows the address, and waits for its API
-// and the Node Ready again.
+// serverConfigChange is the change of the server's config.yaml that moves its k3s onto the private
+// network, read from the server (the host checked to be the server's node n's machine).
+func (j *joiner) serverConfigChange(ctx context.Context, n *corev1.Node) (k3s.ConfigChange, error) {
+	config, err := ServerConfig(ctx, j.server, n, j.rec.Server)
+	if err != nil {
+		return k3s.ConfigChange{}, err
+	}
+	body, err := k3s.SetNodeAddresses(config, j.intent.Path.Server.String(), j.serverPublic.String())
+	if err != nil {
+		return k3s.ConfigChange{}, fmt.Errorf("the server's %w", err)
+	}
+	return k3s.ConfigChange{C: j.server, Files: []k3s.File{{Path: k3s.ConfigPath, Data: body, Mode: 0o600}}, Unit: k3s.ServerUnit, Verb: "restart",
+		Again: "the same kip node add", Warn: j.p.Warn,
+		Up: func(ctx context.Context, restored bool) error {
+			if !restored {
+				return j.restartServer(ctx, j.intent.Path.Server.String())
+			}
+			config, err := j.server.Query(ctx, sshx.Command("cat", k3s.ConfigPath))
+			if err != nil {
+				return fmt.Errorf("read the server's restored %s: %w", k3s.ConfigPath, err)
+			}
+			ip, err := k3s.NodeIP(config)
+			if err != nil {
+				return fmt.Errorf("the server's restored %w", err)
+			}
+			return j.restartServer(ctx, ip)
+		}}, nil
+}
+
+// restartServer restarts k3s on the server onto want, the address it is now configured with
+// ("" when its configuration names none: k3s chooses), and waits until it runs there
+// steadily. k3s publishes the address when it starts, and its cloud controller then moves the
+// Node's InternalIP to it, at which kube-proxy, whose node address changed, exits and takes k3s
+// down once more. So kip waits for the Node's InternalIP and then restarts k3s a second time,
+// on a Node that already shows the address, and waits for its API and the Node Ready again.
 func (j *joiner) restartServer(ctx context.Context, want string) error {
 	if err := j.restartK3s(ctx); err != nil {
 		return err
+	}
+	if want == "" {
+		return j.waitServerReady(ctx)
 	}
 	// The API goes away meanwhile when kube-proxy takes k3s down: a failed read is waited out.
 	err := kube.Poll(ctx, joinTimeout, "the server's node at "+want, func(ctx context.Context) (bool, string, error) {
@@ -95,6 +122,11 @@ func (j *joiner) restartServer(ctx context.Context, want string) error {
 	if err := j.restartK3s(ctx); err != nil {
 		return err
 	}
+	return j.waitServerReady(ctx)
+}
+
+// waitServerReady waits for the server's node to report Ready.
+func (j *joiner) waitServerReady(ctx context.Context) error {
 	return kube.Poll(ctx, joinTimeout, "the server's node Ready", func(ctx context.Context) (bool, string, error) {
 		n, err := j.serverNode(ctx)
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/cluster"
+	"kipper.run/kip/internal/fault"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/node"
@@ -102,7 +103,7 @@ func TestNodeAdd(t *testing.T) {
 	// (after k3s-start), a resume with other options is refused and an ordinary pod waits while
 	// the joining taint holds it off.
 	var joined time.Duration
-	var last string
+	var last, original string
 	var released time.Time // when the run that lifts the joining taint started
 	for _, step := range joinSteps {
 		for _, point := range []string{"before:" + step, "after:" + step} {
@@ -118,6 +119,7 @@ func TestNodeAdd(t *testing.T) {
 				r = joinWithLonghorn(ctx, t, s, home, c, srv, w, env, add("-v")...)
 			} else {
 				if point == "after:server-network" {
+					original = serverMoveKilled(ctx, t, s, home, srv, add("-v")...)
 					// The first start of k3s on the moved configuration fails once, as when its
 					// kube-proxy ends it: kip waits for systemd to start it again.
 					if out, err := srv.Run(ctx, "mkdir -p /etc/k3s-standin && echo fail-changed-config-once > /etc/k3s-standin/fault"); err != nil {
@@ -142,6 +144,7 @@ func TestNodeAdd(t *testing.T) {
 				if out, err := srv.Run(ctx, "test ! -e /etc/k3s-standin/fault && echo gone"); err != nil || strings.TrimSpace(out) != "gone" {
 					t.Errorf("the stand-in's fault was not used: %v %q", err, out)
 				}
+				serverMoved(ctx, t, srv, original)
 				if want := "Network: private network 10.77.0.0/24 (server " + srv.PrivateIP.String(); !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "found in both hosts' routing tables") {
 					t.Errorf("the join does not say %q, found in both hosts' routing tables:\n%s", want, r.Stderr)
 				}
@@ -1591,6 +1594,46 @@ func connects(ctx context.Context, t *testing.T, from *lab.Host, addr string, po
 }
 
 // joinSteps are the steps a first join applies, in order.
+// serverMoveKilled runs the join killed right after it wrote the server's new config.yaml in
+// the server-network step (the backup and the pending marker written before it), and returns
+// config.yaml as it was before: the backup holds it, and the marker names the file.
+func serverMoveKilled(ctx context.Context, t *testing.T, s *e2e.Suite, home string, srv *lab.Host, args ...string) string {
+	t.Helper()
+	run := hostRunner(ctx, t, srv)
+	original := run("cat " + k3s.ConfigPath)
+	r := s.KipEnv(t, home, []string{fault.KillWriteMatchingEnv + "=" + regexp.QuoteMeta("cat >"+k3s.ConfigPath+".kip-tmp-")}, args...)
+	if r.Signal != syscall.SIGKILL {
+		t.Fatalf("the join was to be killed right after writing the server's config.yaml: exit %d\n%s", r.ExitCode, r.Stderr)
+	}
+	if got := run("cat " + k3s.ConfigBackupPath); got != original {
+		t.Errorf("the backup after the kill:\n%s\nwant config.yaml as it was:\n%s", got, original)
+	}
+	if got := run("cat " + k3s.PendingPath); got != k3s.ConfigPath+"\n" {
+		t.Errorf("the pending marker after the kill: %q", got)
+	}
+	return original
+}
+
+// serverMoved checks the server's config.yaml after its move: the addresses changed in the file
+// as it was (everything else kept), its backup the file before the join, no restart pending.
+func serverMoved(ctx context.Context, t *testing.T, srv *lab.Host, original string) {
+	t.Helper()
+	want, err := k3s.SetNodeAddresses([]byte(original), srv.PrivateIP.String(), srv.PublicIP.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := hostRunner(ctx, t, srv)
+	if got := run("cat " + k3s.ConfigPath); got != string(want) {
+		t.Errorf("the server's config.yaml after its move:\n%s\nwant\n%s", got, want)
+	}
+	if got := run("cat " + k3s.ConfigBackupPath); got != original {
+		t.Errorf("the backup after the move:\n%s\nwant config.yaml as it was:\n%s", got, original)
+	}
+	if got := run("test -e " + k3s.PendingPath + " && echo pending || true"); got != "" {
+		t.Errorf("a restart is still pending after the move: %q", got)
+	}
+}
+
 var joinSteps = []string{"record", "server-network", "server-firewall", "host-packages", "host-modules", "host-sysctls",
 	"host-firewall", "host-hardening", "k3s-binary", "k3s-config", "k3s-unit", "k3s-start", "verify", "longhorn", "release", "copies", "recorded"}
 
