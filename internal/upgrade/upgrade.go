@@ -284,7 +284,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	f.apps.Write(w)
 	if runs := u.kept["longhorn"]; runs != "" {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != runs {
-			fmt.Fprintf(w, "  !   Longhorn stays at %s, the release the cluster runs; this kip pins %s, one minor at a time with kip upgrade --longhorn\n", runs, pin.Version)
+			fmt.Fprintf(w, "  !   %s\n", longhornPlan(runs, pin.Version))
 		}
 	}
 	if runs := u.kept["cert-manager"]; runs != "" && !u.o.SkipSystem {
@@ -466,6 +466,21 @@ func (u *upgrader) seedConsent(grants []credential.Grant) ([]credential.Grant, e
 var reconciled = map[string]bool{
 	"traefik": true, "cert-manager": true, "longhorn": true, "zot": true, "keda": true, "minio": true,
 	"velero": true, "prometheus": true, "loki": true,
+}
+
+// longhornPlan is --check's line on a cluster whose Longhorn is not at the release this kip
+// pins: the steps that move it, one minor at a time (spec 002: --check lists them), or why
+// none can.
+func longhornPlan(runs, pin string) string {
+	steps, err := longhorn.Steps(runs, pin)
+	if err != nil {
+		return "Longhorn stays at " + runs + ", the release the cluster runs: " + err.Error()
+	}
+	var vs []string
+	for _, r := range steps {
+		vs = append(vs, r.Version)
+	}
+	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then "))
 }
 
 // keptAtRelease are the components the upgrade re-applies at the release the cluster runs:

@@ -89,7 +89,7 @@ func upgradeOnLab(ctx context.Context, t *testing.T, s *e2e.Suite, home string, 
 	if rec, err := cluster.ReadInstalled(ctx, c.Dynamic); err != nil || rec.Network != cluster.NetworkVXLAN {
 		t.Errorf("the cluster record's network after the upgrade: %q (%v), want VXLAN", rec.Network, err)
 	}
-	for _, want := range []string{"Longhorn stays at v" + olderLonghorn + ", the release the cluster runs", "Resuming", "Upgraded to kip",
+	for _, want := range []string{"Longhorn stays at v" + olderLonghorn + ", the release the cluster runs; this kip pins v1.11.3, reached one minor at a time with kip upgrade --longhorn: v1.11.3", "Resuming", "Upgraded to kip",
 		"The server's kernel cannot load the wireguard module, so the pod network stays on VXLAN"} {
 		if !strings.Contains(r.Stdout+r.Stderr, want) {
 			t.Errorf("kip upgrade --yes did not say %q", want)
