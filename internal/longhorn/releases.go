@@ -9,7 +9,7 @@ import (
 
 // Release is what kip knows of one Longhorn release it moves a cluster through (spec 002,
 // "Longhorn upgrades"; the numbers are longhorn-manager's and longhorn-engine's at each tag,
-// gathered in docs/upgrade.md).
+// listed in docs/upgrade.md, "Longhorn's releases").
 type Release struct {
 	Version string // the release, e.g. v1.8.2
 	// KubernetesFloor is the oldest Kubernetes release every node must run for it.

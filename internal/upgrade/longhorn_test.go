@@ -14,7 +14,7 @@ func TestLonghornPlan(t *testing.T) {
 		{"v1.6.4", "v1.11.3", "Longhorn stays at v1.6.4, the release the cluster runs: the cluster runs Longhorn v1.6.4, older than v1.7.3"},
 		{"v1.12.0", "v1.11.3", "Longhorn cannot be downgraded"},
 	} {
-		if got := longhornPlan(tc.runs, tc.pin); !strings.Contains(got, tc.want) {
+		if got, _ := longhornPlan(tc.runs, tc.pin); !strings.Contains(got, tc.want) {
 			t.Errorf("longhornPlan(%s, %s) = %q, want it to contain %q", tc.runs, tc.pin, got, tc.want)
 		}
 	}

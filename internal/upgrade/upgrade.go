@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
 	"kipper.run/kip/internal/clock"
 	"kipper.run/kip/internal/cluster"
@@ -284,7 +287,13 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	f.apps.Write(w)
 	if runs := u.kept["longhorn"]; runs != "" {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != runs {
-			fmt.Fprintf(w, "  !   %s\n", longhornPlan(runs, pin.Version))
+			plan, steps := longhornPlan(runs, pin.Version)
+			fmt.Fprintf(w, "  !   %s\n", plan)
+			if steps {
+				if err := backup.CheckOutside(ctx, u.cl, u.rec, lookupNetIP); err != nil {
+					fmt.Fprintf(w, "  !   kip upgrade --longhorn needs backups outside the cluster, and would refuse to start: %v\n", err)
+				}
+			}
 		}
 	}
 	if runs := u.kept["cert-manager"]; runs != "" && !u.o.SkipSystem {
@@ -471,16 +480,21 @@ var reconciled = map[string]bool{
 // longhornPlan is --check's line on a cluster whose Longhorn is not at the release this kip
 // pins: the steps that move it, one minor at a time (spec 002: --check lists them), or why
 // none can.
-func longhornPlan(runs, pin string) string {
-	steps, err := longhorn.Steps(runs, pin)
+func longhornPlan(runs, pin string) (line string, steps bool) {
+	rs, err := longhorn.Steps(runs, pin)
 	if err != nil {
-		return "Longhorn stays at " + runs + ", the release the cluster runs: " + err.Error()
+		return "Longhorn stays at " + runs + ", the release the cluster runs: " + err.Error(), false
 	}
 	var vs []string
-	for _, r := range steps {
+	for _, r := range rs {
 		vs = append(vs, r.Version)
 	}
-	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then "))
+	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then ")), len(rs) > 0
+}
+
+// lookupNetIP resolves a name from this machine.
+func lookupNetIP(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
 // keptAtRelease are the components the upgrade re-applies at the release the cluster runs:
