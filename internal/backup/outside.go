@@ -129,4 +129,3 @@ func clusterAddresses(ctx context.Context, cl *kube.Clients) (map[netip.Addr]str
 	}
 	return out, nil
 }
-

@@ -86,6 +86,25 @@ func releaseOf(os sshx.OS) (release, bool) {
 	return releases[i], true
 }
 
+// NodeOS is the OS a Node reports (its osImage, the host's PRETTY_NAME) as far as kip's checks
+// read it: the ID of a distribution kip supports whose name it starts with and the first word
+// after it that is a number ("Rocky Linux 9.7 (Blue Onyx)" is rocky 9.7), else only the pretty
+// name.
+func NodeOS(osImage string) sshx.OS {
+	for _, r := range releases {
+		rest, ok := strings.CutPrefix(osImage, r.name+" ")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) { // "Debian GNU/Linux 12 (bookworm)"
+			if f[0] >= '0' && f[0] <= '9' {
+				return sshx.OS{ID: r.id, VersionID: f, PrettyName: osImage}
+			}
+		}
+	}
+	return sshx.OS{PrettyName: osImage}
+}
+
 // ExtraModulesCommand is the command that installs the modules package holding iscsi_tcp and
 // nfs for kernel on os, "" when there is none to install.
 func ExtraModulesCommand(os sshx.OS, kernel string) string {
@@ -139,8 +158,6 @@ const el9BrokenKernel = 611
 
 var el9Kernel = regexp.MustCompile(`^5\.14\.0-(\d+)[.\-_].*el9`)
 
-// CheckLonghorn refuses a host that cannot run Longhorn: on Rocky Linux and AlmaLinux 9.7 or a
-// later 9.x, and on any EL9 kernel from 5.14.0-611 (which also covers CentOS Stream 9),
 // WireGuardFix is how a host gets the wireguard module the pod network between nodes runs in.
 const WireGuardFix = "boot a kernel with the wireguard module (Linux 5.6 or later has it)"
 

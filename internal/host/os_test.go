@@ -74,3 +74,25 @@ func TestCheckLonghorn(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeOS: what a Node reports of its OS (osImage, the host's PRETTY_NAME) read as kip's
+// checks need it, so that an upgrade's check of Longhorn's hosts works from the API alone.
+func TestNodeOS(t *testing.T) {
+	for image, want := range map[string]sshx.OS{
+		"Rocky Linux 9.7 (Blue Onyx)":         {ID: "rocky", VersionID: "9.7"},
+		"AlmaLinux 9.8 (Moss Jungle Cat)":     {ID: "almalinux", VersionID: "9.8"},
+		"Debian GNU/Linux 12 (bookworm)":      {ID: "debian", VersionID: "12"},
+		"Arch Linux":                          {},
+		"Ubuntu 24.04.1 LTS":                  {ID: "ubuntu", VersionID: "24.04.1"},
+		"CentOS Stream 9":                     {ID: "centos", VersionID: "9"},
+		"Red Hat Enterprise Linux 9.6 (Plow)": {ID: "rhel", VersionID: "9.6"},
+	} {
+		got := NodeOS(image)
+		if got.ID != want.ID || got.VersionID != want.VersionID || got.PrettyName != image {
+			t.Errorf("NodeOS(%q) = %+v, want %+v", image, got, want)
+		}
+	}
+	if err := CheckLonghorn(NodeOS("Rocky Linux 9.7 (Blue Onyx)"), "5.14.0-611.5.1.el9_7.x86_64"); err == nil {
+		t.Error("a Node on Rocky Linux 9.7 passed CheckLonghorn")
+	}
+}

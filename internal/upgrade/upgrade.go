@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/backup"
 	"kipper.run/kip/internal/cli"
@@ -22,6 +23,7 @@ import (
 	"kipper.run/kip/internal/components"
 	"kipper.run/kip/internal/config"
 	"kipper.run/kip/internal/credential"
+	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/k3s"
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
@@ -285,6 +287,11 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 		fmt.Fprintf(w, "  ✔   Every app's autoscaling settings meet the new rules (%d %s)\n", len(apps), cli.Plural(len(apps), "app", "apps"))
 	}
 	f.apps.Write(w)
+	if u.rec.Storage == cluster.StorageLonghorn {
+		if err := warnLonghornHosts(ctx, w, u.cl); err != nil {
+			return f, err
+		}
+	}
 	if runs := u.kept["longhorn"]; runs != "" {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != runs {
 			plan, steps := longhornPlan(runs, pin.Version)
@@ -490,6 +497,22 @@ func longhornPlan(runs, pin string) (line string, steps bool) {
 		vs = append(vs, r.Version)
 	}
 	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then ")), len(rs) > 0
+}
+
+// warnLonghornHosts warns about each node whose OS or kernel cannot run Longhorn (spec 002:
+// Rocky Linux and AlmaLinux 9.7, Longhorn issue 13606), from what its Node reports.
+func warnLonghornHosts(ctx context.Context, w io.Writer, cl *kube.Clients) error {
+	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the cluster's nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		info := n.Status.NodeInfo
+		if err := host.CheckLonghorn(host.NodeOS(info.OSImage), info.KernelVersion); err != nil {
+			fmt.Fprintf(w, "  !   Node %s (%s, kernel %s): %v: %s\n", n.Name, info.OSImage, info.KernelVersion, err, host.LonghornOSFix)
+		}
+	}
+	return nil
 }
 
 // lookupNetIP resolves a name from this machine.
