@@ -59,8 +59,9 @@ func TestCheckOutside(t *testing.T) {
 	}
 	t.Cleanup(func() { f.cl.Kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 	const nodeIP = "203.0.113.77"
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}
-	if _, err := f.cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// A merge patch: the node lifecycle controller changes the Node meanwhile.
+	patch := `{"status":{"addresses":[{"type":"InternalIP","address":"` + nodeIP + `"}]}}`
+	if _, err := f.cl.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := f.cl.Kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "store", Namespace: ns},

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"kipper.run/kip/internal/host"
 	"kipper.run/kip/internal/kube"
@@ -41,13 +42,13 @@ func TestWarnLonghornHosts(t *testing.T) {
 	ctx := context.Background()
 	node := func(name, image, kernel string) {
 		t.Helper()
-		n, err := cl.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-		if err != nil {
+		if _, err := cl.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cl.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-		n.Status.NodeInfo = corev1.NodeSystemInfo{OSImage: image, KernelVersion: kernel}
-		if _, err := cl.Kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		// A merge patch: the node lifecycle controller changes the Node meanwhile.
+		patch := `{"status":{"nodeInfo":{"osImage":"` + image + `","kernelVersion":"` + kernel + `"}}}`
+		if _, err := cl.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 			t.Fatal(err)
 		}
 	}

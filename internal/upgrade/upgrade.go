@@ -294,11 +294,18 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 	}
 	if runs := u.kept["longhorn"]; runs != "" {
 		if pin, err := u.pinned.Component("longhorn"); err == nil && pin.Version != runs {
-			plan, steps := longhornPlan(runs, pin.Version)
+			plan, first := longhornPlan(runs, pin.Version)
 			fmt.Fprintf(w, "  !   %s\n", plan)
-			if steps {
+			if first != nil {
 				if err := backup.CheckOutside(ctx, u.cl, u.rec, lookupNetIP); err != nil {
 					fmt.Fprintf(w, "  !   kip upgrade --longhorn needs backups outside the cluster, and would refuse to start: %v\n", err)
+				}
+				blockers, err := longhorn.CheckStep(ctx, u.cl, *first)
+				if err != nil {
+					return f, err
+				}
+				for _, b := range blockers {
+					fmt.Fprintf(w, "  !   Before the step to Longhorn %s: %s\n", first.Version, b)
 				}
 			}
 		}
@@ -486,17 +493,20 @@ var reconciled = map[string]bool{
 
 // longhornPlan is --check's line on a cluster whose Longhorn is not at the release this kip
 // pins: the steps that move it, one minor at a time (spec 002: --check lists them), or why
-// none can.
-func longhornPlan(runs, pin string) (line string, steps bool) {
+// none can; first is the first step's release, nil when there is none.
+func longhornPlan(runs, pin string) (line string, first *longhorn.Release) {
 	rs, err := longhorn.Steps(runs, pin)
 	if err != nil {
-		return "Longhorn stays at " + runs + ", the release the cluster runs: " + err.Error(), false
+		return "Longhorn stays at " + runs + ", the release the cluster runs: " + err.Error(), nil
 	}
 	var vs []string
 	for _, r := range rs {
 		vs = append(vs, r.Version)
 	}
-	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then ")), len(rs) > 0
+	if len(rs) > 0 {
+		first = &rs[0]
+	}
+	return fmt.Sprintf("Longhorn stays at %s, the release the cluster runs; this kip pins %s, reached one minor at a time with kip upgrade --longhorn: %s", runs, pin, strings.Join(vs, ", then ")), first
 }
 
 // warnLonghornHosts warns about each node whose OS or kernel cannot run Longhorn (spec 002:
