@@ -1,15 +1,22 @@
 package longhorn
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
+	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/capacity"
+	"kipper.run/kip/internal/kube"
 )
 
 // CPUPercent is the share of every node's allocatable CPU that Longhorn's instance manager
@@ -27,9 +34,17 @@ type ServiceCPU struct {
 
 // CPU is the CPU Longhorn's engine requests on node: CPUPercent of its
 // allocatable millicores, rounded as Longhorn rounds it.
-func CPU(node *corev1.Node) int64 {
+func CPU(node *corev1.Node) int64 { return ManagerCPU(node, 0, CPUPercent) }
+
+// ManagerCPU is the CPU (millicores) an instance manager requests on node, as Longhorn's
+// manager sets it: the Longhorn Node's instanceManagerCPURequest when positive, else percent
+// (guaranteed-instance-manager-cpu) of the node's allocatable CPU, rounded.
+func ManagerCPU(node *corev1.Node, nodeRequest, percent int64) int64 {
+	if nodeRequest > 0 {
+		return nodeRequest
+	}
 	a := node.Status.Allocatable[corev1.ResourceCPU]
-	return int64(math.Round(float64(a.MilliValue()) * CPUPercent / 100))
+	return int64(math.Round(float64(a.MilliValue()) * float64(percent) / 100))
 }
 
 // CheckCPU refuses when node would not have Longhorn's CPU free after the requests of the
@@ -37,20 +52,33 @@ func CPU(node *corev1.Node) int64 {
 // lowering the CPU requests of the Kipper services on the node (services) can make the room,
 // which services to lower, to what, with the command that does it.
 func CheckCPU(node *corev1.Node, pods []corev1.Pod, services []ServiceCPU) error {
-	requested := capacity.Requested(node, pods, nil)[corev1.ResourceCPU]
-	a := node.Status.Allocatable[corev1.ResourceCPU]
-	need, free := CPU(node), a.MilliValue()-requested.MilliValue()
-	if free >= need {
+	free, deficit := cpuDeficit(node, pods, CPU(node))
+	if deficit <= 0 {
 		return nil
 	}
-	deficit := need - free
 	msg := fmt.Sprintf("node %s has %dm of CPU free after the requests of its pods and of the pods waiting to be placed there, "+
 		"and Longhorn's storage engine requests %d%% of its allocatable CPU, %dm; a service could fail to restart after its move",
-		node.Name, max(free, 0), CPUPercent, need)
+		node.Name, free, CPUPercent, CPU(node))
+	return fmt.Errorf("%s: %s", msg, cpuFix(services, deficit))
+}
+
+// cpuDeficit is node's CPU free after the requests of the pods bound to it and of the pending
+// pods that could be placed there (shown never below 0), and how much more need takes (counting
+// what the requests already overcommit).
+func cpuDeficit(node *corev1.Node, pods []corev1.Pod, need int64) (free, deficit int64) {
+	requested := capacity.Requested(node, pods, nil)[corev1.ResourceCPU]
+	a := node.Status.Allocatable[corev1.ResourceCPU]
+	left := a.MilliValue() - requested.MilliValue()
+	return max(left, 0), need - left
+}
+
+// cpuFix says how to free deficit millicores on a node: which of its Kipper services to lower
+// when that is enough, else more CPU.
+func cpuFix(services []ServiceCPU, deficit int64) string {
 	if s := suggestCPU(services, deficit); s != "" {
-		return fmt.Errorf("%s: %s, or give the node more CPU", msg, s)
+		return s + ", or give the node more CPU"
 	}
-	return fmt.Errorf("%s: give the node more CPU, or lower the CPU requests of the pods on it", msg)
+	return "give the node more CPU, or lower the CPU requests of the pods on it"
 }
 
 // suggestCPU lowers the largest requests first, each to no less than minServiceCPU, until deficit
@@ -77,4 +105,82 @@ func suggestCPU(services []ServiceCPU, deficit int64) string {
 		return ""
 	}
 	return strings.Join(out, ", and ")
+}
+
+// Longhorn's instance managers: their pods' label, and the setting that sizes them.
+const (
+	instanceManagerSelector = "longhorn.io/component=instance-manager"
+	settingManagerCPU       = "guaranteed-instance-manager-cpu"
+)
+
+// CheckManagerCPU is spec 002's CPU check before a step onto next: during the step Longhorn starts
+// another instance manager on every node, requesting ManagerCPU there, while the old one keeps
+// its reservation until no volume uses it; a node without that much CPU unrequested would refuse
+// the new manager's pod (the kubelet admits it by its requests) and the step would time out. It
+// names each such node, what keeps its CPU (an older instance manager's reservation among it),
+// and which Kipper services on it to lower (services, by node) or more CPU. Nodes where the new
+// manager's pod is already admitted are skipped.
+func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, services map[string][]ServiceCPU) ([]string, error) {
+	percent := int64(CPUPercent)
+	if s, err := cl.Longhorn.LonghornV1beta2().Settings(Namespace).Get(ctx, settingManagerCPU, metav1.GetOptions{}); err == nil {
+		if n, err := strconv.ParseInt(v1Value(s.Value), 10, 64); err == nil {
+			percent = n
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("read Longhorn setting %s: %w", settingManagerCPU, err)
+	}
+	lhNodes, err := cl.Longhorn.LonghornV1beta2().Nodes(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Longhorn's nodes: %w", err)
+	}
+	nodes, err := cl.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the cluster's nodes: %w", err)
+	}
+	pods, err := cl.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	managers, err := cl.Kube.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: instanceManagerSelector})
+	if err != nil {
+		return nil, fmt.Errorf("list Longhorn's instance managers: %w", err)
+	}
+	var out []string
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		li := slices.IndexFunc(lhNodes.Items, func(l longhornv1beta2.Node) bool { return l.Name == n.Name })
+		if li < 0 {
+			continue // Longhorn runs no instance manager there
+		}
+		var older []string
+		admitted := false
+		for _, p := range managers.Items {
+			if p.Spec.NodeName != n.Name || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				continue
+			}
+			if slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return strings.HasSuffix(c.Image, ":"+next.Version) }) {
+				admitted = true
+				continue
+			}
+			var cpu int64
+			for _, c := range p.Spec.Containers {
+				cpu += c.Resources.Requests.Cpu().MilliValue()
+			}
+			older = append(older, fmt.Sprintf("%s (%dm)", p.Name, cpu))
+		}
+		if admitted {
+			continue
+		}
+		need := ManagerCPU(n, int64(lhNodes.Items[li].Spec.InstanceManagerCPURequest), percent)
+		free, deficit := cpuDeficit(n, pods.Items, need)
+		if deficit <= 0 {
+			continue
+		}
+		msg := fmt.Sprintf("node %s has %dm of CPU unrequested, and Longhorn %s's new instance manager requests %dm there", n.Name, free, next.Version, need)
+		if len(older) > 0 {
+			msg += fmt.Sprintf("; its older instance manager %s keeps its reservation until no volume uses it", strings.Join(older, ", "))
+		}
+		out = append(out, msg+": "+cpuFix(services[n.Name], deficit))
+	}
+	return out, nil
 }

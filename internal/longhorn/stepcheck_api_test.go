@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -184,5 +185,86 @@ func v1beta1Stored(ctx context.Context, t *testing.T, cl *kube.Clients) {
 	c, err := crds.Get(ctx, created.Name, metav1.GetOptions{})
 	if err != nil || len(c.Status.StoredVersions) != 2 {
 		t.Fatalf("the CRD's stored versions: %v, %v", c.Status.StoredVersions, err)
+	}
+}
+
+// TestCheckManagerCPU: the CPU for the new instance manager of a step, against a real API
+// server: a node whose unrequested CPU is short of 12% of its allocatable (the default share)
+// names the older instance manager still reserving its own and the service to lower; a node
+// whose Longhorn Node sets instanceManagerCPURequest is measured by that; a roomy node and a
+// node where the new manager's pod is already admitted are not named.
+func TestCheckManagerCPU(t *testing.T) {
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	lh := cl.Longhorn.LonghornV1beta2()
+	node := func(name, cpu string, imRequest int) {
+		t.Helper()
+		if _, err := cl.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		patch := `{"status":{"allocatable":{"cpu":"` + cpu + `","memory":"8Gi","pods":"110"},"capacity":{"cpu":"` + cpu + `","memory":"8Gi","pods":"110"}}}`
+		if _, err := cl.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lh.Nodes(Namespace).Create(ctx, &longhornv1beta2.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+			Spec: longhornv1beta2.NodeSpec{AllowScheduling: true, InstanceManagerCPURequest: imRequest}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lh.Nodes(Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	pod := func(namespace, name, nodeName, image, cpu string, labels map[string]string) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: image,
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}}}
+		if _, err := cl.Kube.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cl.Kube.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
+	}
+	im := map[string]string{"longhorn.io/component": "instance-manager"}
+	node("im-tight", "2", 0)
+	pod(Namespace, "instance-manager-old-tight", "im-tight", "longhornio/longhorn-instance-manager:v1.10.2", "240m", im)
+	pod(ns, "db-0", "im-tight", "postgres:17", "1600m", nil)
+	node("im-own", "1", 500)
+	pod(ns, "cache-0", "im-own", "valkey:8", "600m", nil)
+	node("im-roomy", "4", 0)
+	pod(ns, "web-0", "im-roomy", "nginx", "1", nil)
+	node("im-admitted", "1", 0)
+	pod(ns, "busy-0", "im-admitted", "busybox", "1", nil)
+	pod(Namespace, "instance-manager-new-admitted", "im-admitted", "longhornio/longhorn-instance-manager:v1.11.3", "120m", im)
+
+	r11, _ := LadderRelease("v1.11.3")
+	services := map[string][]ServiceCPU{"im-tight": {{Name: "db", Namespace: ns, Project: "shop", Environment: "prod", Request: resource.MustParse("1600m")}}}
+	got, err := CheckManagerCPU(ctx, cl, r11, services)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		"node im-tight has 160m of CPU unrequested, and Longhorn v1.11.3's new instance manager requests 240m there; its older instance manager instance-manager-old-tight (240m) keeps its reservation until no volume uses it: " +
+			"Lower db in " + ns + " from 1600m to 1520m with 'kip service update db --cpu 1520m --project shop --environment prod', or give the node more CPU",
+		"node im-own has 400m of CPU unrequested, and Longhorn v1.11.3's new instance manager requests 500m there: give the node more CPU",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no blocker %q in:\n%s", want, all)
+		}
+	}
+	for _, fine := range []string{"im-roomy", "im-admitted"} {
+		if strings.Contains(all, fine) {
+			t.Errorf("%s named:\n%s", fine, all)
+		}
 	}
 }

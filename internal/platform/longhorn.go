@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/cluster"
@@ -184,7 +183,7 @@ func (pl *platform) checkCPU(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
-	services, err := pl.serviceCPU(ctx, pods.Items)
+	services, err := service.CPUByNode(ctx, pl.cl, pods.Items)
 	if err != nil {
 		return err
 	}
@@ -195,30 +194,6 @@ func (pl *platform) checkCPU(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// serviceCPU is, by node, the Kipper services whose pods run there, with their declared CPU
-// requests.
-func (pl *platform) serviceCPU(ctx context.Context, pods []corev1.Pod) (map[string][]longhorn.ServiceCPU, error) {
-	svcs, err := service.List(ctx, pl.cl.Dynamic, pl.cl.Kube)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]longhorn.ServiceCPU{}
-	for _, svc := range svcs {
-		q, err := resource.ParseQuantity(svc.Resources.CPURequest)
-		if err != nil {
-			continue // no CPU request to lower
-		}
-		for _, p := range pods {
-			if p.Namespace == svc.Namespace() && p.Labels[service.Label] == svc.Name && p.Spec.NodeName != "" {
-				out[p.Spec.NodeName] = append(out[p.Spec.NodeName], longhorn.ServiceCPU{Name: svc.Name, Namespace: svc.Namespace(),
-					Project: svc.Project, Environment: svc.Environment, Request: q})
-				break
-			}
-		}
-	}
-	return out, nil
 }
 
 // checkDisk refuses when the file system holding /var/lib/longhorn would not keep Longhorn's

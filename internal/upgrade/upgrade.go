@@ -28,6 +28,7 @@ import (
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
 	"kipper.run/kip/internal/platform"
+	"kipper.run/kip/internal/service"
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/internal/workflow"
 	"kipper.run/kip/manifests"
@@ -300,7 +301,7 @@ func (u *upgrader) check(ctx context.Context) (findings, error) {
 				if err := backup.CheckOutside(ctx, u.cl, u.rec, lookupNetIP); err != nil {
 					fmt.Fprintf(w, "  !   kip upgrade --longhorn needs backups outside the cluster, and would refuse to start: %v\n", err)
 				}
-				blockers, err := longhorn.CheckStep(ctx, u.cl, *first)
+				blockers, err := longhornBlockers(ctx, u.cl, *first)
 				if err != nil {
 					return f, err
 				}
@@ -523,6 +524,25 @@ func warnLonghornHosts(ctx context.Context, w io.Writer, cl *kube.Clients) error
 		}
 	}
 	return nil
+}
+
+// longhornBlockers is what keeps the step onto next from starting: longhorn.CheckStep's, and the
+// nodes short of CPU for its new instance managers.
+func longhornBlockers(ctx context.Context, cl *kube.Clients, next longhorn.Release) ([]string, error) {
+	blockers, err := longhorn.CheckStep(ctx, cl, next)
+	if err != nil {
+		return nil, err
+	}
+	pods, err := cl.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	services, err := service.CPUByNode(ctx, cl, pods.Items)
+	if err != nil {
+		return nil, err
+	}
+	cpu, err := longhorn.CheckManagerCPU(ctx, cl, next, services)
+	return append(blockers, cpu...), err
 }
 
 // lookupNetIP resolves a name from this machine.
