@@ -526,8 +526,8 @@ func warnLonghornHosts(ctx context.Context, w io.Writer, cl *kube.Clients) error
 	return nil
 }
 
-// longhornBlockers is what keeps the step onto next from starting: longhorn.CheckStep's, and the
-// nodes short of CPU for its new instance managers.
+// longhornBlockers is what keeps the step onto next from starting: longhorn.CheckStep's, the
+// nodes short of CPU for its new instance managers, and the volumes its backup could not hold.
 func longhornBlockers(ctx context.Context, cl *kube.Clients, next longhorn.Release) ([]string, error) {
 	blockers, err := longhorn.CheckStep(ctx, cl, next)
 	if err != nil {
@@ -542,7 +542,11 @@ func longhornBlockers(ctx context.Context, cl *kube.Clients, next longhorn.Relea
 		return nil, err
 	}
 	cpu, err := longhorn.CheckManagerCPU(ctx, cl, next, services)
-	return append(blockers, cpu...), err
+	if err != nil {
+		return nil, err
+	}
+	unmounted, err := unmountedVolumes(ctx, cl)
+	return append(append(blockers, cpu...), unmounted...), err
 }
 
 // lookupNetIP resolves a name from this machine.
