@@ -38,7 +38,9 @@ func TestUnmountedVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "mnt", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cl.Dynamic.Resource(service.ProjectsGVR).Delete(context.Background(), "mnt", metav1.DeleteOptions{})
+	})
 	if err := unstructured.SetNestedStringSlice(created.Object, []string{ns}, "status", "namespaces"); err != nil {
 		t.Fatal(err)
 	}
