@@ -7,16 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	longhornv1beta2 "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/testenv"
 )
 
@@ -24,16 +20,7 @@ import (
 // per kind in a directory only its owner reads, each holding the objects as the API serves
 // them (a volume's spec and status, a setting's value).
 func TestSaveObjects(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	_, cl, ctx := longhornTestEnv(t)
 	lh := cl.Longhorn.LonghornV1beta2()
 	v, err := lh.Volumes(Namespace).Create(ctx, &longhornv1beta2.Volume{ObjectMeta: metav1.ObjectMeta{Name: "save-vol", Namespace: Namespace}, Spec: testenv.LonghornVolumeSpec(1<<30, 2)}, metav1.CreateOptions{})
 	if err != nil {

@@ -30,16 +30,7 @@ import (
 // a real cluster: stored through v1beta1 while it was the storage version). The healthy ones
 // are not named, and a release that still serves v1beta1 is not blocked by it.
 func TestCheckStep(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	_, cl, ctx := longhornTestEnv(t)
 	node := func(name, kubelet string, taints ...corev1.Taint) {
 		t.Helper()
 		if _, err := cl.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}}, metav1.CreateOptions{}); err != nil {
@@ -194,16 +185,7 @@ func v1beta1Stored(ctx context.Context, t *testing.T, cl *kube.Clients) {
 // whose Longhorn Node sets instanceManagerCPURequest is measured by that; a roomy node and a
 // node where the new manager's pod is already admitted are not named.
 func TestCheckManagerCPU(t *testing.T) {
-	env := testenv.Get(t)
-	cl, err := kube.NewClients(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	env, cl, ctx := longhornTestEnv(t)
 	ns := env.Namespace(t)
 	lh := cl.Longhorn.LonghornV1beta2()
 	node := func(name, cpu string, imRequest int) {
@@ -267,4 +249,21 @@ func TestCheckManagerCPU(t *testing.T) {
 			t.Errorf("%s named:\n%s", fine, all)
 		}
 	}
+}
+
+// longhornTestEnv is the shared API test environment with Longhorn's namespace, kip's clients
+// for it, and a context that ends with the test (two minutes at most).
+func longhornTestEnv(t *testing.T) (*testenv.Env, *kube.Clients, context.Context) {
+	t.Helper()
+	env := testenv.Get(t)
+	cl, err := kube.NewClients(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return env, cl, ctx
 }
