@@ -39,12 +39,12 @@ func CPU(node *corev1.Node) int64 { return ManagerCPU(node, 0, CPUPercent) }
 // ManagerCPU is the CPU (millicores) an instance manager requests on node, as Longhorn's
 // manager sets it: the Longhorn Node's instanceManagerCPURequest when positive, else percent
 // (guaranteed-instance-manager-cpu) of the node's allocatable CPU, rounded.
-func ManagerCPU(node *corev1.Node, nodeRequest, percent int64) int64 {
+func ManagerCPU(node *corev1.Node, nodeRequest int64, percent float64) int64 {
 	if nodeRequest > 0 {
 		return nodeRequest
 	}
 	a := node.Status.Allocatable[corev1.ResourceCPU]
-	return int64(math.Round(float64(a.MilliValue()) * float64(percent) / 100))
+	return int64(math.Round(float64(a.MilliValue()) * percent / 100))
 }
 
 // CheckCPU refuses when node would not have Longhorn's CPU free after the requests of the
@@ -121,9 +121,9 @@ const (
 // and which Kipper services on it to lower (services, by node) or more CPU. Nodes where the new
 // manager's pod is already admitted are skipped.
 func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, services map[string][]ServiceCPU) ([]string, error) {
-	percent := int64(CPUPercent)
+	percent := float64(CPUPercent) // a float in Longhorn's setting: 12.5 is a value
 	if s, err := cl.Longhorn.LonghornV1beta2().Settings(Namespace).Get(ctx, settingManagerCPU, metav1.GetOptions{}); err == nil {
-		if n, err := strconv.ParseInt(v1Value(s.Value), 10, 64); err == nil {
+		if n, err := strconv.ParseFloat(v1Value(s.Value), 64); err == nil {
 			percent = n
 		}
 	} else if !apierrors.IsNotFound(err) {

@@ -180,7 +180,8 @@ func v1beta1Stored(ctx context.Context, t *testing.T, cl *kube.Clients) {
 }
 
 // TestCheckManagerCPU: the CPU for the new instance manager of a step, against a real API
-// server: a node whose unrequested CPU is short of 12% of its allocatable (the default share)
+// server: a node whose unrequested CPU is short of guaranteed-instance-manager-cpu of its
+// allocatable (12.5%, stored per data engine as 1.10 stores it)
 // names the older instance manager still reserving its own and the service to lower; a node
 // whose Longhorn Node sets instanceManagerCPURequest is measured by that; a roomy node and a
 // node where the new manager's pod is already admitted are not named.
@@ -216,6 +217,14 @@ func TestCheckManagerCPU(t *testing.T) {
 			_ = cl.Kube.CoreV1().Pods(namespace).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		})
 	}
+	// The share as Longhorn 1.10 stores it: per data engine, and a float.
+	if _, err := lh.Settings(Namespace).Create(ctx, &longhornv1beta2.Setting{ObjectMeta: metav1.ObjectMeta{Name: settingManagerCPU, Namespace: Namespace},
+		Value: `{"v1":"12.5","v2":"12.5"}`}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = lh.Settings(Namespace).Delete(context.Background(), settingManagerCPU, metav1.DeleteOptions{})
+	})
 	im := map[string]string{"longhorn.io/component": "instance-manager"}
 	node("im-tight", "2", 0)
 	pod(Namespace, "instance-manager-old-tight", "im-tight", "longhornio/longhorn-instance-manager:v1.10.2", "240m", im)
@@ -236,8 +245,8 @@ func TestCheckManagerCPU(t *testing.T) {
 	}
 	all := strings.Join(got, "\n")
 	for _, want := range []string{
-		"node im-tight has 160m of CPU unrequested, and Longhorn v1.11.3's new instance manager requests 240m there; its older instance manager instance-manager-old-tight (240m) keeps its reservation until no volume uses it: " +
-			"Lower db in " + ns + " from 1600m to 1520m with 'kip service update db --cpu 1520m --project shop --environment prod', or give the node more CPU",
+		"node im-tight has 160m of CPU unrequested, and Longhorn v1.11.3's new instance manager requests 250m there; its older instance manager instance-manager-old-tight (240m) keeps its reservation until no volume uses it: " +
+			"Lower db in " + ns + " from 1600m to 1510m with 'kip service update db --cpu 1510m --project shop --environment prod', or give the node more CPU",
 		"node im-own has 400m of CPU unrequested, and Longhorn v1.11.3's new instance manager requests 500m there: give the node more CPU",
 	} {
 		if !strings.Contains(all, want) {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"kipper.run/kip/internal/kube"
@@ -55,10 +56,17 @@ func TestUnmountedVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The pods' node: a Node object no kubelet keeps, so that the pods keep the phase the test
+	// gives them (and the pod garbage collector keeps pods whose node exists).
+	node := "mnt-node-" + ns
+	if _, err := cl.Kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Kube.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	pod := func(name, claim string, init bool, phase corev1.PodPhase) {
 		t.Helper()
 		c := corev1.Container{Name: "c", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/v"}}}
-		spec := corev1.PodSpec{NodeName: "nowhere", Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}
+		spec := corev1.PodSpec{NodeName: node, Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}
 		if init {
 			spec.InitContainers = []corev1.Container{c}
 			spec.Containers = []corev1.Container{{Name: "main", Image: "busybox"}}
@@ -69,7 +77,7 @@ func TestUnmountedVolumes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// No kubelet runs on "nowhere": deleted at once, before the namespace's cleanup waits for it.
+		// No kubelet runs on the node: deleted at once, before the namespace's cleanup waits for it.
 		t.Cleanup(func() {
 			_ = cl.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		})
@@ -82,12 +90,9 @@ func TestUnmountedVolumes(t *testing.T) {
 	pod("setup", "scratch", true, corev1.PodRunning)
 	pod("waiting", "pending", false, corev1.PodPending)
 	addApp(t, cl, ns, "web", map[string]any{"image": "registry.example/web:1", "stop": map[string]any{"reason": "stopped by its owner"}}, 0)
-	d, err := cl.Kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "uploads", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "uploads"}}}}
-	if _, err := cl.Kube.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+	// A merge patch: the Deployment controller writes the Deployment meanwhile.
+	volumes := `{"spec":{"template":{"spec":{"volumes":[{"name":"uploads","persistentVolumeClaim":{"claimName":"uploads"}}]}}}}`
+	if _, err := cl.Kube.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(volumes), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, annotations := range map[string]map[string]any{"db": {service.FenceAnnotation: "lab12"}, "cache": nil} {

@@ -133,7 +133,7 @@ type crdSource struct {
 	name  string
 	files []string
 	// helm marks files that are Helm templates (Longhorn's crds.yaml carries one
-	// `{{- include "longhorn.labels" . }}` per CRD); their template actions are removed.
+	// `{{- include "longhorn.labels" . }}` per CRD), rendered by renderLonghornTemplate.
 	helm bool
 }
 
@@ -177,6 +177,25 @@ func crdSources(root string) ([]crdSource, error) {
 
 var helmAction = regexp.MustCompile(`\{\{-?[^}]*-?\}\}`)
 
+// longhornLabelsAction is the template action that gives each of Longhorn's CRDs its labels.
+var longhornLabelsAction = regexp.MustCompile(`\{\{- include "longhorn\.labels" \. \| nindent 4 \}\}`)
+
+// renderLonghornTemplate renders longhorn-manager's crds.yaml (a template of Longhorn's chart)
+// as the chart renders it for release (the module's version, v1.10.0): each CRD labelled
+// app.kubernetes.io/name=longhorn, by which Longhorn's documentation finds its CRDs, with its
+// instance and version (the labels Longhorn's deploy/longhorn.yaml shows); any other action is
+// removed.
+func renderLonghornTemplate(data []byte, release string) []byte {
+	labels := "\n    app.kubernetes.io/name: longhorn\n    app.kubernetes.io/instance: longhorn\n    app.kubernetes.io/version: " + release
+	return helmAction.ReplaceAll(longhornLabelsAction.ReplaceAll(data, []byte(labels)), nil)
+}
+
+// moduleVersion is the version of the module a module cache directory holds (…/name@v1.10.0).
+func moduleVersion(dir string) string {
+	_, v, _ := strings.Cut(filepath.Base(dir), "@")
+	return v
+}
+
 // loadCRDs reads every CRD of the sources.
 func loadCRDs(sources []crdSource) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	var crds []*apiextensionsv1.CustomResourceDefinition
@@ -187,7 +206,7 @@ func loadCRDs(sources []crdSource) ([]*apiextensionsv1.CustomResourceDefinition,
 				return nil, fmt.Errorf("read %s CRDs: %w", src.name, err)
 			}
 			if src.helm {
-				data = helmAction.ReplaceAll(data, nil)
+				data = renderLonghornTemplate(data, moduleVersion(filepath.Dir(filepath.Dir(file))))
 			}
 			got, err := decodeCRDs(data)
 			if err != nil {

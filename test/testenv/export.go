@@ -12,8 +12,8 @@ import (
 )
 
 // LonghornCRDs returns Longhorn's CRD manifests from the longhorn-manager module this checkout
-// builds against (k8s/crds.yaml, its Helm template actions removed), for tests that stand in for
-// what the Longhorn chart installs.
+// builds against (k8s/crds.yaml, rendered as the chart renders it: renderLonghornTemplate), for
+// tests that stand in for what the Longhorn chart installs.
 func LonghornCRDs() ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -28,7 +28,7 @@ func LonghornCRDs() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read Longhorn's CRDs: %w", err)
 	}
-	return helmAction.ReplaceAll(data, nil), nil
+	return renderLonghornTemplate(data, moduleVersion(dirs[longhorn])), nil
 }
 
 // InstallVeleroCRDs creates Velero's CRDs (v1 and v2alpha1, what its chart installs) from the velero
