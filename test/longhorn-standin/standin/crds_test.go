@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/internal/longhorn"
@@ -126,12 +127,15 @@ func TestReleaseCRDs(t *testing.T) {
 	}
 	// The migration: every object rewritten as v1beta2 (none here), then v1beta1 dropped from the
 	// stored versions.
-	c, err := crds.Get(ctx, "volumes.longhorn.io", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Status.StoredVersions = []string{"v1beta2"}
-	if _, err := crds.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the CRD's controllers write its status too
+		c, err := crds.Get(ctx, "volumes.longhorn.io", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Status.StoredVersions = []string{"v1beta2"}
+		_, err = crds.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := apply("v1.10.2", nil); err != nil {
