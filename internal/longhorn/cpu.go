@@ -109,18 +109,18 @@ func suggestCPU(services []ServiceCPU, deficit int64) string {
 
 // Longhorn's instance managers: their pods' label, and the setting that sizes them.
 const (
-	instanceManagerSelector = "longhorn.io/component=instance-manager"
-	settingManagerCPU       = "guaranteed-instance-manager-cpu"
+	instanceManagerComponent, instanceManagerValue = "longhorn.io/component", "instance-manager"
+	settingManagerCPU                              = "guaranteed-instance-manager-cpu"
 )
 
 // CheckManagerCPU is spec 002's CPU check before a step onto next: during the step Longhorn starts
 // another instance manager on every node, requesting ManagerCPU there, while the old one keeps
 // its reservation until no volume uses it; a node without that much CPU unrequested would refuse
 // the new manager's pod (the kubelet admits it by its requests) and the step would time out. It
-// names each such node, what keeps its CPU (an older instance manager's reservation among it),
+// names each such node (pods: every pod of the cluster), what keeps its CPU (an older instance manager's reservation among it),
 // and which Kipper services on it to lower (services, by node) or more CPU. Nodes where the new
 // manager's pod is already admitted are skipped.
-func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, services map[string][]ServiceCPU) ([]string, error) {
+func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, pods []corev1.Pod, services map[string][]ServiceCPU) ([]string, error) {
 	percent := float64(CPUPercent) // a float in Longhorn's setting: 12.5 is a value
 	if s, err := cl.Longhorn.LonghornV1beta2().Settings(Namespace).Get(ctx, settingManagerCPU, metav1.GetOptions{}); err == nil {
 		if n, err := strconv.ParseFloat(v1Value(s.Value), 64); err == nil {
@@ -137,14 +137,6 @@ func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, servic
 	if err != nil {
 		return nil, fmt.Errorf("list the cluster's nodes: %w", err)
 	}
-	pods, err := cl.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	managers, err := cl.Kube.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: instanceManagerSelector})
-	if err != nil {
-		return nil, fmt.Errorf("list Longhorn's instance managers: %w", err)
-	}
 	var out []string
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -154,8 +146,8 @@ func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, servic
 		}
 		var older []string
 		admitted := false
-		for _, p := range managers.Items {
-			if p.Spec.NodeName != n.Name || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		for _, p := range pods {
+			if p.Namespace != Namespace || p.Labels[instanceManagerComponent] != instanceManagerValue || p.Spec.NodeName != n.Name || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 				continue
 			}
 			if slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return strings.HasSuffix(c.Image, ":"+next.Version) }) {
@@ -172,7 +164,7 @@ func CheckManagerCPU(ctx context.Context, cl *kube.Clients, next Release, servic
 			continue
 		}
 		need := ManagerCPU(n, int64(lhNodes.Items[li].Spec.InstanceManagerCPURequest), percent)
-		free, deficit := cpuDeficit(n, pods.Items, need)
+		free, deficit := cpuDeficit(n, pods, need)
 		if deficit <= 0 {
 			continue
 		}

@@ -239,7 +239,11 @@ func TestCheckManagerCPU(t *testing.T) {
 
 	r11, _ := LadderRelease("v1.11.3")
 	services := map[string][]ServiceCPU{"im-tight": {{Name: "db", Namespace: ns, Project: "shop", Environment: "prod", Request: resource.MustParse("1600m")}}}
-	got, err := CheckManagerCPU(ctx, cl, r11, services)
+	pods, err := cl.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := CheckManagerCPU(ctx, cl, r11, pods.Items, services)
 	if err != nil {
 		t.Fatal(err)
 	}
