@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,15 +29,12 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
+	"kipper.run/kip/test/longhorn-standin/manager"
 )
 
 const (
 	driverName = "driver.longhorn.io"
 	namespace  = "longhorn-system"
-	// engineImage is the engine image of Longhorn v1.10.0, which the stand-in's objects name; no
-	// engine runs from it.
-	engineImage     = "longhornio/longhorn-engine:v1.10.0"
-	engineImageName = "ei-standin"
 	// defaultDisk names the node's one disk, Longhorn's data path.
 	defaultDisk = "default-disk-standin"
 	// reservedPercent is storage-reserved-percentage-for-default-disk's default: the share of the
@@ -52,53 +48,6 @@ const (
 var crdNames = []string{
 	"volumes.longhorn.io", "replicas.longhorn.io", "engines.longhorn.io", "volumeattachments.longhorn.io",
 	"nodes.longhorn.io", "settings.longhorn.io", "engineimages.longhorn.io",
-}
-
-// setting is one of Longhorn's settings the stand-in creates with its v1.10.0 default: those kip
-// pins and the two its scheduler reads. dataEngine marks a data-engine-specific setting, whose
-// value is a JSON object keyed by data engine.
-type setting struct {
-	name, value string
-	dataEngine  bool
-}
-
-var settings = []setting{
-	{"upgrade-checker", "true", false},
-	{"allow-collecting-longhorn-usage-metrics", "true", false},
-	{"fast-replica-rebuild-enabled", `{"v1":"true","v2":"true"}`, true},
-	{"node-drain-policy", "block-if-contains-last-replica", false},
-	{"default-data-locality", "disabled", false},
-	{"replica-auto-balance", "disabled", false},
-	{"rwx-volume-fast-failover", "false", false},
-	{"node-down-pod-deletion-policy", "do-nothing", false},
-	{"allow-volume-creation-with-degraded-availability", "true", false},
-	{"guaranteed-instance-manager-cpu", `{"v1":"12","v2":"12"}`, true},
-	{"default-replica-count", `{"v1":"3","v2":"3"}`, true},
-	{settingMinimalAvailable, "25", false},
-	{settingOverProvisioning, "100", false},
-}
-
-const (
-	settingMinimalAvailable = "storage-minimal-available-percentage"
-	settingOverProvisioning = "storage-over-provisioning-percentage"
-)
-
-// perEngine is what Longhorn's setting mutator makes of a plain value written to a
-// data-engine-specific setting: the value for each data engine of its default, as JSON (keys
-// sorted by json.Marshal). A value that is already a JSON object is kept.
-func perEngine(value, def string) string {
-	if strings.HasPrefix(strings.TrimSpace(value), "{") {
-		return value
-	}
-	var engines map[string]string
-	if err := json.Unmarshal([]byte(def), &engines); err != nil {
-		return value
-	}
-	for k := range engines {
-		engines[k] = value
-	}
-	b, _ := json.Marshal(engines)
-	return string(b)
 }
 
 // ticketID is the ID of the csi-attacher ticket Longhorn's ControllerPublishVolume makes, which is
@@ -203,30 +152,19 @@ func (s *store) setUp(ctx context.Context) error {
 	if _, err := s.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	api := s.lh.LonghornV1beta2()
-	for _, st := range settings {
-		obj := &lh.Setting{ObjectMeta: metav1.ObjectMeta{Name: st.name, Namespace: namespace}, Value: st.value}
-		if _, err := api.Settings(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("setting %s: %w", st.name, err)
-		}
-	}
-	ei := &lh.EngineImage{ObjectMeta: metav1.ObjectMeta{Name: engineImageName, Namespace: namespace}, Spec: lh.EngineImageSpec{Image: engineImage}}
-	ei, err := api.EngineImages(namespace).Create(ctx, ei, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		ei, err = api.EngineImages(namespace).Get(ctx, engineImageName, metav1.GetOptions{})
-	}
+	// The manager's part, where no stand-in manager runs (the lab's clusters whose chart has no
+	// longhorn-manager DaemonSet): the release it recorded, else the newest.
+	rel, err := manager.Running(ctx, s.lh)
 	if err != nil {
-		return fmt.Errorf("engine image: %w", err)
+		return err
 	}
-	ei.Status = lh.EngineImageStatus{
-		OwnerID: s.node, State: lh.EngineImageStateDeployed, NodeDeploymentMap: map[string]bool{s.node: true},
-		Conditions: []lh.Condition{{Type: lh.EngineImageConditionTypeReady, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}},
-		EngineVersionDetails: lh.EngineVersionDetails{Version: "v1.10.0", CLIAPIVersion: 11, CLIAPIMinVersion: 3,
-			ControllerAPIVersion: 5, ControllerAPIMinVersion: 3, DataFormatVersion: 1, DataFormatMinVersion: 1},
+	if err := manager.EnsureSettings(ctx, s.lh, rel); err != nil {
+		return err
 	}
-	if _, err := api.EngineImages(namespace).UpdateStatus(ctx, ei, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("engine image status: %w", err)
+	if err := manager.EnsureEngineImage(ctx, s.lh, rel, s.node); err != nil {
+		return err
 	}
+	api := s.lh.LonghornV1beta2()
 	if err := os.MkdirAll(filepath.Join(s.root, "replicas"), 0o700); err != nil {
 		return err
 	}
@@ -351,7 +289,7 @@ func (s *store) room(ctx context.Context, node *lh.Node) (int64, error) {
 			scheduled += r.Spec.VolumeSize
 		}
 	}
-	minimal, over := s.settingInt(ctx, settingMinimalAvailable, 25), s.settingInt(ctx, settingOverProvisioning, 100)
+	minimal, over := s.settingInt(ctx, manager.SettingMinimalAvailable, 25), s.settingInt(ctx, manager.SettingOverProvisioning, 100)
 	reserved := node.Spec.Disks[defaultDisk].StorageReserved
 	byScheduling := (disk.StorageMaximum-reserved)*over/100 - scheduled
 	byAvailable := disk.StorageAvailable - disk.StorageMaximum*minimal/100
@@ -382,15 +320,15 @@ func (s *store) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defaults := map[string]setting{}
-	for _, st := range settings {
-		defaults[st.name] = st
+	rel, err := manager.Running(ctx, s.lh)
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for i := range list.Items {
 		st := &list.Items[i]
-		if def, ok := defaults[st.Name]; ok && def.dataEngine {
-			if v := perEngine(st.Value, def.value); v != st.Value {
+		if def, ok := manager.FindSetting(st.Name); ok {
+			if v := rel.Value(def, st.Value); v != st.Value {
 				st.Value = v
 				if st, err = api.Settings(namespace).Update(ctx, st, metav1.UpdateOptions{}); err != nil {
 					errs = append(errs, ignoreConflict(err))
@@ -419,6 +357,9 @@ func (s *store) reconcile(ctx context.Context) error {
 	}
 	for i := range vols.Items {
 		errs = append(errs, s.reconcileVolume(ctx, &vols.Items[i], reps.Items))
+	}
+	if s.controller {
+		errs = append(errs, s.upgradeEngines(ctx, vols.Items))
 	}
 	return errors.Join(errs...)
 }

@@ -20,20 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"kipper.run/kip/test/longhorn-standin/manager"
 	"kipper.run/kip/test/need"
 )
-
-func TestPerEngine(t *testing.T) {
-	for _, c := range []struct{ value, def, want string }{
-		{"false", `{"v1":"true","v2":"true"}`, `{"v1":"false","v2":"false"}`},
-		{"8", `{"v2":"12","v1":"12"}`, `{"v1":"8","v2":"8"}`},
-		{`{"v1":"false","v2":"true"}`, `{"v1":"true","v2":"true"}`, `{"v1":"false","v2":"true"}`},
-	} {
-		if got := perEngine(c.value, c.def); got != c.want {
-			t.Errorf("perEngine(%q, %q) = %q, want %q", c.value, c.def, got, c.want)
-		}
-	}
-}
 
 func TestTicketIDAndSizes(t *testing.T) {
 	id := ticketID("pvc-1", "lab9")
@@ -67,7 +56,7 @@ func TestVolumeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The temporary data path is on this machine's disk, whose free share is not the test's.
-	minimal, _ := s.lh.LonghornV1beta2().Settings(namespace).Get(ctx, settingMinimalAvailable, metav1.GetOptions{})
+	minimal, _ := s.lh.LonghornV1beta2().Settings(namespace).Get(ctx, manager.SettingMinimalAvailable, metav1.GetOptions{})
 	minimal.Value = "0"
 	if _, err := s.lh.LonghornV1beta2().Settings(namespace).Update(ctx, minimal, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -228,7 +217,7 @@ func TestCopiesOnNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	minimal, _ := lhc.LonghornV1beta2().Settings(namespace).Get(ctx, settingMinimalAvailable, metav1.GetOptions{})
+	minimal, _ := lhc.LonghornV1beta2().Settings(namespace).Get(ctx, manager.SettingMinimalAvailable, metav1.GetOptions{})
 	minimal.Value = "0"
 	if _, err := lhc.LonghornV1beta2().Settings(namespace).Update(ctx, minimal, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@
 //
 //	longhorn-standin -node NAME [-controller] [-kubeconfig FILE] [-crds FILE]   serve
 //	longhorn-standin cleanup                                       unmount and detach every volume
+//	longhorn-standin manager -node NAME -version V [-kubeconfig FILE]   the manager of a release (package manager)
 package main
 
 import (
@@ -31,6 +32,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
+	"kipper.run/kip/test/longhorn-standin/manager"
 )
 
 const (
@@ -48,6 +50,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "cleanup" {
 		if err := cleanup(); err != nil {
 			log.Fatalf("longhorn-standin: cleanup: %v", err)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "manager" {
+		if err := runManager(os.Args[2:]); err != nil {
+			log.Fatalf("longhorn-standin manager: %v", err)
 		}
 		return
 	}
@@ -125,6 +133,54 @@ func serve(ctx context.Context, node string, controller bool, kubeconfig, crdsFi
 		defer p.mu.Unlock()
 		if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
 			log.Printf("longhorn-standin: reconcile: %v", err)
+		}
+	}, time.Second)
+	return nil
+}
+
+// runManager is the stand-in's longhorn-manager, as the lab's longhorn-manager DaemonSet runs it
+// in a pod on each node (in-cluster credentials unless -kubeconfig): it starts as its release's
+// manager does, ending with Longhorn's error on an upgrade path Longhorn refuses, then keeps its
+// node's part every second.
+func runManager(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	node := fs.String("node", "", "this node's Kubernetes name")
+	version := fs.String("version", "", "the Longhorn release this manager is: v1.8.2")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster; in-cluster credentials when empty")
+	serviceAccount := fs.String("service-account", "", "the service account of the instance manager pods")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rel, err := manager.Find(*version)
+	if err != nil {
+		return err
+	}
+	if *node == "" {
+		return errors.New("-node is required")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lhc, err := lhclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	m := &manager.Manager{Kube: kube, LH: lhc, Node: *node, Release: rel, ServiceAccount: *serviceAccount}
+	log.Printf("Checking if the upgrade path to %v is supported", rel.Version)
+	if err := m.Start(ctx); err != nil {
+		return fmt.Errorf("failed to start the manager: %w", err)
+	}
+	log.Printf("longhorn-manager %s started on node %s", rel.Version, *node)
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := m.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Printf("reconcile: %v", err)
 		}
 	}, time.Second)
 	return nil

@@ -89,12 +89,16 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 	if err != nil {
 		return nil, err
 	}
+	image, err := s.defaultEngineImage(ctx)
+	if err != nil {
+		return nil, err
+	}
 	labels := map[string]string{"longhornvolume": name}
 	// The per-volume overrides Longhorn's volume mutator fills in ("ignored": the global setting
 	// applies), and its backup defaults (the settings' lz4 and 2 MiB).
 	vol := &lh.Volume{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}, Spec: lh.VolumeSpec{
 		Size: size, NumberOfReplicas: replicas, DataLocality: locality, Frontend: lh.VolumeFrontendBlockDev, NodeSelector: nodeSelector, DiskSelector: diskSelector,
-		Image: engineImage, DataEngine: lh.DataEngineTypeV1, AccessMode: lh.AccessModeReadWriteOnce, StaleReplicaTimeout: 30,
+		Image: image, DataEngine: lh.DataEngineTypeV1, AccessMode: lh.AccessModeReadWriteOnce, StaleReplicaTimeout: 30,
 		ReplicaAutoBalance: lh.ReplicaAutoBalanceIgnored, SnapshotDataIntegrity: lh.SnapshotDataIntegrityIgnored,
 		UnmapMarkSnapChainRemoved: lh.UnmapMarkSnapChainRemovedIgnored, RestoreVolumeRecurringJob: lh.RestoreVolumeRecurringJobDefault,
 		ReplicaSoftAntiAffinity: lh.ReplicaSoftAntiAffinityDefault, ReplicaZoneSoftAntiAffinity: lh.ReplicaZoneSoftAntiAffinityDefault,
@@ -105,7 +109,7 @@ func (s *store) createVolume(ctx context.Context, name string, size int64, param
 		return nil, err
 	}
 	vol.Status = lh.VolumeStatus{OwnerID: s.node, State: lh.VolumeStateCreating, Robustness: lh.VolumeRobustnessUnknown,
-		CurrentImage: engineImage, KubernetesStatus: lh.KubernetesStatus{PVName: name,
+		CurrentImage: image, KubernetesStatus: lh.KubernetesStatus{PVName: name,
 			Namespace: params["csi.storage.k8s.io/pvc/namespace"], PVCName: params["csi.storage.k8s.io/pvc/name"]}}
 	if vol, err = s.volumes().UpdateStatus(ctx, vol, metav1.UpdateOptions{}); err != nil {
 		return nil, err
@@ -140,7 +144,7 @@ func ownedBy(vol *lh.Volume) []metav1.OwnerReference {
 
 // instanceOf is the instance spec of vol's engine and copies, stopped.
 func instanceOf(vol *lh.Volume) lh.InstanceSpec {
-	return lh.InstanceSpec{VolumeName: vol.Name, VolumeSize: vol.Spec.Size, Image: engineImage, DesireState: lh.InstanceStateStopped, DataEngine: lh.DataEngineTypeV1}
+	return lh.InstanceSpec{VolumeName: vol.Name, VolumeSize: vol.Spec.Size, Image: vol.Spec.Image, DesireState: lh.InstanceStateStopped, DataEngine: lh.DataEngineTypeV1}
 }
 
 // newReplica is copy i of vol, scheduled on node ("": unscheduled).
@@ -437,9 +441,18 @@ func (s *store) detach(ctx context.Context, name, node string) error {
 }
 
 // instances starts (on node, the copies in running RW) or stops (running nil) the volume's
-// engine and its copies, as the instance manager reports them.
+// engine and its copies, as the instance manager reports them. Where a stand-in manager runs, an
+// engine starts only in the node's instance manager of the default image, once it runs, and
+// stays in it until it stops (status.instanceManagerName).
 func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, running []*lh.Replica) error {
 	api := s.lh.LonghornV1beta2()
+	im := ""
+	if running != nil {
+		var err error
+		if im, err = s.instanceManager(ctx, node); err != nil {
+			return err
+		}
+	}
 	reps, err := s.replicas(ctx, vol.Name)
 	if err != nil {
 		return err
@@ -473,7 +486,7 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, runn
 			if rw {
 				r.Status.CurrentState, r.Status.Started = state, true
 			}
-			r.Status.CurrentImage = engineImage
+			r.Status.CurrentImage = r.Spec.Image
 		})
 		if err != nil {
 			return err
@@ -487,7 +500,13 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, runn
 	if e, err = api.Engines(namespace).Update(ctx, e, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	e.Status.OwnerID, e.Status.CurrentState, e.Status.Started, e.Status.CurrentImage = s.node, state, run, engineImage
+	e.Status.OwnerID, e.Status.CurrentState, e.Status.Started, e.Status.CurrentImage = s.node, state, run, e.Spec.Image
+	switch {
+	case !run:
+		e.Status.InstanceManagerName = ""
+	case e.Status.InstanceManagerName == "":
+		e.Status.InstanceManagerName = im
+	}
 	e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap = nil, nil
 	if run {
 		e.Status.ReplicaModeMap, e.Status.ReplicaTransitionTimeMap, e.Status.CurrentSize = modes, times, vol.Spec.Size

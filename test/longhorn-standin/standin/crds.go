@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"kipper.run/kip/internal/longhorn"
+	"kipper.run/kip/test/longhorn-standin/manager"
 	"kipper.run/kip/test/testenv"
 )
 
@@ -19,7 +19,7 @@ var v1beta1Kinds = []string{"BackingImage", "BackingImageDataSource", "BackingIm
 	"BackupVolume", "Engine", "EngineImage", "InstanceManager", "Node", "RecurringJob", "Replica", "Setting",
 	"ShareManager", "Volume"}
 
-// ReleaseCRDs returns Longhorn's CRDs as release (a release of longhorn.Ladder) installs them,
+// ReleaseCRDs returns Longhorn's CRDs as release (one of manager.Releases) installs them,
 // derived from the v1.10.0 CRDs of the longhorn-manager module (testenv.LonghornCRDs): labelled
 // with the release's version, and, for the kinds that had it, longhorn.io/v1beta1 listed as the
 // release lists it — served but not the storage version up to 1.8, listed but not served in 1.9,
@@ -28,9 +28,9 @@ var v1beta1Kinds = []string{"BackingImage", "BackingImageDataSource", "BackingIm
 // status.storedVersions lists it) make the API server refuse 1.10's CRDs, as on a real cluster.
 // Fields the releases added after 1.7 are not removed: kip reads none of them.
 func ReleaseCRDs(release string) ([]byte, error) {
-	r, ok := longhorn.LadderRelease(release)
-	if !ok || r.Version != release {
-		return nil, fmt.Errorf("Longhorn %s is not a release of the ladder", release)
+	r, err := manager.Find(release)
+	if err != nil {
+		return nil, err
 	}
 	base, err := testenv.LonghornCRDs()
 	if err != nil {
@@ -49,8 +49,8 @@ func ReleaseCRDs(release string) ([]byte, error) {
 			crd.Labels = map[string]string{}
 		}
 		crd.Labels["app.kubernetes.io/version"] = release
-		if r.V1beta1 != longhorn.V1beta1Removed && slices.Contains(v1beta1Kinds, crd.Spec.Names.Kind) {
-			crd.Spec.Versions = append([]apiextensionsv1.CustomResourceDefinitionVersion{v1beta1(r.V1beta1 == longhorn.V1beta1Served)}, crd.Spec.Versions...)
+		if r.V1beta1 != "" && slices.Contains(v1beta1Kinds, crd.Spec.Names.Kind) {
+			crd.Spec.Versions = append([]apiextensionsv1.CustomResourceDefinitionVersion{v1beta1(r.V1beta1 == manager.V1beta1Served)}, crd.Spec.Versions...)
 		}
 		data, err := yaml.Marshal(&crd)
 		if err != nil {
