@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -527,7 +528,9 @@ func helmJob(chart *helmv1.HelmChart) *batchv1.Job {
 }
 
 // applyFixtures stands in for what the chart would create: the objects in every *.yaml file of
-// the directory named after the chart, applied server-side as helm would have installed them
+// the directory named after the chart (or of its subdirectory named after the chart's
+// spec.version, when there is one: a chart whose releases differ), applied server-side as helm
+// would have installed them
 // (namespaced objects without a namespace go to the target namespace, and carry helm's release
 // label and annotations). Namespaces and CRDs go first, and the rest waits until the CRDs are
 // Established, since it may hold their custom resources. No directory, no fixtures. Test only.
@@ -536,6 +539,11 @@ func (h *Controller) applyFixtures(ctx context.Context, chart *helmv1.HelmChart,
 		return nil
 	}
 	dir := filepath.Join(h.fixtures, chart.Name)
+	if v := chart.Spec.Version; v != "" && filepath.Base(v) == v {
+		if st, err := os.Stat(filepath.Join(dir, v)); err == nil && st.IsDir() {
+			dir = filepath.Join(dir, v)
+		}
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml")) // in name order
 	if err != nil || len(files) == 0 {
 		return err

@@ -70,6 +70,11 @@ data:
 `
 )
 
+// gizmosConfig is a fixture of the gizmos chart: a ConfigMap that says which fixtures it came from.
+func gizmosConfig(fixtures string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gizmos-config\ndata:\n  fixtures: \"" + fixtures + "\"\n"
+}
+
 var widgetResource = schema.GroupVersionResource{Group: "fixtures.example.com", Version: "v1", Resource: "widgets"}
 
 // TestAddons runs a server and checks what it deploys as k3s would: helm-controller's CRDs, the
@@ -89,6 +94,8 @@ func TestAddons(t *testing.T) {
 	writeFile(t, filepath.Join(charts, "widgets", "crds.yaml"), widgetsCRDs)
 	writeFile(t, filepath.Join(charts, "widgets", "objects.yaml"), widgetsObjects)
 	writeFile(t, filepath.Join(charts, "widgets", "README"), "not a *.yaml file: ignored")
+	writeFile(t, filepath.Join(charts, "gizmos", "objects.yaml"), gizmosConfig("any"))
+	writeFile(t, filepath.Join(charts, "gizmos", "2.0.0", "objects.yaml"), gizmosConfig("2.0.0"))
 	ports := freePortRange(t, 6) // the stand-in's own four, then k3s's and the kubelet's
 	config := fmt.Sprintf("node-name: standin-addons\nnode-ip: 127.0.0.1\nbind-address: 127.0.0.1\nhttps-listen-port: %d\nkubelet-arg: [port=%d]\n", ports+4, ports+5)
 	writeFile(t, configPath, config)
@@ -225,6 +232,25 @@ func TestAddons(t *testing.T) {
 			t.Errorf("target namespace: %v, %v", ns, err)
 		}
 		waitComplete(ctx, t, kube, job.Name, job.UID)
+	})
+
+	t.Run("a version's own fixtures", func(t *testing.T) {
+		// The chart's directory holds the fixtures of any version; its 2.0.0 subdirectory those of 2.0.0.
+		createChart(ctx, t, dyn, "gizmos", helmv1.HelmChartSpec{Chart: "gizmos", Repo: "https://charts.example.com", Version: "1.0.0", TargetNamespace: "gizmos-system", CreateNamespace: true})
+		for _, version := range []string{"1.0.0", "2.0.0"} {
+			if version != "1.0.0" {
+				patch := []byte(`{"spec":{"version":"` + version + `"}}`)
+				if _, err := dyn.Resource(helmstandin.ChartResource).Namespace("kube-system").Patch(ctx, "gizmos", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitJob(ctx, t, kube, "gizmos", version, "")
+			want := map[string]string{"1.0.0": "any", "2.0.0": "2.0.0"}[version]
+			cm, err := kube.CoreV1().ConfigMaps("gizmos-system").Get(ctx, "gizmos-config", metav1.GetOptions{})
+			if err != nil || cm.Data["fixtures"] != want {
+				t.Errorf("gizmos %s: its ConfigMap %v, %v; want the fixtures of %s", version, cm.Data, err, want)
+			}
+		}
 	})
 
 	logs := string(readFile(t, server.log))

@@ -7,6 +7,7 @@
 //	longhorn-standin -node NAME [-controller] [-kubeconfig FILE] [-crds FILE]   serve
 //	longhorn-standin cleanup                                       unmount and detach every volume
 //	longhorn-standin manager -node NAME -version V [-kubeconfig FILE]   the manager of a release (package manager)
+//	longhorn-standin instance-manager                              an instance manager's pod: waits for SIGTERM
 package main
 
 import (
@@ -51,6 +52,13 @@ func main() {
 		if err := cleanup(); err != nil {
 			log.Fatalf("longhorn-standin: cleanup: %v", err)
 		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "instance-manager" {
+		// An instance manager's pod: it holds its CPU request on the node and runs no process.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		<-ctx.Done()
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "manager" {

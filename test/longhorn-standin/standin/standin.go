@@ -86,6 +86,22 @@ func InstallNode(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig [
 	return install(ctx, h, c, kubeconfig)
 }
 
+// Build builds the stand-in (static) from this checkout into bin/longhorn-standin and returns
+// its path.
+func Build(ctx context.Context) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	plugin := filepath.Join(root, "bin", "longhorn-standin")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", plugin, "./test/longhorn-standin")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the Longhorn stand-in: %v\n%s", err, out)
+	}
+	return plugin, nil
+}
+
 func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byte) error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -95,11 +111,9 @@ func install(ctx context.Context, h *lab.Host, c *kube.Clients, kubeconfig []byt
 	if err != nil {
 		return fmt.Errorf("the CSI sidecars are not built: run make testenv (sh tools/testenv.sh csi): %w", err)
 	}
-	plugin := filepath.Join(root, "bin", "longhorn-standin")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", plugin, "./test/longhorn-standin")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the Longhorn stand-in: %v\n%s", err, out)
+	plugin, err := Build(ctx)
+	if err != nil {
+		return err
 	}
 	crds, err := testenv.LonghornCRDs()
 	if err != nil {
