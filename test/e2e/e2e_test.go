@@ -37,7 +37,7 @@ var k3sModules = []string{"br_netfilter", "overlay"}
 // in the Makefile); hosts 1 and 2 only serve the node tests as hosts outside their clusters,
 // which the stand-in cluster test running beside them does not disturb.
 func TestMain(m *testing.M) {
-	os.Exit(e2e.Main(m, 25, lab.Options{Hosts: []lab.HostOptions{
+	os.Exit(e2e.Main(m, 26, lab.Options{Hosts: []lab.HostOptions{
 		{}, {}, {}, {},
 		// The nano host grows onto Longhorn at the end: it can load Longhorn's modules and has
 		// its own disk at /var/lib/longhorn.
@@ -64,6 +64,7 @@ func TestMain(m *testing.M) {
 		{MemoryMiB: 8192, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 20},
 		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 10},
 		{MemoryMiB: 4096, CPUs: 2, Modules: append([]string{"iscsi_tcp", "nfs", "wireguard"}, k3sModules...), LonghornDiskGiB: 10},
+		{}, // the Longhorn stand-in's releases
 	}}))
 }
 

@@ -18,7 +18,6 @@ import (
 	"kipper.run/kip/internal/mover/moverimage"
 	"kipper.run/kip/internal/mover/moverpod"
 	"kipper.run/kip/internal/mover/movertest"
-	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/manifests"
 	"kipper.run/kip/test/e2e"
 	"kipper.run/kip/test/lab"
@@ -116,14 +115,9 @@ func importMoverImage(ctx context.Context, t *testing.T, h *lab.Host) {
 	if err := moverimage.WriteArchive(idx, moverPin(t).Reference(), h.Path(archive)); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := h.Run(ctx, ctr("images", "import", archive)); err != nil {
+	if out, err := h.Run(ctx, e2e.Ctr("images", "import", archive)); err != nil {
 		t.Fatalf("import the mover's image: %v\n%s", err, out)
 	}
-}
-
-// ctr is a command line of containerd's ctr on a lab host's kubelet's containerd.
-func ctr(args ...string) string {
-	return sshx.Command(e2e.StandinBinDir+"/ctr", append([]string{"--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io"}, args...)...)
 }
 
 // moverPin is the mover's pinned image.
@@ -139,7 +133,7 @@ func moverPin(t *testing.T) manifests.MoverImagePin {
 // moverImage is the digest the lab host's containerd holds the mover's image as, "" when none.
 func (l *moveLab) moverImage(ctx context.Context, t *testing.T) string {
 	t.Helper()
-	out, err := l.h.Run(ctx, ctr("images", "list"))
+	out, err := l.h.Run(ctx, e2e.Ctr("images", "list"))
 	if err != nil {
 		t.Fatalf("list the host's images: %v\n%s", err, out)
 	}
@@ -154,7 +148,7 @@ func (l *moveLab) moverImage(ctx context.Context, t *testing.T) string {
 // removeMoverImage deletes the mover's image from the lab host's containerd.
 func (l *moveLab) removeMoverImage(ctx context.Context, t *testing.T) {
 	t.Helper()
-	if out, err := l.h.Run(ctx, ctr("images", "rm", moverPin(t).Reference())); err != nil {
+	if out, err := l.h.Run(ctx, e2e.Ctr("images", "rm", moverPin(t).Reference())); err != nil {
 		t.Fatalf("remove the mover's image: %v\n%s", err, out)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"kipper.run/kip/internal/sshx"
 	"kipper.run/kip/test/helmstandin"
 	"kipper.run/kip/test/lab"
+	"kipper.run/kip/test/longhorn-standin/manager"
+	"kipper.run/kip/test/longhorn-standin/standin"
 	"kipper.run/kip/test/testenv"
 )
 
@@ -198,13 +200,43 @@ func UploadChartFixtures(ctx context.Context, h *lab.Host) error {
 	})
 }
 
+// UploadLonghornReleases puts on h the fixtures of Longhorn's chart at each release the
+// Longhorn stand-in models (standin.ReleaseChart: the release's CRDs and the longhorn-manager
+// DaemonSet running the stand-in's manager), with its class and the server's Longhorn Node, for
+// the stand-in's helm-controller to apply when the chart moves to that version; and imports the
+// stand-in's images (standin.WriteImages) into h's containerd, which those pods run.
+func UploadLonghornReleases(ctx context.Context, h *lab.Host) error {
+	files := map[string]File{}
+	for _, r := range manager.Releases {
+		chart, err := standin.ReleaseChart(r.Version)
+		if err != nil {
+			return err
+		}
+		files[ChartFixturesDir+"/longhorn/"+standin.ChartVersion(r.Version)+"/longhorn.yaml"] = File{Data: append(append(chart, longhornClass...), longhornNode(h)...), Mode: 0o644}
+	}
+	if err := Upload(ctx, h, files); err != nil {
+		return err
+	}
+	const archive = "/var/tmp/longhorn-standin-images.tar"
+	if err := standin.WriteImages(ctx, h.Path(archive)); err != nil {
+		return err
+	}
+	if out, err := h.Run(ctx, Ctr("images", "import", archive)); err != nil {
+		return fmt.Errorf("import the Longhorn stand-in's images on %s: %w\n%s", h.Name, err, out)
+	}
+	return nil
+}
+
+// Ctr is a command line of containerd's ctr on a lab host's kubelet's containerd.
+func Ctr(args ...string) string {
+	return sshx.Command(StandinBinDir+"/ctr", append([]string{"--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io"}, args...)...)
+}
+
 // ImportVeleroImages imports Velero's container images (VeleroDir/images) into h's containerd,
 // as an operator imports images with k3s ctr: only the hosts that run Velero's pods need them.
 func ImportVeleroImages(ctx context.Context, h *lab.Host) error {
 	for _, image := range []string{"velero.tar", "velero-plugin-for-aws.tar"} {
-		cmd := sshx.Command(StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io",
-			"images", "import", VeleroDir+"/images/"+image)
-		if out, err := h.Run(ctx, cmd); err != nil {
+		if out, err := h.Run(ctx, Ctr("images", "import", VeleroDir+"/images/"+image)); err != nil {
 			return fmt.Errorf("import %s on %s: %w\n%s", image, h.Name, err, out)
 		}
 	}
@@ -215,9 +247,7 @@ func ImportVeleroImages(ctx context.Context, h *lab.Host) error {
 // PostgresImage) into h's containerd, as an operator imports images with k3s ctr: only the hosts
 // that run a Postgres pod need it.
 func ImportPostgresImage(ctx context.Context, h *lab.Host) error {
-	cmd := sshx.Command(StandinBinDir+"/ctr", "--address", "/run/k3s/containerd/containerd.sock", "-n", "k8s.io",
-		"images", "import", PostgresDir+"/images/postgres.tar")
-	if out, err := h.Run(ctx, cmd); err != nil {
+	if out, err := h.Run(ctx, Ctr("images", "import", PostgresDir+"/images/postgres.tar")); err != nil {
 		return fmt.Errorf("import %s on %s: %w\n%s", PostgresImage, h.Name, err, out)
 	}
 	return nil

@@ -7,9 +7,6 @@ import (
 	"time"
 
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
-	lhclient "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kipper.run/kip/internal/kube"
@@ -33,25 +30,10 @@ func TestUpgradeEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lhc, err := lhclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lhc := cl.Longhorn
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	data, err := standin.ReleaseCRDs("v1.10.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := kube.DecodeManifests(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kube.Apply(ctx, cl, objs, kube.ApplyOptions{FieldManager: "longhorn-chart", Force: true}); err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := standin.ApplyRelease(ctx, cl, "v1.10.2"); err != nil {
 		t.Fatal(err)
 	}
 	r19, _ := manager.Find("v1.9.2")

@@ -29,6 +29,7 @@ import (
 	apiextensionsclientset "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -82,16 +83,22 @@ func main() {
 	}
 }
 
-func serve(ctx context.Context, node string, controller bool, kubeconfig, crdsFile string) error {
+// clients are the API's clients with kubeconfig's credentials, in-cluster ones when it is "".
+func clients(kubeconfig string) (*rest.Config, kubernetes.Interface, lhclient.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	lhc, err := lhclient.NewForConfig(cfg)
+	return cfg, kube, lhc, err
+}
+
+func serve(ctx context.Context, node string, controller bool, kubeconfig, crdsFile string) error {
+	cfg, kube, lhc, err := clients(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -166,15 +173,7 @@ func runManager(args []string) error {
 	if *node == "" {
 		return errors.New("-node is required")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	lhc, err := lhclient.NewForConfig(cfg)
+	_, kube, lhc, err := clients(*kubeconfig)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
-	lhclient "github.com/longhorn/longhorn-manager/k8s/pkg/client/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,30 +36,15 @@ func TestManagerReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lhc, err := lhclient.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lhc := cl.Longhorn
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const node = "lh-manager-1"
 	env.AddNode(t, node, testenv.NodeOptions{CPU: "2"})
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: manager.Namespace}}
-	if _, err := env.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 	chart := func(version string) {
 		t.Helper()
-		data, err := standin.ReleaseCRDs(version)
-		if err != nil {
+		if err := standin.ApplyRelease(ctx, cl, version); err != nil {
 			t.Fatal(err)
-		}
-		objs, err := kube.DecodeManifests(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := kube.Apply(ctx, cl, objs, kube.ApplyOptions{FieldManager: "longhorn-chart", Force: true}); err != nil {
-			t.Fatalf("%s's CRDs: %v", version, err)
 		}
 	}
 	start := func(version string) (*manager.Manager, error) {

@@ -2,13 +2,18 @@ package standin
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"kipper.run/kip/internal/kube"
 	"kipper.run/kip/test/longhorn-standin/manager"
 	"kipper.run/kip/test/testenv"
 )
@@ -77,4 +82,26 @@ func v1beta1(served bool) apiextensionsv1.CustomResourceDefinitionVersion {
 		}},
 		Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
 	}
+}
+
+// ApplyRelease applies release's CRDs (ReleaseCRDs) as Longhorn's chart does, server-side, and
+// makes Longhorn's namespace: what the tests of the stand-in against the test control plane
+// start from.
+func ApplyRelease(ctx context.Context, cl *kube.Clients, release string) error {
+	data, err := ReleaseCRDs(release)
+	if err != nil {
+		return err
+	}
+	objs, err := kube.DecodeManifests(data)
+	if err != nil {
+		return err
+	}
+	if err := kube.Apply(ctx, cl, objs, kube.ApplyOptions{FieldManager: "longhorn-chart", Force: true}); err != nil {
+		return fmt.Errorf("Longhorn %s's CRDs: %w", release, err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := cl.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }

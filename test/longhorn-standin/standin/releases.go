@@ -135,4 +135,3 @@ spec:
 // ChartVersion is the chart version of release, as a HelmChart names it and the helm stand-in
 // finds its fixtures by: 1.8.2.
 func ChartVersion(release string) string { return strings.TrimPrefix(release, "v") }
-
