@@ -454,9 +454,19 @@ func TestFixesDeferredWhileConsoleAPIIsNotAlone(t *testing.T) {
 		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"kipper.run/test-rollout":"deferred"}}}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kube.Poll(ctx, 2*time.Minute, "console-api's old pod terminating", func(ctx context.Context) (bool, string, error) {
+	// The state the step meets: the rollout done as the Deployment's status says (its controller
+	// writes that after it deleted the old pod, a moment later), the old pod still terminating.
+	if err := kube.Poll(ctx, 2*time.Minute, "console-api rolled out, its old pod terminating", func(ctx context.Context) (bool, string, error) {
 		p, err := cl.Kube.CoreV1().Pods(consoleNamespace).Get(ctx, old, metav1.GetOptions{})
-		return err == nil && p.DeletionTimestamp != nil, "", err
+		if err != nil || p.DeletionTimestamp == nil {
+			return false, "the old pod is not terminating", err
+		}
+		d, err := cl.Kube.AppsV1().Deployments(consoleNamespace).Get(ctx, "console-api", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		done, pending, err := kube.RolloutStatus(d)
+		return done, pending, err
 	}); err != nil {
 		t.Fatal(err)
 	}
