@@ -817,9 +817,13 @@ func removeHost(ctx context.Context, name string) error {
 		}
 	}
 	// Unmounting releases the Longhorn disk's loop device (mount -o loop sets autoclear); one
-	// still bound to the image was left behind unmounted (a mount that did not finish).
+	// still bound to the image was left behind unmounted (a mount that did not finish). The
+	// kernel may clear a device the unmount released only after it was listed here: a detach
+	// that fails counts only when the device still backs the image afterwards.
 	for _, dev := range loopsBacking(sysBlock, h.longhornImage()) {
-		errs = append(errs, run(ctx, "losetup", "-d", "/dev/"+dev))
+		if err := run(ctx, "losetup", "-d", "/dev/"+dev); err != nil && slices.Contains(loopsBacking(sysBlock, h.longhornImage()), dev) {
+			errs = append(errs, err)
+		}
 	}
 	if !slices.ContainsFunc(mounts, mounted) { // RemoveAll would empty a mounted file system
 		errs = append(errs, os.RemoveAll(filepath.Dir(h.root())))
