@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
+	"kipper.run/kip/test/longhorn-standin/manager"
 )
 
 // How the plugins of the copies' nodes and the controller (the server's plugin) work together,
@@ -130,7 +131,7 @@ func (s *store) usableCopies(ctx context.Context, vol string) ([]*lh.Replica, er
 		case r.Spec.NodeID == "" || r.DeletionTimestamp != nil:
 		case !s.ready(ctx, r.Spec.NodeID):
 			if r.Spec.FailedAt == "" {
-				if err := s.setFailed(ctx, r, now()); err != nil {
+				if err := s.setFailed(ctx, r, manager.Now()); err != nil {
 					return nil, err
 				}
 			}
@@ -396,7 +397,7 @@ func (s *store) syncCopies(ctx context.Context, vol *lh.Volume) error {
 			switch {
 			case j == i || r.Spec.NodeID == "" || r.Spec.FailedAt != "" || r.DeletionTimestamp != nil:
 			case !s.ready(ctx, r.Spec.NodeID):
-				errs = append(errs, s.setFailed(ctx, r, now()))
+				errs = append(errs, s.setFailed(ctx, r, manager.Now()))
 			default:
 				errs = append(errs, s.copyData(ctx, primary, r))
 			}

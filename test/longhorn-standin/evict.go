@@ -8,6 +8,8 @@ import (
 	lh "github.com/longhorn/longhorn-manager/k8s/pkg/apis/longhorn/v1beta2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kipper.run/kip/test/longhorn-standin/manager"
 )
 
 // evictPolicy is the value of node-drain-policy under which Longhorn evicts, from a cordoned
@@ -111,7 +113,7 @@ func (s *store) rebuild(ctx context.Context, name string, old *lh.Replica, reps 
 			return err
 		}
 	}
-	t := now()
+	t := manager.Now()
 	if _, err := s.updateReplica(ctx, target.Name, func(r *lh.Replica) { r.Spec.HealthyAt, r.Spec.LastHealthyAt = t, t }, nil); err != nil {
 		return err
 	}

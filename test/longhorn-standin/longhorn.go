@@ -57,9 +57,6 @@ func ticketID(vol, node string) string {
 	return "csi-" + hex.EncodeToString(sum[:])
 }
 
-// now is util.Now() of longhorn-manager: RFC3339 in UTC at one-second precision.
-func now() string { return time.Now().UTC().Format(time.RFC3339) }
-
 // roundUp rounds a size up to Longhorn's alignment, as its CSI CreateVolume does.
 func roundUp(size int64) int64 {
 	if size <= 0 {
@@ -244,7 +241,7 @@ func (s *store) updateNode(ctx context.Context) error {
 			}
 		}
 		if c.LastTransitionTime == "" {
-			c.LastTransitionTime = now()
+			c.LastTransitionTime = manager.Now()
 		}
 		return c
 	}

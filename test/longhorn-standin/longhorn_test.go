@@ -37,8 +37,8 @@ func TestTicketIDAndSizes(t *testing.T) {
 	if got := unescape(`/var/lib/kubelet/a\040b`); got != "/var/lib/kubelet/a b" {
 		t.Errorf("unescape = %q", got)
 	}
-	if _, err := time.Parse(time.RFC3339, now()); err != nil || len(now()) != len("2006-01-02T15:04:05Z") {
-		t.Errorf("now() = %q: %v", now(), err)
+	if _, err := time.Parse(time.RFC3339, manager.Now()); err != nil || len(manager.Now()) != len("2006-01-02T15:04:05Z") {
+		t.Errorf("manager.Now() = %q: %v", manager.Now(), err)
 	}
 }
 
@@ -279,7 +279,7 @@ func TestCopiesOnNodes(t *testing.T) {
 	// failure comes a second after the last healthy time, as timestamps have one-second precision.
 	time.Sleep(time.Second)
 	r, _ = lhc.LonghornV1beta2().Replicas(namespace).Get(ctx, on["lab9"].Name, metav1.GetOptions{})
-	if err := srv.setFailed(ctx, r, now()); err != nil {
+	if err := srv.setFailed(ctx, r, manager.Now()); err != nil {
 		t.Fatal(err)
 	}
 	workerReady(corev1.ConditionTrue)

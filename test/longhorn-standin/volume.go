@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kipper.run/kip/test/longhorn-standin/loop"
+	"kipper.run/kip/test/longhorn-standin/manager"
 )
 
 // errNoRoom is the scheduler's refusal: the node's disk lacks room for the size.
@@ -215,7 +216,7 @@ func makeImage(ctx context.Context, img string, size int64) error {
 
 // scheduled is the volume's Scheduled condition: false while some copies have no node.
 func (s *store) scheduled(ctx context.Context, vol *lh.Volume) lh.Condition {
-	c := lh.Condition{Type: lh.VolumeConditionTypeScheduled, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}
+	c := lh.Condition{Type: lh.VolumeConditionTypeScheduled, Status: lh.ConditionStatusTrue, LastTransitionTime: manager.Now()}
 	if reps, err := s.replicas(ctx, vol.Name); err == nil {
 		for _, r := range reps {
 			if r.Spec.NodeID == "" {
@@ -369,7 +370,7 @@ func (s *store) attach(ctx context.Context, name, node string) (*lh.Replica, err
 			v.Status.Robustness = lh.VolumeRobustnessHealthy
 			if len(usable) < v.Spec.NumberOfReplicas {
 				v.Status.Robustness = lh.VolumeRobustnessDegraded
-				v.Status.LastDegradedAt = now()
+				v.Status.LastDegradedAt = manager.Now()
 			}
 		}); err != nil {
 			return nil, err
@@ -381,7 +382,7 @@ func (s *store) attach(ctx context.Context, name, node string) (*lh.Replica, err
 		}
 		gen := va.Spec.AttachmentTickets[id].Generation
 		va.Status.AttachmentTicketStatuses[id] = &lh.AttachmentTicketStatus{ID: id, Satisfied: true, Generation: gen,
-			Conditions: []lh.Condition{{Type: lh.AttachmentStatusConditionTypeSatisfied, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}}}
+			Conditions: []lh.Condition{{Type: lh.AttachmentStatusConditionTypeSatisfied, Status: lh.ConditionStatusTrue, LastTransitionTime: manager.Now()}}}
 	})
 }
 
@@ -469,7 +470,7 @@ func (s *store) instances(ctx context.Context, vol *lh.Volume, node string, runn
 		}
 		name := reps[i].Name
 		rw := slices.ContainsFunc(running, func(u *lh.Replica) bool { return u.Name == name })
-		t := now()
+		t := manager.Now()
 		if rw {
 			modes[name], times[name] = lh.ReplicaModeRW, t
 		}

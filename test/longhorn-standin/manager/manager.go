@@ -100,12 +100,13 @@ func deploy(ei *lh.EngineImage, node string) bool {
 	}
 	ei.Status.NodeDeploymentMap[node] = true
 	ei.Status.OwnerID, ei.Status.State = node, lh.EngineImageStateDeployed
-	ei.Status.Conditions = []lh.Condition{{Type: lh.EngineImageConditionTypeReady, Status: lh.ConditionStatusTrue, LastTransitionTime: now()}}
+	ei.Status.Conditions = []lh.Condition{{Type: lh.EngineImageConditionTypeReady, Status: lh.ConditionStatusTrue, LastTransitionTime: Now()}}
 	return true
 }
 
-// now is util.Now() of longhorn-manager: RFC3339 in UTC at one-second precision.
-func now() string { return time.Now().UTC().Format(time.RFC3339) }
+// Now is util.Now() of longhorn-manager: RFC3339 in UTC at one-second precision, the form of
+// Longhorn's timestamps (healthyAt, noRefSince, conditions).
+func Now() string { return time.Now().UTC().Format(time.RFC3339) }
 
 // guardPolicy is the name of the policy (and its binding) that stands in for 1.10's engine image
 // validator.
@@ -214,7 +215,7 @@ func (m *Manager) countImages(ctx context.Context) error {
 		case refs > 0 && ei.Status.NoRefSince != "":
 			ei.Status.NoRefSince, changed = "", true
 		case refs == 0 && ei.Status.NoRefSince == "":
-			ei.Status.NoRefSince, changed = now(), true
+			ei.Status.NoRefSince, changed = Now(), true
 		}
 		if changed {
 			if _, err := api.EngineImages(Namespace).UpdateStatus(ctx, ei, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
